@@ -1,0 +1,216 @@
+//! The command line: `driftgate eval`, `driftgate policy check`, `driftgate policy test`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use jiff::Timestamp;
+use kube::core::DynamicObject;
+
+use crate::decision::{DecisionInput, decide};
+use crate::error::{Error, Result};
+use crate::policy::PolicySet;
+use crate::review::{read_object, read_review};
+use crate::testsuite::{self, namespace_for};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "driftgate",
+    version,
+    about = "Keeps GitOps-managed namespaces true to Git: only the controller writes, people use time-limited break-glass."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Decide AdmissionReview files offline and print each response as one line of JSON.
+    Eval(EvalArgs),
+    /// Check or test policies.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Policy file, or directory of *.yaml/*.yml policy files.
+    #[arg(long, value_name = "PATH")]
+    pub policy: PathBuf,
+    /// Evaluate as of this time (RFC 3339); default: now.
+    #[arg(long, value_name = "RFC3339")]
+    pub now: Option<String>,
+    /// A Namespace object (YAML or JSON) supplying namespace labels; repeat for several.
+    #[arg(long = "namespace", value_name = "FILE")]
+    pub namespaces: Vec<PathBuf>,
+    /// The parent object of a subresource request (e.g. the Deployment of a scale request).
+    #[arg(long, value_name = "FILE")]
+    pub parent: Option<PathBuf>,
+    /// AdmissionReview JSON files.
+    #[arg(required = true, value_name = "REVIEW.json")]
+    pub reviews: Vec<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Validate policy files; every problem is listed as file:line: field: problem.
+    Check {
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
+    /// Run policy test suites (*.test.yaml) under a directory, or one suite file.
+    Test {
+        #[arg(value_name = "DIR")]
+        path: PathBuf,
+    },
+}
+
+/// Runs the parsed command line and returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match cli.command {
+        Command::Eval(args) => eval(&args, &mut out),
+        Command::Policy(PolicyCommand::Check { paths }) => policy_check(&paths, &mut out),
+        Command::Policy(PolicyCommand::Test { path }) => policy_test(&path, &mut out),
+    }
+}
+
+fn parse_now(now: Option<&str>) -> Result<Timestamp> {
+    match now {
+        None => Ok(Timestamp::now()),
+        Some(value) => value.parse().map_err(|e: jiff::Error| Error::Time {
+            value: value.to_owned(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// Exit 0 when every review was decided (whatever the decisions), 2 when any input could not
+/// be read; the readable ones are still decided and printed.
+pub fn eval(args: &EvalArgs, out: &mut impl Write) -> ExitCode {
+    let setup = || -> Result<(PolicySet, Timestamp, Vec<DynamicObject>, Option<DynamicObject>)> {
+        let policies = PolicySet::load_all(std::slice::from_ref(&args.policy))?;
+        let now = parse_now(args.now.as_deref())?;
+        let namespaces = args
+            .namespaces
+            .iter()
+            .map(|p| read_object(p))
+            .collect::<Result<Vec<_>>>()?;
+        let parent = args.parent.as_deref().map(read_object).transpose()?;
+        Ok((policies, now, namespaces, parent))
+    };
+    let (policies, now, namespaces, parent) = match setup() {
+        Ok(setup) => setup,
+        Err(error) => {
+            eprintln!("driftgate eval: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut unreadable = 0;
+    for path in &args.reviews {
+        let request = match read_review(path) {
+            Ok(request) => request,
+            Err(error) => {
+                eprintln!("driftgate eval: {error}");
+                unreadable += 1;
+                continue;
+            }
+        };
+        let decision = decide(
+            &policies,
+            &DecisionInput {
+                request: &request,
+                namespace: namespace_for(&namespaces, request.namespace.as_deref()),
+                parent: parent.as_ref(),
+                now,
+            },
+        );
+        let review = decision.to_response(&request).into_review();
+        let line = serde_json::to_string(&review).expect("an AdmissionReview always serializes");
+        if writeln!(out, "{line}").is_err() {
+            return ExitCode::from(2);
+        }
+    }
+    if unreadable > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Exit 0 when every path holds valid policies, 1 with every problem listed otherwise.
+pub fn policy_check(paths: &[PathBuf], out: &mut impl Write) -> ExitCode {
+    match PolicySet::load_all(paths) {
+        Ok(set) => {
+            let names: Vec<_> = set
+                .policies()
+                .iter()
+                .map(|p| format!("{} ({:?})", p.name, p.mode))
+                .collect();
+            let _ = writeln!(
+                out,
+                "ok: {} {} from {} {}: {}",
+                names.len(),
+                if names.len() == 1 { "policy" } else { "policies" },
+                set.sources().len(),
+                if set.sources().len() == 1 { "file" } else { "files" },
+                names.join(", ")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for error in &errors.0 {
+                eprintln!("{error}");
+            }
+            eprintln!(
+                "{} {} found",
+                errors.0.len(),
+                if errors.0.len() == 1 { "problem" } else { "problems" }
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Prints one line per case and `N passed, N failed`; exit 1 when any case failed, 2 when a
+/// suite could not run.
+pub fn policy_test(path: &std::path::Path, out: &mut impl Write) -> ExitCode {
+    let (report, errors) = match testsuite::run(path) {
+        Ok(result) => result,
+        Err(error) => {
+            eprintln!("driftgate policy test: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    for case in &report.cases {
+        if case.failures.is_empty() {
+            let _ = writeln!(out, "ok    {}: {}", case.suite, case.name);
+        } else {
+            let _ = writeln!(out, "FAIL  {}: {}", case.suite, case.name);
+            for failure in &case.failures {
+                let _ = writeln!(out, "        {failure}");
+            }
+        }
+    }
+    for error in &errors {
+        eprintln!("driftgate policy test: {error}");
+    }
+    if report.cases.is_empty() && errors.is_empty() {
+        eprintln!(
+            "driftgate policy test: no test suites (*.test.yaml) under {}",
+            path.display()
+        );
+        return ExitCode::from(2);
+    }
+    let _ = writeln!(out, "{} passed, {} failed", report.passed(), report.failed());
+    if !errors.is_empty() {
+        ExitCode::from(2)
+    } else if report.failed() > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

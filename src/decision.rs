@@ -1,0 +1,1022 @@
+//! The decision: `request + policies + namespace + parent + now -> Decision`, with no I/O.
+//!
+//! A write is guarded by every policy whose scope matches it and admitted only if every one of
+//! them admits it. For one policy the rules run in a fixed order (see [`Rule`]); the first that
+//! applies decides. Everything the service later needs for side effects (Events, the backport
+//! record) is in [`DecisionRecord`], so this module never talks to anything.
+
+use std::cell::OnceCell;
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use serde::Serialize;
+
+use crate::diff::changed_paths;
+use crate::fieldpath::FieldPath;
+use crate::policy::document::GuardedOperation;
+use crate::policy::{BreakGlassRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet};
+use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
+
+/// Audit annotation keys. The API server prefixes each with the webhook's name
+/// (`gate.driftgate.dev/decision`); a key that already holds a `/` would be dropped by it.
+pub const AUDIT_DECISION: &str = "decision";
+pub const AUDIT_POLICY: &str = "policy";
+pub const AUDIT_RULE: &str = "rule";
+
+/// The rule that decided, in the order they are tried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Rule {
+    /// No policy guards this write (namespace, kind, operation or subresource), or CONNECT.
+    OutOfScope,
+    /// The request names a controller's field manager but is not that controller.
+    FieldManagerSpoofing,
+    /// The controller's write is the desired state.
+    Controller,
+    /// The controller was refused because a break-glass window holds the object.
+    ControllerHeld,
+    /// A delegated identity changed only its delegated fields.
+    Delegation,
+    /// Nothing that matters changed.
+    NoEffectiveChange,
+    BreakGlassOpened,
+    BreakGlassExtended,
+    BreakGlassClosed,
+    /// Only the reason of a window changed.
+    BreakGlassAmended,
+    /// An attempt to open, extend, amend or close a window that the rules do not allow.
+    BreakGlassRefused,
+    /// An opener's change under an open window.
+    BreakGlassWindow,
+    WindowExpired,
+    /// The window's expiry is further away than `maxDuration`: not opened through driftgate.
+    WindowTooLong,
+    NotPermitted,
+}
+
+impl Rule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::OutOfScope => "OutOfScope",
+            Rule::FieldManagerSpoofing => "FieldManagerSpoofing",
+            Rule::Controller => "Controller",
+            Rule::ControllerHeld => "ControllerHeld",
+            Rule::Delegation => "Delegation",
+            Rule::NoEffectiveChange => "NoEffectiveChange",
+            Rule::BreakGlassOpened => "BreakGlassOpened",
+            Rule::BreakGlassExtended => "BreakGlassExtended",
+            Rule::BreakGlassClosed => "BreakGlassClosed",
+            Rule::BreakGlassAmended => "BreakGlassAmended",
+            Rule::BreakGlassRefused => "BreakGlassRefused",
+            Rule::BreakGlassWindow => "BreakGlassWindow",
+            Rule::WindowExpired => "WindowExpired",
+            Rule::WindowTooLong => "WindowTooLong",
+            Rule::NotPermitted => "NotPermitted",
+        }
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a break-glass window was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum WindowScope {
+    Object,
+    Namespace,
+}
+
+/// A break-glass window as read from a label (and its reason annotation).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakGlassWindow {
+    pub scope: WindowScope,
+    pub label_value: String,
+    pub expires_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What one policy said.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyVerdict {
+    pub policy: String,
+    pub mode: PolicyMode,
+    pub rule: Rule,
+    /// After the mode: an Audit policy always admits.
+    pub allowed: bool,
+    /// The rule denied, and the policy is in Audit mode.
+    pub would_deny: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+    /// The controller or delegation that matched, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matched: Option<String>,
+    /// The window that was used, held the controller, or was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<BreakGlassWindow>,
+    /// For an open/extend/amend/close: the window as it will be after this write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_window: Option<BreakGlassWindow>,
+}
+
+/// The object a request writes, for records and messages.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub resource: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Everything later side effects need to know; built without I/O.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecord {
+    pub uid: String,
+    pub operation: String,
+    pub user: String,
+    pub groups: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field_manager: Option<String>,
+    pub dry_run: bool,
+    pub object: ObjectRef,
+    /// The rule that decided: the first denying policy's, else the first would-deny, else the
+    /// first policy's; `OutOfScope` when no policy guards the write.
+    pub rule: Rule,
+    pub verdicts: Vec<PolicyVerdict>,
+    /// Field paths an UPDATE changed (computed only when a rule needed them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed_fields: Vec<String>,
+}
+
+/// The outcome of one admission review.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub allowed: bool,
+    /// One or more sentences for the person whose write was refused; empty when admitted.
+    pub message: String,
+    pub warnings: Vec<String>,
+    pub audit_annotations: BTreeMap<String, String>,
+    pub record: DecisionRecord,
+}
+
+impl Decision {
+    /// The AdmissionResponse for `request` (same uid), with warnings and audit annotations.
+    pub fn to_response(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        let mut response = AdmissionResponse::from(request);
+        if !self.allowed {
+            response = response.deny(&self.message);
+            response.result.code = 403;
+            response.result.reason = "Forbidden".to_owned();
+        }
+        if !self.warnings.is_empty() {
+            response.warnings = Some(self.warnings.clone());
+        }
+        response.audit_annotations = self
+            .audit_annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        response
+    }
+}
+
+/// Inputs to a decision besides the policies.
+#[derive(Clone, Copy, Debug)]
+pub struct DecisionInput<'a> {
+    pub request: &'a AdmissionRequest<DynamicObject>,
+    /// Metadata of the request's Namespace; `None` when unknown, which closes namespace windows.
+    pub namespace: Option<&'a ObjectMeta>,
+    /// For a subresource request (`scale`): the parent object as stored, whose labels carry the
+    /// window. `None`: no object window applies.
+    pub parent: Option<&'a DynamicObject>,
+    pub now: Timestamp,
+}
+
+/// Kinds of the parents of well-known scale subresources, for scope and messages when the
+/// caller has not supplied the parent.
+fn well_known_kind(group: &str, resource: &str) -> Option<&'static str> {
+    match (group, resource) {
+        ("apps", "deployments") => Some("Deployment"),
+        ("apps", "statefulsets") => Some("StatefulSet"),
+        ("apps", "replicasets") => Some("ReplicaSet"),
+        ("", "replicationcontrollers") => Some("ReplicationController"),
+        _ => None,
+    }
+}
+
+/// What every policy looks at, computed once per request.
+struct Facts<'a> {
+    input: &'a DecisionInput<'a>,
+    request: &'a AdmissionRequest<DynamicObject>,
+    operation: Option<GuardedOperation>,
+    subresource: &'a str,
+    /// The namespace that scopes the write; for a Namespace object, its own name.
+    namespace: Option<&'a str>,
+    /// The kind of the object written (for a subresource, of its parent).
+    kind: String,
+    user: &'a UserInfo,
+    username: &'a str,
+    field_manager: Option<&'a str>,
+    changes: OnceCell<Vec<FieldPath>>,
+}
+
+impl<'a> Facts<'a> {
+    fn new(input: &'a DecisionInput<'a>) -> Self {
+        let request = input.request;
+        let operation = match request.operation {
+            Operation::Create => Some(GuardedOperation::Create),
+            Operation::Update => Some(GuardedOperation::Update),
+            Operation::Delete => Some(GuardedOperation::Delete),
+            Operation::Connect => None,
+        };
+        let subresource = request.sub_resource.as_deref().unwrap_or("");
+        let is_namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
+        let namespace = match request.namespace.as_deref() {
+            Some(ns) if !ns.is_empty() => Some(ns),
+            _ if is_namespace_object && !request.name.is_empty() => Some(request.name.as_str()),
+            _ => None,
+        };
+        let kind = if subresource.is_empty() {
+            request.kind.kind.clone()
+        } else {
+            input
+                .parent
+                .and_then(|p| p.types.as_ref())
+                .map(|t| t.kind.clone())
+                .filter(|k| !k.is_empty())
+                .or_else(|| {
+                    well_known_kind(&request.resource.group, &request.resource.resource)
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| request.resource.resource.clone())
+        };
+        let field_manager = request
+            .options
+            .as_ref()
+            .and_then(|options| options.0.get("fieldManager"))
+            .and_then(|v| v.as_str())
+            .filter(|fm| !fm.is_empty());
+        Facts {
+            input,
+            request,
+            operation,
+            subresource,
+            namespace,
+            kind,
+            user: &request.user_info,
+            username: request.user_info.username.as_deref().unwrap_or(""),
+            field_manager,
+            changes: OnceCell::new(),
+        }
+    }
+
+    fn group(&self) -> &str {
+        &self.request.resource.group
+    }
+
+    /// Changed field paths of an UPDATE; empty for other operations.
+    fn changes(&self) -> &[FieldPath] {
+        self.changes.get_or_init(|| match (
+            &self.request.operation,
+            &self.request.old_object,
+            &self.request.object,
+        ) {
+            (Operation::Update, Some(old), Some(new)) => changed_paths(old, new),
+            _ => Vec::new(),
+        })
+    }
+
+    fn is_update(&self) -> bool {
+        self.operation == Some(GuardedOperation::Update)
+    }
+
+    /// The stored object whose labels may carry a window: `oldObject` for the object itself,
+    /// the caller-supplied parent for a subresource. A CREATE has none.
+    fn stored_meta(&self) -> Option<&'a ObjectMeta> {
+        if self.subresource.is_empty() {
+            match self.request.operation {
+                Operation::Update | Operation::Delete => {
+                    self.request.old_object.as_ref().map(|o| &o.metadata)
+                }
+                _ => None,
+            }
+        } else {
+            self.input.parent.map(|p| &p.metadata)
+        }
+    }
+
+    /// The object as it will be after an UPDATE of the object itself.
+    fn new_meta(&self) -> Option<&'a ObjectMeta> {
+        self.request.object.as_ref().map(|o| &o.metadata)
+    }
+
+    /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)".
+    fn object_words(&self) -> String {
+        let name = &self.request.name;
+        let mut words = match self.namespace {
+            Some(ns) if !(self.request.kind.kind == "Namespace" && self.request.kind.group.is_empty()) => {
+                format!("{} {ns}/{name}", self.kind)
+            }
+            _ => format!("{} {name}", self.kind),
+        };
+        if !self.subresource.is_empty() {
+            words.push_str(&format!(" ({})", self.subresource));
+        }
+        words
+    }
+
+    fn operation_word(&self) -> &'static str {
+        match self.request.operation {
+            Operation::Create => "create",
+            Operation::Update => "update",
+            Operation::Delete => "delete",
+            Operation::Connect => "connect to",
+        }
+    }
+
+    /// The command an opener would run, for denial messages.
+    fn open_command(&self) -> String {
+        let target = format!("{}/{}", self.kind.to_lowercase(), self.request.name);
+        let ns = self.namespace.unwrap_or("default");
+        format!("driftgate break-glass open {target} -n {ns} --for 1h --reason \"INC-…: what and why\"")
+    }
+}
+
+/// The state of the break-glass label on one object.
+#[derive(Clone, Debug)]
+enum WindowState {
+    Absent,
+    Open(BreakGlassWindow),
+    Expired(BreakGlassWindow),
+    TooLong(BreakGlassWindow),
+    Malformed { value: String, problem: String },
+}
+
+fn window_state(
+    meta: &ObjectMeta,
+    rules: &BreakGlassRules,
+    now: Timestamp,
+    scope: WindowScope,
+) -> WindowState {
+    let Some(value) = meta.labels.as_ref().and_then(|l| l.get(&rules.label)) else {
+        return WindowState::Absent;
+    };
+    let expires_at = match parse_expiry(value) {
+        Ok(at) => at,
+        Err(error) => {
+            return WindowState::Malformed {
+                value: value.clone(),
+                problem: error.to_string(),
+            };
+        }
+    };
+    let window = BreakGlassWindow {
+        scope,
+        label_value: value.clone(),
+        expires_at,
+        reason: reason_of(meta, rules),
+    };
+    if expires_at <= now {
+        WindowState::Expired(window)
+    } else if expires_at > latest_expiry(now, rules.max_duration) {
+        WindowState::TooLong(window)
+    } else {
+        WindowState::Open(window)
+    }
+}
+
+fn latest_expiry(now: Timestamp, max: WindowDuration) -> Timestamp {
+    now.checked_add(max.as_signed()).unwrap_or(Timestamp::MAX)
+}
+
+fn reason_of(meta: &ObjectMeta, rules: &BreakGlassRules) -> Option<String> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(&rules.reason_annotation))
+        .map(|r| r.trim())
+        .filter(|r| !r.is_empty())
+        .map(str::to_owned)
+}
+
+fn describe_window(window: &BreakGlassWindow) -> String {
+    let place = match window.scope {
+        WindowScope::Object => "on the object",
+        WindowScope::Namespace => "on the namespace",
+    };
+    match &window.reason {
+        Some(reason) => format!(
+            "the break-glass window {place} (until {}, reason \"{reason}\")",
+            human_utc(window.expires_at)
+        ),
+        None => format!(
+            "the break-glass window {place} (until {}, no reason given)",
+            human_utc(window.expires_at)
+        ),
+    }
+}
+
+/// The windows that may cover this write: on the stored object, and on its namespace.
+fn windows(facts: &Facts<'_>, rules: &BreakGlassRules) -> Vec<WindowState> {
+    let now = facts.input.now;
+    let mut states = Vec::with_capacity(2);
+    if let Some(meta) = facts.stored_meta() {
+        states.push(window_state(meta, rules, now, WindowScope::Object));
+    }
+    if rules.namespace_wide
+        && let Some(ns) = facts.input.namespace
+    {
+        states.push(window_state(ns, rules, now, WindowScope::Namespace));
+    }
+    states
+}
+
+fn open_window(states: &[WindowState]) -> Option<&BreakGlassWindow> {
+    states.iter().find_map(|s| match s {
+        WindowState::Open(w) => Some(w),
+        _ => None,
+    })
+}
+
+/// A verdict before the policy's mode is applied.
+struct RuleOutcome {
+    rule: Rule,
+    admit: bool,
+    message: Option<String>,
+    warning: Option<String>,
+    matched: Option<String>,
+    window: Option<BreakGlassWindow>,
+    new_window: Option<BreakGlassWindow>,
+}
+
+impl RuleOutcome {
+    fn admit(rule: Rule) -> Self {
+        RuleOutcome {
+            rule,
+            admit: true,
+            message: None,
+            warning: None,
+            matched: None,
+            window: None,
+            new_window: None,
+        }
+    }
+
+    fn deny(rule: Rule, message: String) -> Self {
+        RuleOutcome {
+            admit: false,
+            message: Some(message),
+            ..RuleOutcome::admit(rule)
+        }
+    }
+}
+
+/// What an UPDATE does to the break-glass label and reason.
+enum BreakGlassChange {
+    Opened(BreakGlassWindow),
+    Extended(BreakGlassWindow),
+    Amended(Option<BreakGlassWindow>),
+    Closed,
+}
+
+/// Decides the whole request against every policy.
+pub fn decide(policies: &PolicySet, input: &DecisionInput<'_>) -> Decision {
+    let facts = Facts::new(input);
+    let mut verdicts = Vec::new();
+    for policy in policies.policies() {
+        if let Some(outcome) = evaluate(policy, &facts) {
+            verdicts.push(apply_mode(policy, outcome));
+        }
+    }
+    assemble(&facts, verdicts)
+}
+
+fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
+    let Some(operation) = facts.operation else {
+        return false;
+    };
+    let Some(namespace) = facts.namespace else {
+        return false;
+    };
+    let labels = match facts.input.namespace {
+        Some(meta) => match &meta.labels {
+            Some(labels) => NamespaceLabels::Known(labels),
+            None => NamespaceLabels::Known(empty_labels()),
+        },
+        None => NamespaceLabels::Unknown,
+    };
+    policy.guards_operation(operation)
+        && policy.guards_subresource(facts.subresource)
+        && policy.guards_namespace(namespace, labels)
+        && policy.guards_resource(facts.group(), &facts.kind, &facts.request.resource.resource)
+}
+
+fn empty_labels() -> &'static BTreeMap<String, String> {
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    &EMPTY
+}
+
+/// The rules for one policy, in order. `None`: the policy does not guard this write.
+fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+    if !in_scope(policy, facts) {
+        return None;
+    }
+    let user = facts.user;
+    let who = if facts.username.is_empty() { "an anonymous client" } else { facts.username };
+
+    // 2. A field manager is chosen by the client: one that names a controller is only believed
+    //    from that controller's identity.
+    if let Some(fm) = facts.field_manager {
+        let claimed: Vec<_> = policy
+            .controllers
+            .iter()
+            .filter(|c| c.field_managers.is_match(fm))
+            .collect();
+        if !claimed.is_empty() && !claimed.iter().any(|c| c.identity.matches(user)) {
+            return Some(RuleOutcome::deny(
+                Rule::FieldManagerSpoofing,
+                format!(
+                    "{who} may not {} {} with field manager \"{fm}\": it belongs to controller {} (policy \"{}\", rule FieldManagerSpoofing). \
+                     Writing as the controller would hand it ownership of your change and hide the drift from it; \
+                     use your own field manager, and change the object in Git{}.",
+                    facts.operation_word(),
+                    facts.object_words(),
+                    claimed[0].name,
+                    policy.name,
+                    owner_suffix(policy),
+                ),
+            ));
+        }
+    }
+
+    let rules = policy.break_glass.as_ref();
+
+    // 3. The controller's writes are the desired state, unless a window holds the object.
+    let controller = policy.controllers.iter().find(|c| {
+        c.identity.matches(user)
+            && match facts.field_manager {
+                None => true,
+                Some(fm) => c.field_manager_patterns.is_empty() || c.field_managers.is_match(fm),
+            }
+    });
+    if let Some(controller) = controller {
+        if let Some(rules) = rules.filter(|r| r.hold_controller) {
+            let states = windows(facts, rules);
+            if let Some(window) = open_window(&states) {
+                if closes_window_only(facts, rules) {
+                    let mut outcome = RuleOutcome::admit(Rule::BreakGlassClosed);
+                    outcome.matched = Some(controller.name.clone());
+                    outcome.window = Some(window.clone());
+                    return Some(outcome);
+                }
+                let mut outcome = RuleOutcome::deny(
+                    Rule::ControllerHeld,
+                    format!(
+                        "Controller {} ({who}) may not {} {} while {} holds it (policy \"{}\", rule ControllerHeld). \
+                         Backport the emergency change to Git, then close the window (remove the label {}) so the controller can reconcile again.",
+                        controller.name,
+                        facts.operation_word(),
+                        facts.object_words(),
+                        describe_window(window),
+                        policy.name,
+                        rules.label,
+                    ),
+                );
+                outcome.matched = Some(controller.name.clone());
+                outcome.window = Some(window.clone());
+                return Some(outcome);
+            }
+        }
+        let mut outcome = RuleOutcome::admit(Rule::Controller);
+        outcome.matched = Some(controller.name.clone());
+        return Some(outcome);
+    }
+
+    // 4. Delegations: named identities limited to named fields.
+    if facts.is_update() {
+        for delegation in &policy.delegations {
+            if !delegation.identity.matches(user)
+                || !delegation.subresources.iter().any(|s| s == facts.subresource)
+            {
+                continue;
+            }
+            let changes = facts.changes();
+            if !changes.is_empty()
+                && changes
+                    .iter()
+                    .all(|path| delegation.fields.iter().any(|f| f.covers(path)))
+            {
+                let mut outcome = RuleOutcome::admit(Rule::Delegation);
+                outcome.matched = Some(delegation.name.clone());
+                return Some(outcome);
+            }
+        }
+        // 5. Nothing that matters changed.
+        if facts.changes().is_empty() {
+            return Some(RuleOutcome::admit(Rule::NoEffectiveChange));
+        }
+    }
+
+    let Some(rules) = rules else {
+        return Some(not_permitted(policy, facts, who, None));
+    };
+
+    // 6. Changes to the break-glass label or reason must follow the break-glass rules, whether
+    //    or not other fields change in the same write.
+    let mut new_window = None;
+    if facts.is_update() && facts.subresource.is_empty() {
+        let changes = facts.changes();
+        let touched = changes.iter().filter(|p| is_break_glass_path(p, rules)).count();
+        if touched > 0 {
+            match break_glass_change(facts, policy, rules, who) {
+                Err(outcome) => return Some(outcome),
+                Ok(change) => {
+                    let (rule, window) = match change {
+                        BreakGlassChange::Opened(w) => (Rule::BreakGlassOpened, Some(w)),
+                        BreakGlassChange::Extended(w) => (Rule::BreakGlassExtended, Some(w)),
+                        BreakGlassChange::Amended(w) => (Rule::BreakGlassAmended, w),
+                        BreakGlassChange::Closed => (Rule::BreakGlassClosed, None),
+                    };
+                    if touched == changes.len() {
+                        let mut outcome = RuleOutcome::admit(rule);
+                        if let Some(w) = &window {
+                            outcome.warning = Some(format!(
+                                "driftgate: break-glass window open on {} until {} ({}); every change made in it must be backported to Git.",
+                                facts.object_words(),
+                                human_utc(w.expires_at),
+                                w.label_value
+                            ));
+                        }
+                        outcome.new_window = window;
+                        return Some(outcome);
+                    }
+                    new_window = window;
+                }
+            }
+        }
+    }
+
+    // 7. An open window admits its openers.
+    let states = windows(facts, rules);
+    if let Some(window) = open_window(&states) {
+        if rules.openers.matches(user) {
+            let mut outcome = RuleOutcome::admit(Rule::BreakGlassWindow);
+            outcome.warning = Some(format!(
+                "driftgate: {who} changed {} under {}. This is an emergency change: backport it to Git before the window closes, or the controller will revert it.",
+                facts.object_words(),
+                describe_window(window),
+            ));
+            outcome.window = Some(window.clone());
+            outcome.new_window = new_window;
+            return Some(outcome);
+        }
+        let mut outcome = not_permitted(policy, facts, who, Some(window));
+        outcome.window = Some(window.clone());
+        return Some(outcome);
+    }
+    for state in &states {
+        if let WindowState::TooLong(window) = state {
+            let mut outcome = RuleOutcome::deny(
+                Rule::WindowTooLong,
+                format!(
+                    "{who} may not {} {}: its break-glass label {} expires at {}, more than the policy's maxDuration of {} from now, so it cannot have been opened through driftgate (policy \"{}\", rule WindowTooLong). \
+                     Close it and open a new window with {}{}.",
+                    facts.operation_word(),
+                    facts.object_words(),
+                    window.label_value,
+                    human_utc(window.expires_at),
+                    rules.max_duration,
+                    policy.name,
+                    facts.open_command(),
+                    owner_suffix(policy),
+                ),
+            );
+            outcome.window = Some(window.clone());
+            return Some(outcome);
+        }
+    }
+    for state in &states {
+        if let WindowState::Expired(window) = state {
+            let mut outcome = RuleOutcome::deny(
+                Rule::WindowExpired,
+                format!(
+                    "{who} may not {} {}: {} expired (policy \"{}\", rule WindowExpired). \
+                     Change it in Git, or open a new window: {}{}.",
+                    facts.operation_word(),
+                    facts.object_words(),
+                    describe_window(window),
+                    policy.name,
+                    facts.open_command(),
+                    owner_suffix(policy),
+                ),
+            );
+            outcome.window = Some(window.clone());
+            return Some(outcome);
+        }
+    }
+    let malformed = states.iter().find_map(|s| match s {
+        WindowState::Malformed { value, problem } => Some((value, problem)),
+        _ => None,
+    });
+    let mut outcome = not_permitted(policy, facts, who, None);
+    if let (Some((_, problem)), Some(message)) = (malformed, outcome.message.as_mut()) {
+        message.push_str(&format!(" The break-glass label present is ignored: {problem}."));
+    }
+    Some(outcome)
+}
+
+fn owner_suffix(policy: &GatePolicy) -> String {
+    match &policy.owner {
+        Some(owner) => format!(" (policy owner: {owner})"),
+        None => String::new(),
+    }
+}
+
+/// 8. The default: only the controller writes here.
+fn not_permitted(
+    policy: &GatePolicy,
+    facts: &Facts<'_>,
+    who: &str,
+    window: Option<&BreakGlassWindow>,
+) -> RuleOutcome {
+    let controllers: Vec<_> = policy.controllers.iter().map(|c| c.name.as_str()).collect();
+    let writers = if controllers.is_empty() {
+        "no one writes here directly".to_owned()
+    } else {
+        format!("only the GitOps controller ({}) writes here", controllers.join(", "))
+    };
+    let how = match (&policy.break_glass, window) {
+        (Some(rules), Some(window)) => format!(
+            "{} is open, but only {} may use it. Change it in Git, or ask an opener",
+            describe_window(window),
+            rules.openers.describe()
+        ),
+        (Some(rules), None) => format!(
+            "Change it in Git, or, in an emergency, open a break-glass window ({} may): {}",
+            rules.openers.describe(),
+            facts.open_command()
+        ),
+        (None, _) => "Change it in Git".to_owned(),
+    };
+    RuleOutcome::deny(
+        Rule::NotPermitted,
+        format!(
+            "{who} may not {} {}: {} (policy \"{}\", rule NotPermitted). {how}{}.",
+            facts.operation_word(),
+            facts.object_words(),
+            writers,
+            policy.name,
+            owner_suffix(policy),
+        ),
+    )
+}
+
+fn is_break_glass_path(path: &FieldPath, rules: &BreakGlassRules) -> bool {
+    let s = path.segments();
+    s.len() == 3
+        && s[0] == "metadata"
+        && ((s[1] == "labels" && s[2] == rules.label)
+            || (s[1] == "annotations" && s[2] == rules.reason_annotation))
+}
+
+/// Whether an UPDATE only removes the break-glass label (and perhaps the reason).
+fn closes_window_only(facts: &Facts<'_>, rules: &BreakGlassRules) -> bool {
+    if !facts.is_update() || !facts.subresource.is_empty() {
+        return false;
+    }
+    let changes = facts.changes();
+    let only_metadata = !changes.is_empty() && changes.iter().all(|p| is_break_glass_path(p, rules));
+    let label_removed = facts.new_meta().is_some_and(|m| {
+        m.labels
+            .as_ref()
+            .is_none_or(|labels| !labels.contains_key(&rules.label))
+    });
+    only_metadata && label_removed
+}
+
+/// Rule 6: opening, extending, amending or closing a window.
+fn break_glass_change(
+    facts: &Facts<'_>,
+    policy: &GatePolicy,
+    rules: &BreakGlassRules,
+    who: &str,
+) -> Result<BreakGlassChange, RuleOutcome> {
+    let (Some(old), Some(new)) = (facts.stored_meta(), facts.new_meta()) else {
+        return Err(RuleOutcome::deny(
+            Rule::BreakGlassRefused,
+            format!("{who} may not change the break-glass label of {}: the request carries no object.", facts.object_words()),
+        ));
+    };
+    let label = |m: &'_ ObjectMeta| m.labels.as_ref().and_then(|l| l.get(&rules.label)).cloned();
+    let (old_label, new_label) = (label(old), label(new));
+    let is_opener = rules.openers.matches(facts.user);
+    let refuse = |problem: String| {
+        RuleOutcome::deny(
+            Rule::BreakGlassRefused,
+            format!(
+                "{who} may not change the break-glass window on {}: {problem} (policy \"{}\", rule BreakGlassRefused){}.",
+                facts.object_words(),
+                policy.name,
+                owner_suffix(policy),
+            ),
+        )
+    };
+    let not_opener = || {
+        refuse(format!(
+            "only {} may open, extend or amend a window",
+            rules.openers.describe()
+        ))
+    };
+    let now = facts.input.now;
+    let reason = reason_of(new, rules);
+    match (&old_label, &new_label) {
+        (Some(_), None) => {
+            // Closing hands the object back to the controller: openers may, the controller may
+            // (handled before this rule), others may not.
+            if is_opener {
+                Ok(BreakGlassChange::Closed)
+            } else {
+                Err(refuse(format!(
+                    "only {} or the controller may close a window",
+                    rules.openers.describe()
+                )))
+            }
+        }
+        (old_value, Some(value)) if old_value.as_ref() == Some(value) => {
+            if !is_opener {
+                return Err(not_opener());
+            }
+            if rules.require_reason && reason.is_none() {
+                return Err(refuse(format!(
+                    "the reason annotation {} cannot be removed while the window is open",
+                    rules.reason_annotation
+                )));
+            }
+            let window = match window_state(new, rules, now, WindowScope::Object) {
+                WindowState::Open(w) => Some(w),
+                _ => None,
+            };
+            Ok(BreakGlassChange::Amended(window))
+        }
+        (_, Some(value)) => {
+            if !is_opener {
+                return Err(not_opener());
+            }
+            let expires_at = parse_expiry(value).map_err(|e| {
+                refuse(format!("the label {}: {e}", rules.label))
+            })?;
+            let latest = latest_expiry(now, rules.max_duration);
+            if expires_at <= now {
+                return Err(refuse(format!(
+                    "the expiry {value} ({}) is not in the future",
+                    human_utc(expires_at)
+                )));
+            }
+            if expires_at > latest {
+                return Err(refuse(format!(
+                    "the expiry {value} ({}) is more than maxDuration {} from now; the latest allowed is {}",
+                    human_utc(expires_at),
+                    rules.max_duration,
+                    human_utc(latest)
+                )));
+            }
+            if rules.require_reason && reason.is_none() {
+                return Err(refuse(format!(
+                    "a reason is required: set the annotation {} in the same request (e.g. \"INC-123: what and why\")",
+                    rules.reason_annotation
+                )));
+            }
+            let window = BreakGlassWindow {
+                scope: WindowScope::Object,
+                label_value: value.clone(),
+                expires_at,
+                reason,
+            };
+            let was_open = matches!(
+                window_state(old, rules, now, WindowScope::Object),
+                WindowState::Open(_)
+            );
+            Ok(if was_open {
+                BreakGlassChange::Extended(window)
+            } else {
+                BreakGlassChange::Opened(window)
+            })
+        }
+        (None, None) => {
+            // Only the reason annotation changed, with no window: harmless for openers.
+            if is_opener {
+                Ok(BreakGlassChange::Amended(None))
+            } else {
+                Err(not_opener())
+            }
+        }
+    }
+}
+
+fn apply_mode(policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
+    let audit = policy.mode == PolicyMode::Audit;
+    let would_deny = !outcome.admit && audit;
+    let warning = if would_deny {
+        outcome
+            .message
+            .as_ref()
+            .map(|m| format!("driftgate audit (policy \"{}\" would deny in Enforce mode): {m}", policy.name))
+    } else {
+        outcome.warning
+    };
+    PolicyVerdict {
+        policy: policy.name.clone(),
+        mode: policy.mode,
+        rule: outcome.rule,
+        allowed: outcome.admit || audit,
+        would_deny,
+        message: outcome.message,
+        warning,
+        matched: outcome.matched,
+        window: outcome.window,
+        new_window: outcome.new_window,
+    }
+}
+
+fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
+    let request = facts.request;
+    let allowed = verdicts.iter().all(|v| v.allowed);
+    let deciding: Vec<&PolicyVerdict> = if !allowed {
+        verdicts.iter().filter(|v| !v.allowed).collect()
+    } else if verdicts.iter().any(|v| v.would_deny) {
+        verdicts.iter().filter(|v| v.would_deny).collect()
+    } else {
+        verdicts.iter().collect()
+    };
+    let rule = deciding.first().map_or(Rule::OutOfScope, |v| v.rule);
+    let message = if allowed {
+        String::new()
+    } else {
+        deciding
+            .iter()
+            .filter_map(|v| v.message.as_deref())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let warnings: Vec<String> = verdicts.iter().filter_map(|v| v.warning.clone()).collect();
+    let mut audit_annotations = BTreeMap::new();
+    let decision_word = match (allowed, verdicts.iter().any(|v| v.would_deny)) {
+        (false, _) => "denied",
+        (true, true) => "allowed-audit",
+        (true, false) => "allowed",
+    };
+    audit_annotations.insert(AUDIT_DECISION.to_owned(), decision_word.to_owned());
+    audit_annotations.insert(AUDIT_RULE.to_owned(), rule.as_str().to_owned());
+    if !deciding.is_empty() {
+        let names: Vec<&str> = deciding.iter().map(|v| v.policy.as_str()).collect();
+        audit_annotations.insert(AUDIT_POLICY.to_owned(), names.join(","));
+    }
+    let changed_fields = facts
+        .changes
+        .get()
+        .map(|paths| paths.iter().map(ToString::to_string).collect())
+        .unwrap_or_default();
+    let record = DecisionRecord {
+        uid: request.uid.clone(),
+        operation: format!("{:?}", request.operation).to_uppercase(),
+        user: facts.username.to_owned(),
+        groups: facts.user.groups.clone().unwrap_or_default(),
+        field_manager: facts.field_manager.map(str::to_owned),
+        dry_run: request.dry_run,
+        object: ObjectRef {
+            group: request.resource.group.clone(),
+            version: request.resource.version.clone(),
+            kind: facts.kind.clone(),
+            resource: request.resource.resource.clone(),
+            subresource: facts.subresource.to_owned(),
+            namespace: facts.namespace.unwrap_or("").to_owned(),
+            name: request.name.clone(),
+        },
+        rule,
+        verdicts,
+        changed_fields,
+    };
+    Decision {
+        allowed,
+        message,
+        warnings,
+        audit_annotations,
+        record,
+    }
+}

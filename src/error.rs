@@ -1,0 +1,27 @@
+//! The crate's error type: every failure a user can cause, said in words they can act on.
+
+use std::path::PathBuf;
+
+use crate::policy::PolicyErrors;
+use crate::review::ReviewError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: cannot be read: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Review { path: PathBuf, source: ReviewError },
+    #[error("{}: not a Kubernetes object (YAML or JSON): {reason}", path.display())]
+    Object { path: PathBuf, reason: String },
+    #[error("{}: not a policy test suite: {reason}", path.display())]
+    TestSuite { path: PathBuf, reason: String },
+    #[error("the policies are invalid:\n{0}")]
+    Policy(#[from] PolicyErrors),
+    #[error("\"{value}\" is not an RFC 3339 time such as 2026-11-30T09:00:00Z: {reason}")]
+    Time { value: String, reason: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

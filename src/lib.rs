@@ -1,0 +1,17 @@
+//! driftgate: a validating admission webhook that keeps GitOps-managed namespaces true to Git.
+//!
+//! The library holds everything testable without a cluster: the policy language
+//! ([`policy`]), the pure decision ([`decision::decide`]) and the offline tools ([`cli`]).
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod decision;
+pub mod diff;
+pub mod error;
+pub mod fieldpath;
+pub mod policy;
+pub mod review;
+pub mod testsuite;
+pub mod timefmt;
+
+pub use error::{Error, Result};

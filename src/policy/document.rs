@@ -1,0 +1,151 @@
+//! The policy file as users write it (`driftgate.dev/v1alpha1`, kind `GatePolicy`).
+//!
+//! These types mirror the YAML exactly; [`super::compile`] turns them into the matchers the
+//! decision uses, and reports every problem with its file, line and field.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+pub const API_VERSION: &str = "driftgate.dev/v1alpha1";
+pub const KIND: &str = "GatePolicy";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GatePolicyDocument {
+    pub api_version: Spanned<String>,
+    pub kind: Spanned<String>,
+    pub metadata: DocumentMetadata,
+    pub spec: Spanned<GatePolicySpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DocumentMetadata {
+    pub name: Spanned<String>,
+    /// Accepted so that policies can carry the labels and annotations tools such as kustomize add.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Enforce denies; Audit admits with a warning and records what Enforce would have denied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub enum PolicyMode {
+    #[default]
+    Enforce,
+    Audit,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GatePolicySpec {
+    #[serde(default)]
+    pub mode: PolicyMode,
+    #[serde(default)]
+    pub owner: Option<String>,
+    pub namespaces: Spanned<NamespaceScopeSpec>,
+    #[serde(default)]
+    pub resources: Option<ResourceScopeSpec>,
+    #[serde(default)]
+    pub operations: Option<Spanned<Vec<GuardedOperation>>>,
+    #[serde(default)]
+    pub subresources: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub controllers: Vec<ControllerSpec>,
+    #[serde(default)]
+    pub delegations: Vec<DelegationSpec>,
+    #[serde(default)]
+    pub break_glass: Option<Spanned<BreakGlassSpec>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NamespaceScopeSpec {
+    #[serde(default)]
+    pub include: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub exclude: Vec<Spanned<String>>,
+    /// Namespaces whose labels match are guarded too (in addition to `include`).
+    #[serde(default)]
+    pub selector: Option<NamespaceSelectorSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NamespaceSelectorSpec {
+    pub match_labels: Spanned<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ResourceScopeSpec {
+    #[serde(default)]
+    pub include: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub exclude: Vec<Spanned<String>>,
+}
+
+/// The operations a policy can guard. CONNECT (exec, port-forward, proxy) is not a write to
+/// an object, so it is not accepted here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum GuardedOperation {
+    Create,
+    Update,
+    Delete,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ControllerSpec {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub usernames: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub groups: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub field_managers: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DelegationSpec {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub usernames: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub groups: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub subresources: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub fields: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BreakGlassSpec {
+    #[serde(default)]
+    pub label: Option<Spanned<String>>,
+    #[serde(default)]
+    pub reason_annotation: Option<Spanned<String>>,
+    #[serde(default)]
+    pub require_reason: Option<bool>,
+    pub max_duration: Spanned<String>,
+    pub openers: Spanned<OpenersSpec>,
+    #[serde(default)]
+    pub hold_controller: Option<bool>,
+    #[serde(default)]
+    pub namespace_wide: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OpenersSpec {
+    #[serde(default)]
+    pub usernames: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub groups: Vec<Spanned<String>>,
+}

@@ -1,0 +1,805 @@
+//! Loading and validating policies, and the compiled form the decision reads.
+//!
+//! Loading never stops at the first problem: every error in every file is collected, each
+//! naming its file, line, document and field, and what is allowed instead.
+
+pub mod document;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use k8s_openapi::api::authentication::v1::UserInfo;
+use serde_saphyr::{Location, Spanned};
+
+pub use document::PolicyMode;
+use document::{
+    API_VERSION, BreakGlassSpec, ControllerSpec, DelegationSpec, GatePolicyDocument,
+    GuardedOperation, KIND,
+};
+
+use crate::fieldpath::FieldPattern;
+use crate::timefmt::WindowDuration;
+
+pub const DEFAULT_BREAK_GLASS_LABEL: &str = "driftgate.dev/break-glass";
+pub const DEFAULT_REASON_ANNOTATION: &str = "driftgate.dev/break-glass-reason";
+
+/// One problem in a policy file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyError {
+    pub file: String,
+    /// 1-based; 0 when the position is not known.
+    pub line: u64,
+    /// 1-based index of the YAML document in the file; 0 when not known.
+    pub document: usize,
+    /// The policy's `metadata.name`, when it was read.
+    pub policy: Option<String>,
+    /// Dotted path of the field, e.g. `spec.breakGlass.maxDuration`.
+    pub field: String,
+    pub problem: String,
+}
+
+impl fmt::Display for PolicyError {
+    /// `file:line: field: problem (document N, policy NAME)`, the shape editors and CI logs link.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}: {}", self.file, self.line, self.field, self.problem)?;
+        match (&self.policy, self.document) {
+            (Some(policy), n) if n > 0 => write!(f, " (document {n}, policy {policy})"),
+            (None, n) if n > 0 => write!(f, " (document {n})"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Every problem found while loading policies.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct PolicyErrors(pub Vec<PolicyError>);
+
+impl fmt::Display for PolicyErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, error) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{error}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Users and groups, each a list of globs.
+#[derive(Clone, Debug)]
+pub struct IdentityMatcher {
+    usernames: GlobSet,
+    groups: GlobSet,
+    username_patterns: Vec<String>,
+    group_patterns: Vec<String>,
+}
+
+impl IdentityMatcher {
+    pub fn matches(&self, user: &UserInfo) -> bool {
+        user.username
+            .as_deref()
+            .is_some_and(|name| self.usernames.is_match(name))
+            || user
+                .groups
+                .iter()
+                .flatten()
+                .any(|group| self.groups.is_match(group))
+    }
+
+    /// "group sre-oncall", "user alice, group sre-oncall", for messages.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.username_patterns.is_empty() {
+            let noun = if self.username_patterns.len() == 1 { "user" } else { "users" };
+            parts.push(format!("{noun} {}", self.username_patterns.join(", ")));
+        }
+        if !self.group_patterns.is_empty() {
+            let noun = if self.group_patterns.len() == 1 { "group" } else { "groups" };
+            parts.push(format!("{noun} {}", self.group_patterns.join(", ")));
+        }
+        if parts.is_empty() {
+            "nobody".to_owned()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+/// An identity whose writes are the desired state (Flux, Argo CD).
+#[derive(Clone, Debug)]
+pub struct Controller {
+    pub name: String,
+    pub identity: IdentityMatcher,
+    /// Empty: any field manager (or none) is accepted from this identity.
+    pub field_managers: GlobSet,
+    pub field_manager_patterns: Vec<String>,
+}
+
+/// Another legitimate writer, limited to named fields (the HPA on `spec.replicas`).
+#[derive(Clone, Debug)]
+pub struct Delegation {
+    pub name: String,
+    pub identity: IdentityMatcher,
+    pub subresources: Vec<String>,
+    pub fields: Vec<FieldPattern>,
+}
+
+/// How break-glass windows are opened and used under one policy.
+#[derive(Clone, Debug)]
+pub struct BreakGlassRules {
+    pub label: String,
+    pub reason_annotation: String,
+    pub require_reason: bool,
+    pub max_duration: WindowDuration,
+    pub openers: IdentityMatcher,
+    pub hold_controller: bool,
+    pub namespace_wide: bool,
+}
+
+/// A validated policy, ready for decisions.
+#[derive(Clone, Debug)]
+pub struct GatePolicy {
+    pub name: String,
+    pub source: String,
+    pub mode: PolicyMode,
+    pub owner: Option<String>,
+    namespace_include: GlobSet,
+    namespace_exclude: GlobSet,
+    namespace_selector: Option<BTreeMap<String, String>>,
+    resource_include: GlobSet,
+    resource_exclude: GlobSet,
+    operations: Vec<GuardedOperation>,
+    subresources: Vec<String>,
+    pub controllers: Vec<Controller>,
+    pub delegations: Vec<Delegation>,
+    pub break_glass: Option<BreakGlassRules>,
+}
+
+/// Whether the labels of a namespace are known to the caller.
+#[derive(Clone, Copy, Debug)]
+pub enum NamespaceLabels<'a> {
+    Known(&'a BTreeMap<String, String>),
+    Unknown,
+}
+
+impl GatePolicy {
+    /// Whether writes in `namespace` are guarded. A label selector that cannot be evaluated
+    /// because the labels are unknown counts as a match: guarding on a guess is safe, admitting
+    /// on one is not.
+    pub fn guards_namespace(&self, namespace: &str, labels: NamespaceLabels<'_>) -> bool {
+        if self.namespace_exclude.is_match(namespace) {
+            return false;
+        }
+        if self.namespace_include.is_match(namespace) {
+            return true;
+        }
+        match (&self.namespace_selector, labels) {
+            (None, _) => false,
+            (Some(_), NamespaceLabels::Unknown) => true,
+            (Some(selector), NamespaceLabels::Known(labels)) => selector
+                .iter()
+                .all(|(key, value)| labels.get(key) == Some(value)),
+        }
+    }
+
+    /// `kind_name` and `resource_name` are both offered as `group/…`, so a policy may say
+    /// `apps/Deployment` or `apps/deployments`. The core group is `core`.
+    pub fn guards_resource(&self, group: &str, kind: &str, resource: &str) -> bool {
+        let group = if group.is_empty() { "core" } else { group };
+        let by_kind = format!("{group}/{kind}");
+        let by_resource = format!("{group}/{resource}");
+        let included = self.resource_include.is_match(&by_kind)
+            || self.resource_include.is_match(&by_resource);
+        let excluded = self.resource_exclude.is_match(&by_kind)
+            || self.resource_exclude.is_match(&by_resource);
+        included && !excluded
+    }
+
+    pub fn guards_operation(&self, operation: GuardedOperation) -> bool {
+        self.operations.contains(&operation)
+    }
+
+    pub fn guards_subresource(&self, subresource: &str) -> bool {
+        self.subresources.iter().any(|s| s == subresource)
+    }
+}
+
+/// Every loaded policy, in a stable order (by name).
+#[derive(Clone, Debug, Default)]
+pub struct PolicySet {
+    policies: Vec<GatePolicy>,
+    sources: Vec<PathBuf>,
+}
+
+impl PolicySet {
+    pub fn policies(&self) -> &[GatePolicy] {
+        &self.policies
+    }
+
+    /// The files the set was read from, for reload watching.
+    pub fn sources(&self) -> &[PathBuf] {
+        &self.sources
+    }
+
+    /// Loads a policy file, or every `*.yaml`/`*.yml` directly inside a directory (hidden
+    /// entries skipped: a ConfigMap mount keeps its real files in `..data`).
+    pub fn load(path: &Path) -> Result<PolicySet, PolicyErrors> {
+        Self::load_all(std::slice::from_ref(&path.to_path_buf()))
+    }
+
+    pub fn load_all(paths: &[PathBuf]) -> Result<PolicySet, PolicyErrors> {
+        let mut errors = Vec::new();
+        let mut files = Vec::new();
+        for path in paths {
+            match policy_files(path) {
+                Ok(found) => files.extend(found),
+                Err(error) => errors.push(error),
+            }
+        }
+        let mut policies = Vec::new();
+        for file in &files {
+            let name = file.display().to_string();
+            match std::fs::read_to_string(file) {
+                Ok(text) => match compile_file(&name, &text) {
+                    Ok(found) => policies.extend(found),
+                    Err(found) => errors.extend(found.0),
+                },
+                Err(error) => errors.push(file_error(&name, format!("cannot be read: {error}"))),
+            }
+        }
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        for policy in &policies {
+            if let Some(first) = seen.insert(policy.name.clone(), policy.source.clone()) {
+                errors.push(PolicyError {
+                    file: policy.source.clone(),
+                    line: 0,
+                    document: 0,
+                    policy: Some(policy.name.clone()),
+                    field: "metadata.name".into(),
+                    problem: format!(
+                        "policy name \"{}\" is already used in {first}; names must be unique",
+                        policy.name
+                    ),
+                });
+            }
+        }
+        if errors.is_empty() && policies.is_empty() {
+            let names: Vec<_> = paths.iter().map(|p| p.display().to_string()).collect();
+            errors.push(file_error(
+                &names.join(", "),
+                "holds no GatePolicy: write at least one policy".into(),
+            ));
+        }
+        if !errors.is_empty() {
+            return Err(PolicyErrors(errors));
+        }
+        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(PolicySet {
+            policies,
+            sources: files,
+        })
+    }
+
+    /// Compiles policies from YAML text (one or more documents); `source` names it in errors.
+    pub fn from_yaml(source: &str, text: &str) -> Result<PolicySet, PolicyErrors> {
+        let mut policies = compile_file(source, text)?;
+        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(PolicySet {
+            policies,
+            sources: Vec::new(),
+        })
+    }
+}
+
+fn file_error(file: &str, problem: String) -> PolicyError {
+    PolicyError {
+        file: file.to_owned(),
+        line: 0,
+        document: 0,
+        policy: None,
+        field: "(file)".into(),
+        problem,
+    }
+}
+
+fn policy_files(path: &Path) -> Result<Vec<PathBuf>, PolicyError> {
+    let name = path.display().to_string();
+    let meta = std::fs::metadata(path)
+        .map_err(|error| file_error(&name, format!("cannot be read: {error}")))?;
+    if meta.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let entries = std::fs::read_dir(path)
+        .map_err(|error| file_error(&name, format!("cannot be listed: {error}")))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|error| file_error(&name, format!("cannot be listed: {error}")))?;
+        let entry_path = entry.path();
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let is_yaml = file_name.ends_with(".yaml") || file_name.ends_with(".yml");
+        // Follows symlinks, as a ConfigMap mount needs.
+        if !file_name.starts_with('.') && is_yaml && entry_path.is_file() {
+            files.push(entry_path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The document a line belongs to, counting `---` separators before it.
+fn document_of_line(text: &str, line: u64) -> usize {
+    let mut document = 1;
+    let mut seen_content = false;
+    for (index, text_line) in text.lines().enumerate() {
+        if index as u64 + 1 >= line {
+            break;
+        }
+        if text_line.starts_with("---") {
+            if seen_content {
+                document += 1;
+            }
+            seen_content = false;
+        } else if !text_line.trim().is_empty() && !text_line.trim_start().starts_with('#') {
+            seen_content = true;
+        }
+    }
+    document
+}
+
+fn compile_file(source: &str, text: &str) -> Result<Vec<GatePolicy>, PolicyErrors> {
+    let options = serde_saphyr::options! { with_snippet: false };
+    let documents: Vec<GatePolicyDocument> =
+        serde_saphyr::from_multiple_with_options(text, options).map_err(|error| {
+            let line = error.location().map(|l| l.line()).unwrap_or(0);
+            PolicyErrors(vec![PolicyError {
+                file: source.to_owned(),
+                line,
+                document: if line > 0 { document_of_line(text, line) } else { 0 },
+                policy: None,
+                field: "(yaml)".into(),
+                problem: yaml_problem(&error),
+            }])
+        })?;
+    let mut errors = Vec::new();
+    let mut policies = Vec::new();
+    for (index, document) in documents.into_iter().enumerate() {
+        let mut check = Checker {
+            file: source,
+            document: index + 1,
+            policy: None,
+            errors: &mut errors,
+        };
+        if let Some(policy) = check.policy(document) {
+            policies.push(policy);
+        }
+    }
+    if errors.is_empty() {
+        Ok(policies)
+    } else {
+        Err(PolicyErrors(errors))
+    }
+}
+
+/// serde-saphyr's message without its own location suffix (ours is in front).
+fn yaml_problem(error: &serde_saphyr::Error) -> String {
+    let text = error.to_string();
+    match text.find(" at line ") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
+}
+
+struct Checker<'a> {
+    file: &'a str,
+    document: usize,
+    policy: Option<String>,
+    errors: &'a mut Vec<PolicyError>,
+}
+
+fn compile_globs(patterns: &[&str]) -> Result<GlobSet, String> {
+    let mut builder = GlobSetBuilder::new();
+    for pattern in patterns {
+        let glob = GlobBuilder::new(pattern)
+            .literal_separator(false)
+            .build()
+            .map_err(|error| format!("\"{pattern}\" is not a valid glob: {}", error.kind()))?;
+        builder.add(glob);
+    }
+    builder.build().map_err(|error| error.to_string())
+}
+
+/// A label or annotation key: an optional DNS-subdomain prefix and `/`, then a name of at most
+/// 63 characters of `[A-Za-z0-9._-]`, starting and ending alphanumeric.
+pub fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let prefix_ok = prefix.is_none_or(|prefix| {
+        !prefix.is_empty()
+            && prefix.len() <= 253
+            && prefix.split('.').all(|part| {
+                !part.is_empty()
+                    && part.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                    && part.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            })
+    });
+    name_ok && prefix_ok
+}
+
+impl Checker<'_> {
+    fn error(&mut self, at: Location, field: impl Into<String>, problem: impl Into<String>) {
+        self.errors.push(PolicyError {
+            file: self.file.to_owned(),
+            line: at.line(),
+            document: self.document,
+            policy: self.policy.clone(),
+            field: field.into(),
+            problem: problem.into(),
+        });
+    }
+
+    /// Compiles a list of globs, reporting each bad one at its own line.
+    fn globs(&mut self, field: &str, patterns: &[Spanned<String>]) -> GlobSet {
+        let mut good = Vec::new();
+        for (i, pattern) in patterns.iter().enumerate() {
+            if pattern.value.is_empty() {
+                self.error(pattern.referenced, format!("{field}[{i}]"), "must not be empty");
+                continue;
+            }
+            match compile_globs(&[pattern.value.as_str()]) {
+                Ok(_) => good.push(pattern.value.as_str()),
+                Err(problem) => self.error(pattern.referenced, format!("{field}[{i}]"), problem),
+            }
+        }
+        compile_globs(&good).unwrap_or_default()
+    }
+
+    fn identity(
+        &mut self,
+        field: &str,
+        at: Location,
+        usernames: &[Spanned<String>],
+        groups: &[Spanned<String>],
+    ) -> IdentityMatcher {
+        if usernames.is_empty() && groups.is_empty() {
+            self.error(
+                at,
+                field,
+                "names no identity: list at least one entry in usernames or groups",
+            );
+        }
+        IdentityMatcher {
+            usernames: self.globs(&format!("{field}.usernames"), usernames),
+            groups: self.globs(&format!("{field}.groups"), groups),
+            username_patterns: usernames.iter().map(|s| s.value.clone()).collect(),
+            group_patterns: groups.iter().map(|s| s.value.clone()).collect(),
+        }
+    }
+
+    fn subresource_list(&mut self, field: &str, list: &[Spanned<String>]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, sub) in list.iter().enumerate() {
+            let ok = sub.value.is_empty()
+                || sub
+                    .value
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+            if ok {
+                out.push(sub.value.clone());
+            } else {
+                self.error(
+                    sub.referenced,
+                    format!("{field}[{i}]"),
+                    format!(
+                        "\"{}\" is not a subresource name; use \"\" for the object itself, or a name such as scale",
+                        sub.value
+                    ),
+                );
+            }
+        }
+        out
+    }
+
+    fn policy(&mut self, doc: GatePolicyDocument) -> Option<GatePolicy> {
+        let errors_before = self.errors.len();
+        let name = doc.metadata.name.value.clone();
+        self.policy = Some(name.clone());
+        if doc.api_version.value != API_VERSION {
+            self.error(
+                doc.api_version.referenced,
+                "apiVersion",
+                format!("\"{}\" is not supported; use {API_VERSION}", doc.api_version.value),
+            );
+        }
+        if doc.kind.value != KIND {
+            self.error(
+                doc.kind.referenced,
+                "kind",
+                format!("\"{}\" is not a policy; use {KIND}", doc.kind.value),
+            );
+        }
+        let name_ok = !name.is_empty()
+            && name.len() <= 253
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        if !name_ok {
+            self.error(
+                doc.metadata.name.referenced,
+                "metadata.name",
+                format!("\"{name}\" is not a valid name; use lowercase letters, digits, '-' and '.'"),
+            );
+        }
+        let spec_at = doc.spec.referenced;
+        let spec = doc.spec.value;
+
+        let namespaces = spec.namespaces;
+        if namespaces.value.include.is_empty() && namespaces.value.selector.is_none() {
+            self.error(
+                namespaces.referenced,
+                "spec.namespaces.include",
+                "is empty: name at least one namespace glob such as \"prod-*\"",
+            );
+        }
+        let namespace_include = self.globs("spec.namespaces.include", &namespaces.value.include);
+        let namespace_exclude = self.globs("spec.namespaces.exclude", &namespaces.value.exclude);
+        let namespace_selector = namespaces.value.selector.map(|s| s.match_labels.value);
+
+        let (resource_include, resource_exclude) = match &spec.resources {
+            None => (compile_globs(&["*"]).unwrap_or_default(), GlobSet::empty()),
+            Some(resources) => {
+                let include = match &resources.include {
+                    Some(list) => {
+                        self.resource_patterns("spec.resources.include", list);
+                        self.globs("spec.resources.include", list)
+                    }
+                    None => compile_globs(&["*"]).unwrap_or_default(),
+                };
+                self.resource_patterns("spec.resources.exclude", &resources.exclude);
+                (include, self.globs("spec.resources.exclude", &resources.exclude))
+            }
+        };
+
+        let operations = match spec.operations {
+            None => vec![
+                GuardedOperation::Create,
+                GuardedOperation::Update,
+                GuardedOperation::Delete,
+            ],
+            Some(list) => {
+                if list.value.is_empty() {
+                    self.error(
+                        list.referenced,
+                        "spec.operations",
+                        "is empty: list CREATE, UPDATE and/or DELETE, or leave it out for all three",
+                    );
+                }
+                list.value
+            }
+        };
+
+        let subresources = match &spec.subresources {
+            None => vec![String::new(), "scale".to_owned()],
+            Some(list) => self.subresource_list("spec.subresources", list),
+        };
+
+        let controllers = self.controllers(&spec.controllers);
+        let delegations = self.delegations(&spec.delegations, &subresources);
+        let break_glass = spec.break_glass.map(|bg| self.break_glass(bg.value, bg.referenced));
+        let _ = spec_at;
+
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        Some(GatePolicy {
+            name,
+            source: self.file.to_owned(),
+            mode: spec.mode,
+            owner: spec.owner.filter(|owner| !owner.trim().is_empty()),
+            namespace_include,
+            namespace_exclude,
+            namespace_selector,
+            resource_include,
+            resource_exclude,
+            operations,
+            subresources,
+            controllers,
+            delegations,
+            break_glass: break_glass.flatten(),
+        })
+    }
+
+    fn resource_patterns(&mut self, field: &str, list: &[Spanned<String>]) {
+        for (i, pattern) in list.iter().enumerate() {
+            if pattern.value != "*" && !pattern.value.contains('/') {
+                self.error(
+                    pattern.referenced,
+                    format!("{field}[{i}]"),
+                    format!(
+                        "\"{}\" must be \"group/Kind\" (the core group is \"core\"), e.g. \"apps/*\", \"core/ConfigMap\", or \"*\"",
+                        pattern.value
+                    ),
+                );
+            }
+        }
+    }
+
+    fn check_unique_name(
+        &mut self,
+        seen: &mut HashSet<String>,
+        field: &str,
+        name: &Spanned<String>,
+    ) {
+        if name.value.trim().is_empty() {
+            self.error(name.referenced, field, "must not be empty");
+        } else if !seen.insert(name.value.clone()) {
+            self.error(
+                name.referenced,
+                field,
+                format!("\"{}\" is used twice; names must be unique in a policy", name.value),
+            );
+        }
+    }
+
+    fn controllers(&mut self, specs: &[ControllerSpec]) -> Vec<Controller> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            let field = format!("spec.controllers[{i}]");
+            self.check_unique_name(&mut seen, &format!("{field}.name"), &spec.name);
+            let identity = self.identity(&field, spec.name.referenced, &spec.usernames, &spec.groups);
+            let field_managers =
+                self.globs(&format!("{field}.fieldManagers"), &spec.field_managers);
+            out.push(Controller {
+                name: spec.name.value.clone(),
+                identity,
+                field_managers,
+                field_manager_patterns: spec.field_managers.iter().map(|s| s.value.clone()).collect(),
+            });
+        }
+        out
+    }
+
+    fn delegations(&mut self, specs: &[DelegationSpec], guarded: &[String]) -> Vec<Delegation> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            let field = format!("spec.delegations[{i}]");
+            self.check_unique_name(&mut seen, &format!("{field}.name"), &spec.name);
+            let identity = self.identity(&field, spec.name.referenced, &spec.usernames, &spec.groups);
+            let subresources = match &spec.subresources {
+                None => vec![String::new()],
+                Some(list) => {
+                    let subs = self.subresource_list(&format!("{field}.subresources"), list);
+                    for (j, sub) in list.iter().enumerate() {
+                        if !guarded.contains(&sub.value) {
+                            self.error(
+                                sub.referenced,
+                                format!("{field}.subresources[{j}]"),
+                                format!(
+                                    "\"{}\" is not guarded by this policy (spec.subresources), so a delegation on it has no effect",
+                                    sub.value
+                                ),
+                            );
+                        }
+                    }
+                    subs
+                }
+            };
+            if spec.fields.is_empty() {
+                self.error(
+                    spec.name.referenced,
+                    format!("{field}.fields"),
+                    "is empty: name the fields this identity may change, e.g. spec.replicas",
+                );
+            }
+            let mut fields = Vec::new();
+            for (j, text) in spec.fields.iter().enumerate() {
+                match FieldPattern::parse(&text.value) {
+                    Ok(pattern) => fields.push(pattern),
+                    Err(error) => self.error(
+                        text.referenced,
+                        format!("{field}.fields[{j}]"),
+                        format!(
+                            "{error}; write a dotted path with bracketed keys, e.g. metadata.annotations[example.com/key]"
+                        ),
+                    ),
+                }
+            }
+            out.push(Delegation {
+                name: spec.name.value.clone(),
+                identity,
+                subresources,
+                fields,
+            });
+        }
+        out
+    }
+
+    fn break_glass(&mut self, spec: BreakGlassSpec, at: Location) -> Option<BreakGlassRules> {
+        let _ = at;
+        let key = |checker: &mut Self, field: &str, value: Option<Spanned<String>>, default: &str| {
+            match value {
+                None => default.to_owned(),
+                Some(key) => {
+                    if !is_qualified_name(&key.value) {
+                        checker.error(
+                            key.referenced,
+                            field,
+                            format!(
+                                "\"{}\" is not a valid label/annotation key (optional DNS prefix and '/', then up to 63 of [A-Za-z0-9._-])",
+                                key.value
+                            ),
+                        );
+                    }
+                    key.value
+                }
+            }
+        };
+        let label = key(self, "spec.breakGlass.label", spec.label, DEFAULT_BREAK_GLASS_LABEL);
+        let reason_annotation = key(
+            self,
+            "spec.breakGlass.reasonAnnotation",
+            spec.reason_annotation,
+            DEFAULT_REASON_ANNOTATION,
+        );
+        let max_duration = match WindowDuration::parse(&spec.max_duration.value) {
+            Ok(duration) => Some(duration),
+            Err(error) => {
+                self.error(spec.max_duration.referenced, "spec.breakGlass.maxDuration", error.to_string());
+                None
+            }
+        };
+        let openers = self.identity(
+            "spec.breakGlass.openers",
+            spec.openers.referenced,
+            &spec.openers.value.usernames,
+            &spec.openers.value.groups,
+        );
+        Some(BreakGlassRules {
+            label,
+            reason_annotation,
+            require_reason: spec.require_reason.unwrap_or(true),
+            max_duration: max_duration?,
+            openers,
+            hold_controller: spec.hold_controller.unwrap_or(true),
+            namespace_wide: spec.namespace_wide.unwrap_or(false),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qualified_names() {
+        for good in ["driftgate.dev/break-glass", "app", "a.b/c_d-e.f", "example.com/X1"] {
+            assert!(is_qualified_name(good), "{good}");
+        }
+        for bad in ["", "/x", "x/", "Example.com/x", "a/b/c", "-x", "x-", "a..b/x"] {
+            assert!(!is_qualified_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn document_numbers_follow_separators() {
+        let text = "# c\n---\na: 1\n---\nb: 2\n";
+        assert_eq!(document_of_line(text, 3), 1);
+        assert_eq!(document_of_line(text, 5), 2);
+    }
+}
