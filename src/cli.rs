@@ -154,9 +154,17 @@ pub fn policy_check(paths: &[PathBuf], out: &mut impl Write) -> ExitCode {
                 out,
                 "ok: {} {} from {} {}: {}",
                 names.len(),
-                if names.len() == 1 { "policy" } else { "policies" },
+                if names.len() == 1 {
+                    "policy"
+                } else {
+                    "policies"
+                },
                 set.sources().len(),
-                if set.sources().len() == 1 { "file" } else { "files" },
+                if set.sources().len() == 1 {
+                    "file"
+                } else {
+                    "files"
+                },
                 names.join(", ")
             );
             ExitCode::SUCCESS
@@ -168,7 +176,11 @@ pub fn policy_check(paths: &[PathBuf], out: &mut impl Write) -> ExitCode {
             eprintln!(
                 "{} {} found",
                 errors.0.len(),
-                if errors.0.len() == 1 { "problem" } else { "problems" }
+                if errors.0.len() == 1 {
+                    "problem"
+                } else {
+                    "problems"
+                }
             );
             ExitCode::from(1)
         }
@@ -205,7 +217,12 @@ pub fn policy_test(path: &std::path::Path, out: &mut impl Write) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let _ = writeln!(out, "{} passed, {} failed", report.passed(), report.failed());
+    let _ = writeln!(
+        out,
+        "{} passed, {} failed",
+        report.passed(),
+        report.failed()
+    );
     if !errors.is_empty() {
         ExitCode::from(2)
     } else if report.failed() > 0 {

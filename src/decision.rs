@@ -293,13 +293,15 @@ impl<'a> Facts<'a> {
 
     /// Changed field paths of an UPDATE; empty for other operations.
     fn changes(&self) -> &[FieldPath] {
-        self.changes.get_or_init(|| match (
-            &self.request.operation,
-            &self.request.old_object,
-            &self.request.object,
-        ) {
-            (Operation::Update, Some(old), Some(new)) => changed_paths(old, new),
-            _ => Vec::new(),
+        self.changes.get_or_init(|| {
+            match (
+                &self.request.operation,
+                &self.request.old_object,
+                &self.request.object,
+            ) {
+                (Operation::Update, Some(old), Some(new)) => changed_paths(old, new),
+                _ => Vec::new(),
+            }
         })
     }
 
@@ -331,7 +333,10 @@ impl<'a> Facts<'a> {
     fn object_words(&self) -> String {
         let name = &self.request.name;
         let mut words = match self.namespace {
-            Some(ns) if !(self.request.kind.kind == "Namespace" && self.request.kind.group.is_empty()) => {
+            Some(ns)
+                if !(self.request.kind.kind == "Namespace"
+                    && self.request.kind.group.is_empty()) =>
+            {
                 format!("{} {ns}/{name}", self.kind)
             }
             _ => format!("{} {name}", self.kind),
@@ -355,7 +360,9 @@ impl<'a> Facts<'a> {
     fn open_command(&self) -> String {
         let target = format!("{}/{}", self.kind.to_lowercase(), self.request.name);
         let ns = self.namespace.unwrap_or("default");
-        format!("driftgate break-glass open {target} -n {ns} --for 1h --reason \"INC-…: what and why\"")
+        format!(
+            "driftgate break-glass open {target} -n {ns} --for 1h --reason \"INC-…: what and why\""
+        )
     }
 }
 
@@ -538,7 +545,11 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
         return None;
     }
     let user = facts.user;
-    let who = if facts.username.is_empty() { "an anonymous client" } else { facts.username };
+    let who = if facts.username.is_empty() {
+        "an anonymous client"
+    } else {
+        facts.username
+    };
 
     // 2. A field manager is chosen by the client: one that names a controller is only believed
     //    from that controller's identity.
@@ -612,7 +623,10 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     if facts.is_update() {
         for delegation in &policy.delegations {
             if !delegation.identity.matches(user)
-                || !delegation.subresources.iter().any(|s| s == facts.subresource)
+                || !delegation
+                    .subresources
+                    .iter()
+                    .any(|s| s == facts.subresource)
             {
                 continue;
             }
@@ -642,10 +656,15 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     let mut new_window = None;
     if facts.is_update() && facts.subresource.is_empty() {
         let changes = facts.changes();
-        let touched = changes.iter().filter(|p| is_break_glass_path(p, rules)).count();
+        let touched = changes
+            .iter()
+            .filter(|p| is_break_glass_path(p, rules))
+            .count();
         if touched > 0 {
             match break_glass_change(facts, policy, rules, who) {
-                Err(outcome) => return Some(outcome),
+                Err(message) => {
+                    return Some(RuleOutcome::deny(Rule::BreakGlassRefused, message));
+                }
                 Ok(change) => {
                     let (rule, window) = match change {
                         BreakGlassChange::Opened(w) => (Rule::BreakGlassOpened, Some(w)),
@@ -736,7 +755,9 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     });
     let mut outcome = not_permitted(policy, facts, who, None);
     if let (Some((_, problem)), Some(message)) = (malformed, outcome.message.as_mut()) {
-        message.push_str(&format!(" The break-glass label present is ignored: {problem}."));
+        message.push_str(&format!(
+            " The break-glass label present is ignored: {problem}."
+        ));
     }
     Some(outcome)
 }
@@ -759,7 +780,10 @@ fn not_permitted(
     let writers = if controllers.is_empty() {
         "no one writes here directly".to_owned()
     } else {
-        format!("only the GitOps controller ({}) writes here", controllers.join(", "))
+        format!(
+            "only the GitOps controller ({}) writes here",
+            controllers.join(", ")
+        )
     };
     let how = match (&policy.break_glass, window) {
         (Some(rules), Some(window)) => format!(
@@ -801,7 +825,8 @@ fn closes_window_only(facts: &Facts<'_>, rules: &BreakGlassRules) -> bool {
         return false;
     }
     let changes = facts.changes();
-    let only_metadata = !changes.is_empty() && changes.iter().all(|p| is_break_glass_path(p, rules));
+    let only_metadata =
+        !changes.is_empty() && changes.iter().all(|p| is_break_glass_path(p, rules));
     let label_removed = facts.new_meta().is_some_and(|m| {
         m.labels
             .as_ref()
@@ -816,25 +841,22 @@ fn break_glass_change(
     policy: &GatePolicy,
     rules: &BreakGlassRules,
     who: &str,
-) -> Result<BreakGlassChange, RuleOutcome> {
+) -> Result<BreakGlassChange, String> {
     let (Some(old), Some(new)) = (facts.stored_meta(), facts.new_meta()) else {
-        return Err(RuleOutcome::deny(
-            Rule::BreakGlassRefused,
-            format!("{who} may not change the break-glass label of {}: the request carries no object.", facts.object_words()),
+        return Err(format!(
+            "{who} may not change the break-glass label of {}: the request carries no object.",
+            facts.object_words()
         ));
     };
     let label = |m: &'_ ObjectMeta| m.labels.as_ref().and_then(|l| l.get(&rules.label)).cloned();
     let (old_label, new_label) = (label(old), label(new));
     let is_opener = rules.openers.matches(facts.user);
     let refuse = |problem: String| {
-        RuleOutcome::deny(
-            Rule::BreakGlassRefused,
-            format!(
-                "{who} may not change the break-glass window on {}: {problem} (policy \"{}\", rule BreakGlassRefused){}.",
-                facts.object_words(),
-                policy.name,
-                owner_suffix(policy),
-            ),
+        format!(
+            "{who} may not change the break-glass window on {}: {problem} (policy \"{}\", rule BreakGlassRefused){}.",
+            facts.object_words(),
+            policy.name,
+            owner_suffix(policy),
         )
     };
     let not_opener = || {
@@ -878,9 +900,8 @@ fn break_glass_change(
             if !is_opener {
                 return Err(not_opener());
             }
-            let expires_at = parse_expiry(value).map_err(|e| {
-                refuse(format!("the label {}: {e}", rules.label))
-            })?;
+            let expires_at = parse_expiry(value)
+                .map_err(|e| refuse(format!("the label {}: {e}", rules.label)))?;
             let latest = latest_expiry(now, rules.max_duration);
             if expires_at <= now {
                 return Err(refuse(format!(
@@ -933,10 +954,12 @@ fn apply_mode(policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
     let audit = policy.mode == PolicyMode::Audit;
     let would_deny = !outcome.admit && audit;
     let warning = if would_deny {
-        outcome
-            .message
-            .as_ref()
-            .map(|m| format!("driftgate audit (policy \"{}\" would deny in Enforce mode): {m}", policy.name))
+        outcome.message.as_ref().map(|m| {
+            format!(
+                "driftgate audit (policy \"{}\" would deny in Enforce mode): {m}",
+                policy.name
+            )
+        })
     } else {
         outcome.warning
     };

@@ -20,7 +20,13 @@ pub fn changed_paths(old: &DynamicObject, new: &DynamicObject) -> Vec<FieldPath>
     let mut out = Vec::new();
     let mut path = vec!["metadata".to_owned()];
     let (o, n) = (&old.metadata, &new.metadata);
-    diff_string_map(&mut path, "labels", o.labels.as_ref(), n.labels.as_ref(), &mut out);
+    diff_string_map(
+        &mut path,
+        "labels",
+        o.labels.as_ref(),
+        n.labels.as_ref(),
+        &mut out,
+    );
     diff_string_map(
         &mut path,
         "annotations",
@@ -64,7 +70,8 @@ fn union_keys<'a>(
     a: &'a serde_json::Map<String, Value>,
     b: &'a serde_json::Map<String, Value>,
 ) -> impl Iterator<Item = &'a String> {
-    a.keys().chain(b.keys().filter(move |key| !a.contains_key(*key)))
+    a.keys()
+        .chain(b.keys().filter(move |key| !a.contains_key(*key)))
 }
 
 fn diff_string_map(
@@ -80,7 +87,10 @@ fn diff_string_map(
         return;
     }
     path.push(field.to_owned());
-    for key in old.keys().chain(new.keys().filter(|key| !old.contains_key(*key))) {
+    for key in old
+        .keys()
+        .chain(new.keys().filter(|key| !old.contains_key(*key)))
+    {
         if old.get(key) != new.get(key) {
             path.push(key.clone());
             out.push(FieldPath(path.clone()));
@@ -190,7 +200,8 @@ mod tests {
     #[test]
     fn lists_of_other_length_and_new_maps() {
         let old = json!({"metadata": {"name": "a"}, "spec": {"ports": [1]}});
-        let new = json!({"metadata": {"name": "a"}, "spec": {"ports": [1, 2], "extra": {"a": {"b": 1}}}});
+        let new =
+            json!({"metadata": {"name": "a"}, "spec": {"ports": [1, 2], "extra": {"a": {"b": 1}}}});
         assert_eq!(paths(old, new), ["spec.ports", "spec.extra.a.b"]);
     }
 }

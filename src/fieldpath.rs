@@ -217,11 +217,15 @@ mod tests {
 
     #[test]
     fn parses_dots_brackets_and_indices() {
-        let path = FieldPath::parse("metadata.annotations[deployment.kubernetes.io/revision]")
-            .unwrap();
+        let path =
+            FieldPath::parse("metadata.annotations[deployment.kubernetes.io/revision]").unwrap();
         assert_eq!(
             path.0,
-            ["metadata", "annotations", "deployment.kubernetes.io/revision"]
+            [
+                "metadata",
+                "annotations",
+                "deployment.kubernetes.io/revision"
+            ]
         );
         let path = FieldPath::parse("spec.template.spec.containers[0].image").unwrap();
         assert_eq!(
@@ -233,7 +237,9 @@ mod tests {
 
     #[test]
     fn rejects_malformed_paths() {
-        for bad in ["", ".a", "a.", "a..b", "a[b", "a]b", "a[b]c", "a.[b]", "a[[b]]"] {
+        for bad in [
+            "", ".a", "a.", "a..b", "a[b", "a]b", "a[b]c", "a.[b]", "a[[b]]",
+        ] {
             assert!(FieldPath::parse(bad).is_err(), "{bad:?} should not parse");
         }
     }
@@ -251,10 +257,20 @@ mod tests {
 
         let images = FieldPattern::parse("spec.template.spec.containers[*].image").unwrap();
         assert!(images.covers(&FieldPath::new([
-            "spec", "template", "spec", "containers", "3", "image"
+            "spec",
+            "template",
+            "spec",
+            "containers",
+            "3",
+            "image"
         ])));
         assert!(!images.covers(&FieldPath::new([
-            "spec", "template", "spec", "containers", "3", "env"
+            "spec",
+            "template",
+            "spec",
+            "containers",
+            "3",
+            "env"
         ])));
     }
 }

@@ -180,7 +180,8 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
     };
     let document: PolicyTestDocument =
         serde_saphyr::from_str(&text).map_err(|e| suite_error(e.to_string()))?;
-    if document.api_version != crate::policy::document::API_VERSION || document.kind != "PolicyTest" {
+    if document.api_version != crate::policy::document::API_VERSION || document.kind != "PolicyTest"
+    {
         return Err(suite_error(format!(
             "expected apiVersion {} and kind PolicyTest, found {} {}",
             crate::policy::document::API_VERSION,
@@ -205,7 +206,10 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
             }
         };
         let request = read_review(&base.join(&case.review))?;
-        let namespace_files = case.namespaces.as_ref().unwrap_or(&document.spec.namespaces);
+        let namespace_files = case
+            .namespaces
+            .as_ref()
+            .unwrap_or(&document.spec.namespaces);
         let mut namespaces = Vec::new();
         for file in namespace_files {
             namespaces.push(objects.get(&base.join(file))?.clone());
@@ -274,7 +278,10 @@ fn check(expect: &Expectation, decision: &Decision) -> Vec<String> {
         ));
     }
     if let Some(fragment) = &expect.warning
-        && !decision.warnings.iter().any(|w| w.contains(fragment.as_str()))
+        && !decision
+            .warnings
+            .iter()
+            .any(|w| w.contains(fragment.as_str()))
     {
         failures.push(format!(
             "expected a warning containing \"{fragment}\", got {:?}",

@@ -216,12 +216,34 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(WindowDuration::parse("4h").unwrap().as_signed().as_secs(), 14_400);
-        assert_eq!(WindowDuration::parse("1h30m").unwrap().as_signed().as_secs(), 5_400);
+        assert_eq!(
+            WindowDuration::parse("4h").unwrap().as_signed().as_secs(),
+            14_400
+        );
+        assert_eq!(
+            WindowDuration::parse("1h30m")
+                .unwrap()
+                .as_signed()
+                .as_secs(),
+            5_400
+        );
         assert_eq!(WindowDuration::parse("90m").unwrap().to_string(), "1h30m");
         assert_eq!(WindowDuration::parse("2d").unwrap().to_string(), "2d");
-        for bad in ["", "4", "h", "4x", "0m", "-1h", "1.5h", "999999999999999999999h", "400d"] {
-            assert!(WindowDuration::parse(bad).is_err(), "{bad:?} should be refused");
+        for bad in [
+            "",
+            "4",
+            "h",
+            "4x",
+            "0m",
+            "-1h",
+            "1.5h",
+            "999999999999999999999h",
+            "400d",
+        ] {
+            assert!(
+                WindowDuration::parse(bad).is_err(),
+                "{bad:?} should be refused"
+            );
         }
     }
 }

@@ -43,7 +43,11 @@ pub struct PolicyError {
 impl fmt::Display for PolicyError {
     /// `file:line: field: problem (document N, policy NAME)`, the shape editors and CI logs link.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}: {}", self.file, self.line, self.field, self.problem)?;
+        write!(
+            f,
+            "{}:{}: {}: {}",
+            self.file, self.line, self.field, self.problem
+        )?;
         match (&self.policy, self.document) {
             (Some(policy), n) if n > 0 => write!(f, " (document {n}, policy {policy})"),
             (None, n) if n > 0 => write!(f, " (document {n})"),
@@ -93,11 +97,19 @@ impl IdentityMatcher {
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if !self.username_patterns.is_empty() {
-            let noun = if self.username_patterns.len() == 1 { "user" } else { "users" };
+            let noun = if self.username_patterns.len() == 1 {
+                "user"
+            } else {
+                "users"
+            };
             parts.push(format!("{noun} {}", self.username_patterns.join(", ")));
         }
         if !self.group_patterns.is_empty() {
-            let noun = if self.group_patterns.len() == 1 { "group" } else { "groups" };
+            let noun = if self.group_patterns.len() == 1 {
+                "group"
+            } else {
+                "groups"
+            };
             parts.push(format!("{noun} {}", self.group_patterns.join(", ")));
         }
         if parts.is_empty() {
@@ -316,7 +328,8 @@ fn policy_files(path: &Path) -> Result<Vec<PathBuf>, PolicyError> {
         .map_err(|error| file_error(&name, format!("cannot be listed: {error}")))?;
     let mut files = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|error| file_error(&name, format!("cannot be listed: {error}")))?;
+        let entry =
+            entry.map_err(|error| file_error(&name, format!("cannot be listed: {error}")))?;
         let entry_path = entry.path();
         let file_name = entry.file_name().to_string_lossy().into_owned();
         let is_yaml = file_name.ends_with(".yaml") || file_name.ends_with(".yml");
@@ -357,7 +370,11 @@ fn compile_file(source: &str, text: &str) -> Result<Vec<GatePolicy>, PolicyError
             PolicyErrors(vec![PolicyError {
                 file: source.to_owned(),
                 line,
-                document: if line > 0 { document_of_line(text, line) } else { 0 },
+                document: if line > 0 {
+                    document_of_line(text, line)
+                } else {
+                    0
+                },
                 policy: None,
                 field: "(yaml)".into(),
                 problem: yaml_problem(&error),
@@ -457,7 +474,11 @@ impl Checker<'_> {
         let mut good = Vec::new();
         for (i, pattern) in patterns.iter().enumerate() {
             if pattern.value.is_empty() {
-                self.error(pattern.referenced, format!("{field}[{i}]"), "must not be empty");
+                self.error(
+                    pattern.referenced,
+                    format!("{field}[{i}]"),
+                    "must not be empty",
+                );
                 continue;
             }
             match compile_globs(&[pattern.value.as_str()]) {
@@ -522,7 +543,10 @@ impl Checker<'_> {
             self.error(
                 doc.api_version.referenced,
                 "apiVersion",
-                format!("\"{}\" is not supported; use {API_VERSION}", doc.api_version.value),
+                format!(
+                    "\"{}\" is not supported; use {API_VERSION}",
+                    doc.api_version.value
+                ),
             );
         }
         if doc.kind.value != KIND {
@@ -541,7 +565,9 @@ impl Checker<'_> {
             self.error(
                 doc.metadata.name.referenced,
                 "metadata.name",
-                format!("\"{name}\" is not a valid name; use lowercase letters, digits, '-' and '.'"),
+                format!(
+                    "\"{name}\" is not a valid name; use lowercase letters, digits, '-' and '.'"
+                ),
             );
         }
         let spec_at = doc.spec.referenced;
@@ -570,7 +596,10 @@ impl Checker<'_> {
                     None => compile_globs(&["*"]).unwrap_or_default(),
                 };
                 self.resource_patterns("spec.resources.exclude", &resources.exclude);
-                (include, self.globs("spec.resources.exclude", &resources.exclude))
+                (
+                    include,
+                    self.globs("spec.resources.exclude", &resources.exclude),
+                )
             }
         };
 
@@ -599,7 +628,9 @@ impl Checker<'_> {
 
         let controllers = self.controllers(&spec.controllers);
         let delegations = self.delegations(&spec.delegations, &subresources);
-        let break_glass = spec.break_glass.map(|bg| self.break_glass(bg.value, bg.referenced));
+        let break_glass = spec
+            .break_glass
+            .map(|bg| self.break_glass(bg.value, bg.referenced));
         let _ = spec_at;
 
         if self.errors.len() > errors_before {
@@ -650,7 +681,10 @@ impl Checker<'_> {
             self.error(
                 name.referenced,
                 field,
-                format!("\"{}\" is used twice; names must be unique in a policy", name.value),
+                format!(
+                    "\"{}\" is used twice; names must be unique in a policy",
+                    name.value
+                ),
             );
         }
     }
@@ -661,14 +695,19 @@ impl Checker<'_> {
         for (i, spec) in specs.iter().enumerate() {
             let field = format!("spec.controllers[{i}]");
             self.check_unique_name(&mut seen, &format!("{field}.name"), &spec.name);
-            let identity = self.identity(&field, spec.name.referenced, &spec.usernames, &spec.groups);
+            let identity =
+                self.identity(&field, spec.name.referenced, &spec.usernames, &spec.groups);
             let field_managers =
                 self.globs(&format!("{field}.fieldManagers"), &spec.field_managers);
             out.push(Controller {
                 name: spec.name.value.clone(),
                 identity,
                 field_managers,
-                field_manager_patterns: spec.field_managers.iter().map(|s| s.value.clone()).collect(),
+                field_manager_patterns: spec
+                    .field_managers
+                    .iter()
+                    .map(|s| s.value.clone())
+                    .collect(),
             });
         }
         out
@@ -680,7 +719,8 @@ impl Checker<'_> {
         for (i, spec) in specs.iter().enumerate() {
             let field = format!("spec.delegations[{i}]");
             self.check_unique_name(&mut seen, &format!("{field}.name"), &spec.name);
-            let identity = self.identity(&field, spec.name.referenced, &spec.usernames, &spec.groups);
+            let identity =
+                self.identity(&field, spec.name.referenced, &spec.usernames, &spec.groups);
             let subresources = match &spec.subresources {
                 None => vec![String::new()],
                 Some(list) => {
@@ -732,7 +772,10 @@ impl Checker<'_> {
 
     fn break_glass(&mut self, spec: BreakGlassSpec, at: Location) -> Option<BreakGlassRules> {
         let _ = at;
-        let key = |checker: &mut Self, field: &str, value: Option<Spanned<String>>, default: &str| {
+        let key = |checker: &mut Self,
+                   field: &str,
+                   value: Option<Spanned<String>>,
+                   default: &str| {
             match value {
                 None => default.to_owned(),
                 Some(key) => {
@@ -750,7 +793,12 @@ impl Checker<'_> {
                 }
             }
         };
-        let label = key(self, "spec.breakGlass.label", spec.label, DEFAULT_BREAK_GLASS_LABEL);
+        let label = key(
+            self,
+            "spec.breakGlass.label",
+            spec.label,
+            DEFAULT_BREAK_GLASS_LABEL,
+        );
         let reason_annotation = key(
             self,
             "spec.breakGlass.reasonAnnotation",
@@ -760,7 +808,11 @@ impl Checker<'_> {
         let max_duration = match WindowDuration::parse(&spec.max_duration.value) {
             Ok(duration) => Some(duration),
             Err(error) => {
-                self.error(spec.max_duration.referenced, "spec.breakGlass.maxDuration", error.to_string());
+                self.error(
+                    spec.max_duration.referenced,
+                    "spec.breakGlass.maxDuration",
+                    error.to_string(),
+                );
                 None
             }
         };
@@ -788,10 +840,24 @@ mod tests {
 
     #[test]
     fn qualified_names() {
-        for good in ["driftgate.dev/break-glass", "app", "a.b/c_d-e.f", "example.com/X1"] {
+        for good in [
+            "driftgate.dev/break-glass",
+            "app",
+            "a.b/c_d-e.f",
+            "example.com/X1",
+        ] {
             assert!(is_qualified_name(good), "{good}");
         }
-        for bad in ["", "/x", "x/", "Example.com/x", "a/b/c", "-x", "x-", "a..b/x"] {
+        for bad in [
+            "",
+            "/x",
+            "x/",
+            "Example.com/x",
+            "a/b/c",
+            "-x",
+            "x-",
+            "a..b/x",
+        ] {
             assert!(!is_qualified_name(bad), "{bad}");
         }
     }

@@ -1,0 +1,953 @@
+//! Table-driven tests for every decision rule, on requests built in code so that each case
+//! varies exactly one thing. The fixtures in `tests/fixtures/` cover the same rules with
+//! reviews as a real API server sends them (see `policy_suites.rs`).
+
+use driftgate::decision::{DecisionInput, Rule, WindowScope, decide};
+use driftgate::policy::PolicySet;
+use driftgate::review::parse_review;
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::DynamicObject;
+use serde_json::{Value, json};
+
+const POLICY: &str = r#"
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: prod}
+spec:
+  owner: "team-platform (#platform-oncall)"
+  namespaces: {include: ["prod-*"], exclude: ["prod-sandbox"]}
+  resources: {exclude: ["core/Event"]}
+  controllers:
+    - name: flux
+      usernames: ["system:serviceaccount:flux-system:*-controller"]
+      fieldManagers: ["kustomize-controller", "helm-controller"]
+  delegations:
+    - name: hpa
+      usernames: ["system:serviceaccount:kube-system:horizontal-pod-autoscaler"]
+      subresources: ["scale"]
+      fields: ["spec.replicas"]
+    - name: revision
+      usernames: ["system:serviceaccount:kube-system:deployment-controller"]
+      fields: ["metadata.annotations[deployment.kubernetes.io/revision]"]
+  breakGlass:
+    maxDuration: 4h
+    openers: {groups: ["sre-oncall"], usernames: ["carol"]}
+    holdController: true
+    namespaceWide: true
+"#;
+
+const FLUX: &str = "system:serviceaccount:flux-system:kustomize-controller";
+const HPA: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
+const LABEL: &str = "driftgate.dev/break-glass";
+const REASON: &str = "driftgate.dev/break-glass-reason";
+
+fn now() -> Timestamp {
+    "2026-11-30T09:00:00Z".parse().unwrap()
+}
+
+fn policies() -> PolicySet {
+    PolicySet::from_yaml("inline", POLICY).unwrap()
+}
+
+/// A Deployment with the given labels, annotations, image and replicas.
+fn deployment(labels: Value, annotations: Value, image: &str, replicas: i64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "api", "namespace": "prod-payments", "uid": "d-1",
+            "resourceVersion": "100", "generation": 4, "labels": labels, "annotations": annotations},
+        "spec": {"replicas": replicas, "template": {"spec": {"containers": [{"name": "api", "image": image}]}}},
+        "status": {"replicas": replicas}
+    })
+}
+
+fn plain() -> Value {
+    deployment(json!({"app": "api"}), json!({}), "api:1", 3)
+}
+
+fn with_window(value: &str, reason: Option<&str>) -> Value {
+    let annotations = match reason {
+        Some(r) => json!({REASON: r}),
+        None => json!({}),
+    };
+    deployment(json!({"app": "api", LABEL: value}), annotations, "api:1", 3)
+}
+
+fn scale(replicas: i64) -> Value {
+    json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+        "metadata": {"name": "api", "namespace": "prod-payments", "uid": "d-1"},
+        "spec": {"replicas": replicas}, "status": {"replicas": 3, "selector": "app=api"}})
+}
+
+struct Req {
+    operation: &'static str,
+    user: &'static str,
+    groups: Vec<&'static str>,
+    field_manager: Option<&'static str>,
+    namespace: &'static str,
+    kind: (&'static str, &'static str),
+    resource: (&'static str, &'static str),
+    subresource: Option<&'static str>,
+    old: Option<Value>,
+    new: Option<Value>,
+}
+
+impl Req {
+    fn update(user: &'static str, old: Value, new: Value) -> Self {
+        Req {
+            operation: "UPDATE",
+            user,
+            groups: groups_of(user),
+            field_manager: Some("kubectl-edit"),
+            namespace: "prod-payments",
+            kind: ("apps", "Deployment"),
+            resource: ("apps", "deployments"),
+            subresource: None,
+            old: Some(old),
+            new: Some(new),
+        }
+    }
+
+    fn fm(mut self, fm: Option<&'static str>) -> Self {
+        self.field_manager = fm;
+        self
+    }
+
+    fn ns(mut self, ns: &'static str) -> Self {
+        self.namespace = ns;
+        self
+    }
+
+    fn op(mut self, op: &'static str) -> Self {
+        self.operation = op;
+        self
+    }
+
+    fn scale(mut self) -> Self {
+        self.kind = ("autoscaling", "Scale");
+        self.subresource = Some("scale");
+        self.field_manager = None;
+        self
+    }
+
+    fn build(&self) -> kube::core::admission::AdmissionRequest<DynamicObject> {
+        let options_kind = match self.operation {
+            "CREATE" => "CreateOptions",
+            "DELETE" => "DeleteOptions",
+            _ => "UpdateOptions",
+        };
+        let mut options = json!({"kind": options_kind, "apiVersion": "meta.k8s.io/v1"});
+        if let Some(fm) = self.field_manager {
+            options["fieldManager"] = json!(fm);
+        }
+        let mut request = json!({
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": self.kind.0, "version": "v1", "kind": self.kind.1},
+            "resource": {"group": self.resource.0, "version": "v1", "resource": self.resource.1},
+            "name": "api", "namespace": self.namespace, "operation": self.operation,
+            "userInfo": {"username": self.user, "groups": self.groups},
+            "object": self.new, "oldObject": self.old, "dryRun": false, "options": options,
+        });
+        if let Some(sub) = self.subresource {
+            request["subResource"] = json!(sub);
+        }
+        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        parse_review(review.to_string().as_bytes()).unwrap()
+    }
+}
+
+fn groups_of(user: &str) -> Vec<&'static str> {
+    match user {
+        "alice" => vec!["sre-oncall", "system:authenticated"],
+        FLUX => vec![
+            "system:serviceaccounts",
+            "system:serviceaccounts:flux-system",
+        ],
+        _ => vec!["system:authenticated"],
+    }
+}
+
+struct Case {
+    name: &'static str,
+    req: Req,
+    namespace: Option<Value>,
+    parent: Option<Value>,
+    now: Timestamp,
+    allowed: bool,
+    rule: Rule,
+    message: &'static str,
+}
+
+fn case(name: &'static str, req: Req, allowed: bool, rule: Rule) -> Case {
+    Case {
+        name,
+        req,
+        namespace: None,
+        parent: None,
+        now: now(),
+        allowed,
+        rule,
+        message: "",
+    }
+}
+
+impl Case {
+    fn namespace(mut self, labels: Value, annotations: Value) -> Self {
+        self.namespace =
+            Some(json!({"name": "prod-payments", "labels": labels, "annotations": annotations}));
+        self
+    }
+    fn parent(mut self, parent: Value) -> Self {
+        self.parent = Some(parent);
+        self
+    }
+    fn at(mut self, now: &str) -> Self {
+        self.now = now.parse().unwrap();
+        self
+    }
+    fn says(mut self, fragment: &'static str) -> Self {
+        self.message = fragment;
+        self
+    }
+}
+
+fn edited() -> Value {
+    deployment(json!({"app": "api"}), json!({}), "api:2", 3)
+}
+
+fn cases() -> Vec<Case> {
+    let open = || with_window("20261130T1000Z", Some("INC-1: OOM"));
+    let open_edited = || {
+        deployment(
+            json!({"app": "api", LABEL: "20261130T1000Z"}),
+            json!({REASON: "INC-1: OOM"}),
+            "api:2",
+            3,
+        )
+    };
+    vec![
+        // 1. Scope.
+        case(
+            "other namespace",
+            Req::update("bob", plain(), edited()).ns("dev"),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "excluded namespace",
+            Req::update("bob", plain(), edited()).ns("prod-sandbox"),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "CONNECT is never guarded",
+            Req::update("bob", plain(), edited()).op("CONNECT"),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "status subresource is not guarded by default",
+            {
+                let mut r = Req::update("bob", plain(), edited());
+                r.subresource = Some("status");
+                r
+            },
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "excluded kind",
+            {
+                let mut r = Req::update("bob", plain(), edited());
+                r.kind = ("", "Event");
+                r.resource = ("", "events");
+                r
+            },
+            true,
+            Rule::OutOfScope,
+        ),
+        // 2. Spoofing, even under an open window.
+        case(
+            "bob claiming Flux's field manager",
+            Req::update("bob", plain(), edited()).fm(Some("kustomize-controller")),
+            false,
+            Rule::FieldManagerSpoofing,
+        )
+        .says("kustomize-controller"),
+        case(
+            "opener claiming Flux's field manager under a window",
+            Req::update("alice", open(), open_edited()).fm(Some("helm-controller")),
+            false,
+            Rule::FieldManagerSpoofing,
+        ),
+        // 3. Controller.
+        case(
+            "Flux apply",
+            Req::update(FLUX, plain(), edited()).fm(Some("kustomize-controller")),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "Flux delete carries no field manager",
+            Req::update(FLUX, plain(), edited()).op("DELETE").fm(None),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "Flux identity with a foreign field manager is not the controller",
+            Req::update(FLUX, plain(), edited()).fm(Some("kubectl-edit")),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "Flux held by an open window",
+            Req::update(FLUX, open(), open_edited()).fm(Some("kustomize-controller")),
+            false,
+            Rule::ControllerHeld,
+        )
+        .says("INC-1: OOM"),
+        case(
+            "Flux held by a namespace window",
+            Req::update(FLUX, plain(), edited()).fm(Some("kustomize-controller")),
+            false,
+            Rule::ControllerHeld,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"})),
+        case(
+            "Flux not held by an expired window",
+            Req::update(FLUX, open(), open_edited()).fm(Some("kustomize-controller")),
+            true,
+            Rule::Controller,
+        )
+        .at("2026-11-30T10:00:00Z"),
+        case(
+            "Flux may close the window it is held by",
+            Req::update(FLUX, open(), plain()).fm(Some("kustomize-controller")),
+            true,
+            Rule::BreakGlassClosed,
+        ),
+        // 4. Delegations.
+        case(
+            "HPA scales",
+            Req::update(HPA, scale(3), scale(6)).scale(),
+            true,
+            Rule::Delegation,
+        ),
+        case(
+            "HPA changes the image",
+            Req::update(HPA, plain(), edited()).fm(Some("kube-controller-manager")),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "HPA delegation is limited to the scale subresource",
+            Req::update(
+                HPA,
+                plain(),
+                deployment(json!({"app": "api"}), json!({}), "api:1", 6),
+            ),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "revision annotation",
+            Req::update(
+                "system:serviceaccount:kube-system:deployment-controller",
+                deployment(
+                    json!({"app": "api"}),
+                    json!({"deployment.kubernetes.io/revision": "7"}),
+                    "api:1",
+                    3,
+                ),
+                deployment(
+                    json!({"app": "api"}),
+                    json!({"deployment.kubernetes.io/revision": "8"}),
+                    "api:1",
+                    3,
+                ),
+            ),
+            true,
+            Rule::Delegation,
+        ),
+        // 5. No effective change.
+        case(
+            "only bookkeeping changed",
+            Req::update("bob", plain(), {
+                let mut v = plain();
+                v["metadata"]["resourceVersion"] = json!("101");
+                v["status"]["replicas"] = json!(2);
+                v
+            }),
+            true,
+            Rule::NoEffectiveChange,
+        ),
+        // 6. Break-glass metadata.
+        case(
+            "alice opens a window",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T1000Z", Some("INC-1")),
+            ),
+            true,
+            Rule::BreakGlassOpened,
+        ),
+        case(
+            "carol (opener by name) opens a window",
+            Req::update(
+                "carol",
+                plain(),
+                with_window("20261130T1000Z", Some("INC-1")),
+            ),
+            true,
+            Rule::BreakGlassOpened,
+        ),
+        case(
+            "opening with seconds",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T100030Z", Some("INC-1")),
+            ),
+            true,
+            Rule::BreakGlassOpened,
+        ),
+        case(
+            "bob may not open",
+            Req::update("bob", plain(), with_window("20261130T1000Z", Some("INC-1"))),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("sre-oncall"),
+        case(
+            "no reason",
+            Req::update("alice", plain(), with_window("20261130T1000Z", None)),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("reason"),
+        case(
+            "blank reason",
+            Req::update("alice", plain(), with_window("20261130T1000Z", Some("   "))),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("reason"),
+        case(
+            "expiry in the past",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T0800Z", Some("INC-1")),
+            ),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("not in the future"),
+        case(
+            "expiry exactly maxDuration away",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T1300Z", Some("INC-1")),
+            ),
+            true,
+            Rule::BreakGlassOpened,
+        ),
+        case(
+            "expiry beyond maxDuration",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T130001Z", Some("INC-1")),
+            ),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("maxDuration 4h"),
+        case(
+            "junk expiry",
+            Req::update("alice", plain(), with_window("soon", Some("INC-1"))),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("20261130T0930Z"),
+        case(
+            "alice extends",
+            Req::update(
+                "alice",
+                open(),
+                with_window("20261130T1200Z", Some("INC-1: OOM")),
+            ),
+            true,
+            Rule::BreakGlassExtended,
+        ),
+        case(
+            "alice reopens an expired window",
+            Req::update(
+                "alice",
+                with_window("20261130T0800Z", Some("INC-1")),
+                with_window("20261130T1000Z", Some("INC-1")),
+            ),
+            true,
+            Rule::BreakGlassOpened,
+        ),
+        case(
+            "alice amends the reason",
+            Req::update(
+                "alice",
+                open(),
+                with_window("20261130T1000Z", Some("INC-1: OOM, and disk")),
+            ),
+            true,
+            Rule::BreakGlassAmended,
+        ),
+        case(
+            "alice may not drop the reason of an open window",
+            Req::update("alice", open(), with_window("20261130T1000Z", None)),
+            false,
+            Rule::BreakGlassRefused,
+        ),
+        case(
+            "alice closes",
+            Req::update("alice", open(), plain()),
+            true,
+            Rule::BreakGlassClosed,
+        ),
+        case(
+            "bob may not close",
+            Req::update("bob", open(), plain()),
+            false,
+            Rule::BreakGlassRefused,
+        ),
+        case(
+            "opening and editing in one write uses no window",
+            Req::update("alice", plain(), open_edited()),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "extending beyond maxDuration while editing is refused",
+            Req::update(
+                "alice",
+                open(),
+                deployment(
+                    json!({"app": "api", LABEL: "20261201T0900Z"}),
+                    json!({REASON: "INC-1: OOM"}),
+                    "api:2",
+                    3,
+                ),
+            ),
+            false,
+            Rule::BreakGlassRefused,
+        ),
+        // 7. Windows.
+        case(
+            "alice edits under the window",
+            Req::update("alice", open(), open_edited()),
+            true,
+            Rule::BreakGlassWindow,
+        ),
+        case(
+            "alice deletes under the window",
+            Req::update("alice", open(), Value::Null)
+                .op("DELETE")
+                .fm(None),
+            true,
+            Rule::BreakGlassWindow,
+        ),
+        case(
+            "bob may not use alice's window",
+            Req::update("bob", open(), open_edited()),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("only"),
+        case(
+            "window expired",
+            Req::update("alice", open(), open_edited()),
+            false,
+            Rule::WindowExpired,
+        )
+        .at("2026-11-30T10:00:00Z")
+        .says("expired"),
+        case(
+            "window too long",
+            Req::update(
+                "alice",
+                with_window("20271130T0900Z", Some("INC-1")),
+                deployment(
+                    json!({"app": "api", LABEL: "20271130T0900Z"}),
+                    json!({REASON: "INC-1"}),
+                    "api:2",
+                    3,
+                ),
+            ),
+            false,
+            Rule::WindowTooLong,
+        ),
+        case(
+            "malformed window label",
+            Req::update(
+                "alice",
+                with_window("never", Some("INC-1")),
+                deployment(
+                    json!({"app": "api", LABEL: "never"}),
+                    json!({REASON: "INC-1"}),
+                    "api:2",
+                    3,
+                ),
+            ),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("ignored"),
+        case(
+            "scale under a window on the parent",
+            Req::update("alice", scale(3), scale(8)).scale(),
+            true,
+            Rule::BreakGlassWindow,
+        )
+        .parent(open()),
+        case(
+            "scale without the parent has no window",
+            Req::update("alice", scale(3), scale(8)).scale(),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "namespace window admits alice",
+            Req::update("alice", plain(), edited()),
+            true,
+            Rule::BreakGlassWindow,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"})),
+        case(
+            "namespace window admits alice's create",
+            Req::update("alice", Value::Null, edited())
+                .op("CREATE")
+                .fm(Some("kubectl-create")),
+            true,
+            Rule::BreakGlassWindow,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"})),
+        case(
+            "create carrying a window label opens nothing",
+            Req::update("alice", Value::Null, open_edited())
+                .op("CREATE")
+                .fm(Some("kubectl-create")),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "expired namespace window",
+            Req::update("alice", plain(), edited()),
+            false,
+            Rule::WindowExpired,
+        )
+        .namespace(json!({LABEL: "20261130T0800Z"}), json!({})),
+        // 8. Default.
+        case(
+            "bob edits",
+            Req::update("bob", plain(), edited()),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("Change it in Git"),
+        case(
+            "bob deletes",
+            Req::update("bob", plain(), Value::Null)
+                .op("DELETE")
+                .fm(None),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "bob scales",
+            Req::update("bob", scale(3), scale(5)).scale(),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("Deployment prod-payments/api (scale)"),
+        case(
+            "bob labels",
+            Req::update(
+                "bob",
+                plain(),
+                deployment(json!({"app": "api", "tier": "x"}), json!({}), "api:1", 3),
+            )
+            .fm(Some("kubectl-label")),
+            false,
+            Rule::NotPermitted,
+        ),
+    ]
+}
+
+#[test]
+fn every_rule_in_order() {
+    let policies = policies();
+    let mut failures = Vec::new();
+    for case in cases() {
+        let request = case.req.build();
+        let namespace: Option<ObjectMeta> =
+            case.namespace.map(|v| serde_json::from_value(v).unwrap());
+        let parent: Option<DynamicObject> = case.parent.map(|v| serde_json::from_value(v).unwrap());
+        let decision = decide(
+            &policies,
+            &DecisionInput {
+                request: &request,
+                namespace: namespace.as_ref(),
+                parent: parent.as_ref(),
+                now: case.now,
+            },
+        );
+        if decision.allowed != case.allowed
+            || decision.record.rule != case.rule
+            || !decision.message.contains(case.message)
+        {
+            failures.push(format!(
+                "{}: expected allowed={} rule={} message~{:?}; got allowed={} rule={} message={:?}",
+                case.name,
+                case.allowed,
+                case.rule,
+                case.message,
+                decision.allowed,
+                decision.record.rule,
+                decision.message
+            ));
+        }
+        // Every denial says who, what, which policy and rule, and how to proceed.
+        if !decision.allowed {
+            let m = &decision.message;
+            assert!(
+                m.contains(case.req.user),
+                "{}: message names no user: {m}",
+                case.name
+            );
+            assert!(
+                m.contains("policy \"prod\""),
+                "{}: message names no policy: {m}",
+                case.name
+            );
+            assert!(
+                m.contains(decision.record.rule.as_str()),
+                "{}: message names no rule: {m}",
+                case.name
+            );
+            assert!(
+                m.ends_with('.'),
+                "{}: message is not a sentence: {m}",
+                case.name
+            );
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} case(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn warnings_and_records_for_break_glass_use() {
+    let request = Req::update(
+        "alice",
+        with_window("20261130T1000Z", Some("INC-1: OOM")),
+        deployment(
+            json!({"app": "api", LABEL: "20261130T1000Z"}),
+            json!({REASON: "INC-1: OOM"}),
+            "api:2",
+            3,
+        ),
+    )
+    .build();
+    let decision = decide(
+        &policies(),
+        &DecisionInput {
+            request: &request,
+            namespace: None,
+            parent: None,
+            now: now(),
+        },
+    );
+    assert!(decision.allowed);
+    assert_eq!(decision.warnings.len(), 1);
+    assert!(
+        decision.warnings[0].contains("backport it to Git"),
+        "{:?}",
+        decision.warnings
+    );
+    assert!(
+        decision.warnings[0].contains("2026-11-30 10:00 UTC"),
+        "{:?}",
+        decision.warnings
+    );
+    let verdict = &decision.record.verdicts[0];
+    let window = verdict.window.as_ref().unwrap();
+    assert_eq!(window.scope, WindowScope::Object);
+    assert_eq!(window.reason.as_deref(), Some("INC-1: OOM"));
+    assert_eq!(
+        decision.record.changed_fields,
+        ["spec.template.spec.containers[0].image"]
+    );
+    assert_eq!(decision.audit_annotations["decision"], "allowed");
+    assert_eq!(decision.audit_annotations["rule"], "BreakGlassWindow");
+    assert_eq!(decision.audit_annotations["policy"], "prod");
+
+    let response = decision.to_response(&request);
+    assert_eq!(response.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert!(response.allowed);
+    assert_eq!(response.warnings.as_ref().unwrap().len(), 1);
+}
+
+#[test]
+fn denial_response_is_forbidden_with_the_message() {
+    let request = Req::update("bob", plain(), edited()).build();
+    let decision = decide(
+        &policies(),
+        &DecisionInput {
+            request: &request,
+            namespace: None,
+            parent: None,
+            now: now(),
+        },
+    );
+    let review = serde_json::to_value(decision.to_response(&request).into_review()).unwrap();
+    assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(review["kind"], "AdmissionReview");
+    let response = &review["response"];
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 403);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("bob may not update Deployment prod-payments/api")
+    );
+    assert_eq!(response["auditAnnotations"]["decision"], "denied");
+}
+
+const TWO_POLICIES: &str = r#"
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: flux-only}
+spec:
+  namespaces: {include: ["prod-*"]}
+  controllers: [{name: flux, usernames: ["system:serviceaccount:flux-system:kustomize-controller"]}]
+---
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: audit-everything}
+spec:
+  mode: Audit
+  namespaces: {include: ["*"]}
+  resources: {include: ["apps/Deployment"]}
+  controllers: [{name: argo, usernames: ["system:serviceaccount:argocd:argocd-application-controller"]}]
+"#;
+
+#[test]
+fn every_matching_policy_must_admit_and_audit_only_warns() {
+    let policies = PolicySet::from_yaml("inline", TWO_POLICIES).unwrap();
+    let decide_for = |user: &'static str, ns: &'static str| {
+        let request = Req::update(user, plain(), edited()).fm(None).ns(ns).build();
+        decide(
+            &policies,
+            &DecisionInput {
+                request: &request,
+                namespace: None,
+                parent: None,
+                now: now(),
+            },
+        )
+    };
+    // Flux: admitted by flux-only, would be denied by the Audit policy: admitted with a warning.
+    let d = decide_for(FLUX, "prod-payments");
+    assert!(d.allowed);
+    assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
+    assert!(d.warnings[0].contains("audit-everything"));
+    assert_eq!(d.audit_annotations["decision"], "allowed-audit");
+    assert_eq!(d.record.verdicts.len(), 2);
+    // bob: denied by flux-only; the audit warning still rides along.
+    let d = decide_for("bob", "prod-payments");
+    assert!(!d.allowed);
+    assert_eq!(d.audit_annotations["policy"], "flux-only");
+    // Outside prod, only the Audit policy applies.
+    let d = decide_for("bob", "dev");
+    assert!(d.allowed);
+    assert_eq!(d.record.rule, Rule::NotPermitted);
+    assert!(d.record.verdicts[0].would_deny);
+}
+
+const SELECTED: &str = r#"
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: selected}
+spec:
+  namespaces: {selector: {matchLabels: {gitops: enforced}}}
+  controllers: [{name: flux, groups: ["system:serviceaccounts:flux-system"]}]
+"#;
+
+#[test]
+fn label_selected_namespaces_fail_closed_when_labels_are_unknown() {
+    let policies = PolicySet::from_yaml("inline", SELECTED).unwrap();
+    let request = Req::update("bob", plain(), edited()).ns("team-a").build();
+    let run = |ns: Option<&ObjectMeta>| {
+        decide(
+            &policies,
+            &DecisionInput {
+                request: &request,
+                namespace: ns,
+                parent: None,
+                now: now(),
+            },
+        )
+    };
+    let enforced: ObjectMeta =
+        serde_json::from_value(json!({"name": "team-a", "labels": {"gitops": "enforced"}}))
+            .unwrap();
+    let free: ObjectMeta =
+        serde_json::from_value(json!({"name": "team-a", "labels": {"gitops": "off"}})).unwrap();
+    assert!(!run(Some(&enforced)).allowed);
+    assert!(run(Some(&free)).allowed);
+    assert!(
+        !run(None).allowed,
+        "unknown labels must not open the namespace"
+    );
+}
+
+#[test]
+fn namespace_objects_are_scoped_by_their_own_name() {
+    // Setting the namespace-wide window on the Namespace itself follows the break-glass rules.
+    let ns = |labels: Value, annotations: Value| {
+        json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "prod-payments", "labels": labels, "annotations": annotations}})
+    };
+    let mut req = Req::update(
+        "bob",
+        ns(json!({}), json!({})),
+        ns(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-9"})),
+    );
+    req.kind = ("", "Namespace");
+    req.resource = ("", "namespaces");
+    req.namespace = "";
+    let mut request = req.build();
+    request.name = "prod-payments".into();
+    let run = |request: &kube::core::admission::AdmissionRequest<DynamicObject>| {
+        decide(
+            &policies(),
+            &DecisionInput {
+                request,
+                namespace: None,
+                parent: None,
+                now: now(),
+            },
+        )
+    };
+    assert_eq!(run(&request).record.rule, Rule::BreakGlassRefused);
+    request.user_info.username = Some("alice".into());
+    request.user_info.groups = Some(vec!["sre-oncall".into()]);
+    let d = run(&request);
+    assert!(d.allowed, "{}", d.message);
+    assert_eq!(d.record.rule, Rule::BreakGlassOpened);
+}
