@@ -27,7 +27,24 @@ pub enum ReviewError {
 
 /// Parses an `admission.k8s.io/v1` AdmissionReview and returns its request.
 pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
+    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
+        Ok(review) => review,
+        // An older review version fails to parse as v1; say which version it was, which is the
+        // actionable part. Only the error path pays for the second parse.
+        Err(error) => {
+            #[derive(serde::Deserialize)]
+            #[serde(rename_all = "camelCase")]
+            struct Header {
+                api_version: String,
+            }
+            return Err(match serde_json::from_slice::<Header>(body) {
+                Ok(header) if header.api_version != ADMISSION_API_VERSION => {
+                    ReviewError::UnsupportedVersion(header.api_version)
+                }
+                _ => ReviewError::Json(error),
+            });
+        }
+    };
     if review.types.api_version != ADMISSION_API_VERSION {
         return Err(ReviewError::UnsupportedVersion(review.types.api_version));
     }

@@ -204,7 +204,7 @@ fn policy_test_runs_the_shipped_suites() {
     );
     let summary = stdout.lines().last().unwrap();
     let passed: usize = summary.split(' ').next().unwrap().parse().unwrap();
-    assert!(passed >= 40, "{summary}");
+    assert!(passed >= 38, "{summary}");
     assert!(summary.ends_with(" passed, 0 failed"), "{summary}");
 }
 

@@ -1,6 +1,6 @@
 //! Table-driven tests for every decision rule, on requests built in code so that each case
 //! varies exactly one thing. The fixtures in `tests/fixtures/` cover the same rules with
-//! reviews as a real API server sends them (see `policy_suites.rs`).
+//! reviews as a real API server sends them (run as `policy test` suites in `cli.rs`).
 
 use driftgate::decision::{DecisionInput, Rule, WindowScope, decide};
 use driftgate::policy::PolicySet;
