@@ -127,18 +127,27 @@ fn diff_value(
         }
         // A map that appears or disappears as a whole is reported leaf by leaf, so that a
         // delegated `spec.replicas` still matches when the old object had no `spec` at all.
+        // A map that holds only nulls still appeared: like an empty map, it is reported itself.
         (Some(Value::Object(a)), b) if is_absent(b) && !a.is_empty() => {
+            let before = out.len();
             for (key, value) in a {
                 path.push(key.clone());
                 diff_value(path, Some(value), None, out);
                 path.pop();
             }
+            if out.len() == before {
+                out.push(FieldPath(path.clone()));
+            }
         }
         (a, Some(Value::Object(b))) if is_absent(a) && !b.is_empty() => {
+            let before = out.len();
             for (key, value) in b {
                 path.push(key.clone());
                 diff_value(path, None, Some(value), out);
                 path.pop();
+            }
+            if out.len() == before {
+                out.push(FieldPath(path.clone()));
             }
         }
         (a, b) if is_absent(a) && is_absent(b) => {}

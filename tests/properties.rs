@@ -1,0 +1,600 @@
+//! Property tests for the pure building blocks: field paths and patterns, the UPDATE diff, and
+//! the break-glass time formats.
+
+use std::collections::BTreeMap;
+
+use driftgate::diff::changed_paths;
+use driftgate::fieldpath::{FieldPath, FieldPattern};
+use driftgate::timefmt::{WindowDuration, format_expiry, parse_expiry};
+use jiff::Timestamp;
+use kube::core::DynamicObject;
+use proptest::collection::{btree_map, vec};
+use proptest::option;
+use proptest::prelude::*;
+use proptest::sample::{Index, select};
+use serde_json::{Map, Value, json};
+
+// ---------------------------------------------------------------------------------------------
+// Field paths
+// ---------------------------------------------------------------------------------------------
+
+/// A non-empty segment without brackets: mostly the shapes real keys have (plain names, list
+/// indices, dotted and slashed annotation keys), plus arbitrary unicode.
+fn segment() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => "[a-zA-Z_-][a-zA-Z0-9_-]{0,8}",
+        2 => "[0-9]{1,3}",
+        2 => "[a-z0-9][a-z0-9./_-]{0,12}",
+        2 => "[^\\[\\]]{1,8}",
+    ]
+}
+
+/// A segment that `FieldPattern::parse` takes literally: no glob metacharacter (`*`, `?`, `{`).
+fn literal_segment() -> impl Strategy<Value = String> {
+    segment().prop_filter("glob metacharacter", |s| !s.contains(['*', '?', '{']))
+}
+
+/// Strings built from the characters the path grammar cares about, so the parsers see many
+/// near-valid inputs and not only noise.
+fn path_like() -> impl Strategy<Value = String> {
+    prop_oneof!["[a-c0-9.\\[\\]*?{},\\\\/-]{0,16}", any::<String>(),]
+}
+
+proptest! {
+    #[test]
+    fn field_path_display_round_trips(segments in vec(segment(), 1..6)) {
+        let path = FieldPath::new(segments.clone());
+        let text = path.to_string();
+        let parsed = FieldPath::parse(&text);
+        prop_assert_eq!(parsed.as_ref().map(FieldPath::segments), Ok(&segments[..]), "text {:?}", text);
+    }
+
+    #[test]
+    fn field_path_parse_never_panics(text in path_like()) {
+        let _ = FieldPath::parse(&text);
+    }
+
+    #[test]
+    fn field_pattern_parse_never_panics(text in path_like()) {
+        if let Ok(pattern) = FieldPattern::parse(&text) {
+            prop_assert_eq!(pattern.as_str(), text.as_str());
+        }
+    }
+
+    #[test]
+    fn pattern_of_a_path_covers_it_and_below_but_not_above(
+        segments in vec(literal_segment(), 1..6),
+        extension in vec(any::<String>(), 1..4),
+    ) {
+        let path = FieldPath::new(segments.clone());
+        let text = path.to_string();
+        let pattern = FieldPattern::parse(&text);
+        prop_assert!(pattern.is_ok(), "{:?} does not parse as a pattern: {:?}", text, pattern);
+        let pattern = pattern.unwrap();
+        prop_assert!(pattern.covers(&path), "{:?} does not cover its own path", text);
+        let mut longer = segments.clone();
+        longer.extend(extension);
+        prop_assert!(pattern.covers(&FieldPath::new(longer.clone())), "{:?} does not cover {:?}", text, longer);
+        for len in 0..segments.len() {
+            let prefix = FieldPath::new(segments[..len].to_vec());
+            prop_assert!(!pattern.covers(&prefix), "{:?} covers its prefix {:?}", text, prefix);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Diff
+// ---------------------------------------------------------------------------------------------
+
+/// Few keys, so that generated objects share structure and mutations hit existing fields.
+fn data_key() -> impl Strategy<Value = String> {
+    select(vec!["a", "b", "replicas", "image", "x.y/z", "0"]).prop_map(str::to_owned)
+}
+
+fn scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        2 => any::<bool>().prop_map(Value::Bool),
+        3 => (-2i64..3).prop_map(Value::from),
+        1 => Just(json!(0.5)),
+        3 => select(vec!["", "a", "b", "api:1"]).prop_map(Value::from),
+    ]
+}
+
+fn tree() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![1 => Just(Value::Null), 6 => scalar()];
+    leaf.prop_recursive(3, 24, 3, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..3).prop_map(Value::Array),
+            btree_map(data_key(), inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// `{a: null}` and the like: equal to `{}` once nulls are dropped, but not to nothing.
+fn null_only_map() -> impl Strategy<Value = Value> {
+    btree_map(data_key(), Just(Value::Null), 1..3)
+        .prop_map(|m| Value::Object(m.into_iter().collect()))
+}
+
+/// Top-level keys besides apiVersion, kind and metadata.
+const TOP_KEYS: [&str; 4] = ["spec", "data", "status", "extra"];
+
+fn top_key() -> impl Strategy<Value = String> {
+    select(TOP_KEYS.to_vec()).prop_map(str::to_owned)
+}
+
+fn label_key() -> impl Strategy<Value = String> {
+    select(vec!["app", "tier", "driftgate.dev/break-glass"]).prop_map(str::to_owned)
+}
+
+fn label_value() -> impl Strategy<Value = String> {
+    select(vec!["", "api", "20261130T0930Z"]).prop_map(str::to_owned)
+}
+
+fn string_map() -> impl Strategy<Value = Option<BTreeMap<String, String>>> {
+    option::of(btree_map(label_key(), label_value(), 0..3))
+}
+
+/// Metadata the API server maintains by itself; `changed_paths` must not see it.
+fn ignored_metadata() -> impl Strategy<Value = Map<String, Value>> {
+    (
+        option::of(select(vec!["1", "2"])),
+        option::of(1i64..3),
+        option::of(select(vec!["uid-1", "uid-2"])),
+        option::of(select(vec!["2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"])),
+        option::of(select(vec!["kustomize-controller", "kubectl-edit"])),
+        option::of(select(vec!["2026-03-01T00:00:00Z"])),
+        option::of(0i64..31),
+    )
+        .prop_map(|(rv, generation, uid, created, manager, deleted, grace)| {
+            let mut meta = Map::new();
+            let mut put = |key: &str, value: Option<Value>| {
+                if let Some(value) = value {
+                    meta.insert(key.to_owned(), value);
+                }
+            };
+            put("resourceVersion", rv.map(Value::from));
+            put("generation", generation.map(Value::from));
+            put("uid", uid.map(Value::from));
+            put("creationTimestamp", created.map(Value::from));
+            put(
+                "managedFields",
+                manager.map(|m| json!([{"manager": m, "operation": "Apply"}])),
+            );
+            put("deletionTimestamp", deleted.map(Value::from));
+            put("deletionGracePeriodSeconds", grace.map(Value::from));
+            meta
+        })
+}
+
+/// A whole object as JSON, the way an AdmissionReview carries it.
+fn object() -> impl Strategy<Value = Value> {
+    (
+        select(vec!["api", "db"]),
+        string_map(),
+        string_map(),
+        option::of(vec(select(vec!["a.io/x", "b"]), 0..3)),
+        ignored_metadata(),
+        btree_map(top_key(), tree(), 0..4),
+    )
+        .prop_map(|(name, labels, annotations, finalizers, ignored, data)| {
+            let mut meta = ignored;
+            meta.insert("name".into(), json!(name));
+            meta.insert("namespace".into(), json!("prod-payments"));
+            if let Some(labels) = labels {
+                meta.insert("labels".into(), json!(labels));
+            }
+            if let Some(annotations) = annotations {
+                meta.insert("annotations".into(), json!(annotations));
+            }
+            if let Some(finalizers) = finalizers {
+                meta.insert("finalizers".into(), json!(finalizers));
+            }
+            let mut root = Map::new();
+            root.insert("apiVersion".into(), json!("example.com/v1"));
+            root.insert("kind".into(), json!("Widget"));
+            root.insert("metadata".into(), Value::Object(meta));
+            root.extend(data);
+            Value::Object(root)
+        })
+}
+
+/// One edit that turns an object into another, relevant or not.
+#[derive(Clone, Debug)]
+enum Mutation {
+    /// Replace the node reached from `top` by `picks` (creating `top` if needed).
+    Set(String, Vec<Index>, Value),
+    /// Remove `top` itself (no picks), or one key of the map reached from `top` by the picks
+    /// after the first.
+    Remove(String, Vec<Index>, Index),
+    /// Add `key: null` to the map reached from `top` by `picks`, if the key is absent.
+    InsertNull(String, Vec<Index>, String),
+    Label(String, Option<String>),
+    Annotation(String, Option<String>),
+    /// `labels: {}` <-> no labels.
+    EmptyLabels,
+    Finalizers(Option<Vec<String>>),
+    Name(String),
+    IgnoredMetadata(Map<String, Value>),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let picks = || vec(any::<Index>(), 0..4);
+    prop_oneof![
+        4 => (top_key(), picks(), tree()).prop_map(|(t, p, v)| Mutation::Set(t, p, v)),
+        1 => (top_key(), picks(), null_only_map()).prop_map(|(t, p, v)| Mutation::Set(t, p, v)),
+        2 => (top_key(), picks(), any::<Index>()).prop_map(|(t, p, i)| Mutation::Remove(t, p, i)),
+        2 => (top_key(), picks(), data_key()).prop_map(|(t, p, k)| Mutation::InsertNull(t, p, k)),
+        1 => (label_key(), option::of(label_value())).prop_map(|(k, v)| Mutation::Label(k, v)),
+        1 => (label_key(), option::of(label_value())).prop_map(|(k, v)| Mutation::Annotation(k, v)),
+        1 => Just(Mutation::EmptyLabels),
+        1 => option::of(vec(select(vec!["a.io/x", "b"]).prop_map(str::to_owned), 0..2))
+            .prop_map(Mutation::Finalizers),
+        1 => select(vec!["api", "db"]).prop_map(|n| Mutation::Name(n.to_owned())),
+        2 => ignored_metadata().prop_map(Mutation::IgnoredMetadata),
+    ]
+}
+
+/// The route `picks` take down through non-empty maps and lists (each pick chooses a key or an
+/// element); it stops early at anything else.
+fn route(mut node: &Value, picks: impl IntoIterator<Item = usize>) -> Vec<String> {
+    let mut segments = Vec::new();
+    for pick in picks {
+        match node {
+            Value::Object(map) if !map.is_empty() => {
+                let (key, value) = map.iter().nth(pick % map.len()).unwrap();
+                segments.push(key.clone());
+                node = value;
+            }
+            Value::Array(list) if !list.is_empty() => {
+                let i = pick % list.len();
+                segments.push(i.to_string());
+                node = &list[i];
+            }
+            _ => break,
+        }
+    }
+    segments
+}
+
+fn at_mut<'a>(node: &'a mut Value, segments: &[String]) -> &'a mut Value {
+    segments.iter().fold(node, |node, segment| match node {
+        Value::Object(map) => map.get_mut(segment).unwrap(),
+        Value::Array(list) => &mut list[segment.parse::<usize>().unwrap()],
+        _ => unreachable!("a route only passes maps and lists"),
+    })
+}
+
+/// Follows `picks` down through non-empty maps and lists; stops early at anything else.
+fn descend<'a>(node: &'a mut Value, picks: &[Index]) -> &'a mut Value {
+    let segments = route(node, picks.iter().map(|p| p.index(usize::MAX)));
+    at_mut(node, &segments)
+}
+
+fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+    object["metadata"].as_object_mut().unwrap()
+}
+
+fn set_in_string_map(
+    meta: &mut Map<String, Value>,
+    field: &str,
+    key: String,
+    value: Option<String>,
+) {
+    let map = meta.entry(field).or_insert_with(|| json!({}));
+    let map = map.as_object_mut().unwrap();
+    match value {
+        Some(value) => map.insert(key, json!(value)),
+        None => map.remove(&key),
+    };
+}
+
+fn apply(object: &mut Value, mutation: &Mutation) {
+    match mutation.clone() {
+        Mutation::Set(top, picks, value) => {
+            let slot = object
+                .as_object_mut()
+                .unwrap()
+                .entry(top)
+                .or_insert(Value::Null);
+            *descend(slot, &picks) = value;
+        }
+        Mutation::Remove(top, picks, index) => {
+            let root = object.as_object_mut().unwrap();
+            if picks.is_empty() {
+                root.remove(&top);
+            } else if let Some(slot) = root.get_mut(&top)
+                && let Value::Object(map) = descend(slot, &picks[1..])
+                && !map.is_empty()
+            {
+                let key = map.keys().nth(index.index(map.len())).unwrap().clone();
+                map.remove(&key);
+            }
+        }
+        Mutation::InsertNull(top, picks, key) => {
+            let root = object.as_object_mut().unwrap();
+            match root.get_mut(&top) {
+                None => {
+                    root.insert(top, Value::Null);
+                }
+                Some(slot) => {
+                    if let Value::Object(map) = descend(slot, &picks) {
+                        map.entry(key).or_insert(Value::Null);
+                    }
+                }
+            }
+        }
+        Mutation::Label(key, value) => {
+            set_in_string_map(metadata_mut(object), "labels", key, value)
+        }
+        Mutation::Annotation(key, value) => {
+            set_in_string_map(metadata_mut(object), "annotations", key, value)
+        }
+        Mutation::EmptyLabels => {
+            let meta = metadata_mut(object);
+            match meta.get("labels") {
+                Some(Value::Object(labels)) if labels.is_empty() => {
+                    meta.remove("labels");
+                }
+                None => {
+                    meta.insert("labels".into(), json!({}));
+                }
+                Some(_) => {}
+            }
+        }
+        Mutation::Finalizers(finalizers) => {
+            let meta = metadata_mut(object);
+            match finalizers {
+                Some(list) => meta.insert("finalizers".into(), json!(list)),
+                None => meta.remove("finalizers"),
+            };
+        }
+        Mutation::Name(name) => {
+            metadata_mut(object).insert("name".into(), json!(name));
+        }
+        Mutation::IgnoredMetadata(fields) => {
+            let meta = metadata_mut(object);
+            for key in [
+                "resourceVersion",
+                "generation",
+                "uid",
+                "creationTimestamp",
+                "managedFields",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+            ] {
+                meta.remove(key);
+            }
+            meta.extend(fields);
+        }
+    }
+}
+
+/// Pairs of objects: mostly an object and an edit of it (so that "equal" is common), sometimes
+/// two unrelated objects.
+fn object_pair() -> impl Strategy<Value = (Value, Value)> {
+    prop_oneof![
+        4 => (object(), vec(mutation(), 0..4)).prop_map(|(a, mutations)| {
+            let mut b = a.clone();
+            for m in &mutations {
+                apply(&mut b, m);
+            }
+            (a, b)
+        }),
+        1 => (object(), object()),
+    ]
+}
+
+fn dynamic(value: &Value) -> DynamicObject {
+    serde_json::from_value(value.clone()).expect("generated objects are valid DynamicObjects")
+}
+
+/// The reference for "no change": drop `status` and the metadata the API server keeps, treat an
+/// empty labels/annotations/finalizers/ownerReferences as absent, and drop map keys whose value
+/// is null (list elements keep their place, so a null element stays).
+fn normalise(object: &Value) -> Value {
+    let mut out = Map::new();
+    for (key, value) in object.as_object().unwrap() {
+        match key.as_str() {
+            "status" => {}
+            "metadata" => {
+                let mut meta = Map::new();
+                for (field, value) in value.as_object().unwrap() {
+                    let keep = match field.as_str() {
+                        "name" | "generateName" | "namespace" => !value.is_null(),
+                        "labels" | "annotations" => {
+                            value.as_object().is_some_and(|m| !m.is_empty())
+                        }
+                        "finalizers" | "ownerReferences" => {
+                            value.as_array().is_some_and(|l| !l.is_empty())
+                        }
+                        _ => false,
+                    };
+                    if keep {
+                        meta.insert(field.clone(), value.clone());
+                    }
+                }
+                out.insert(key.clone(), Value::Object(meta));
+            }
+            _ => {
+                if !value.is_null() {
+                    out.insert(key.clone(), strip_null_keys(value));
+                }
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+fn strip_null_keys(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), strip_null_keys(v)))
+                .collect(),
+        ),
+        Value::Array(list) => Value::Array(list.iter().map(strip_null_keys).collect()),
+        other => other.clone(),
+    }
+}
+
+fn lookup<'a>(object: &'a Value, path: &FieldPath) -> Option<&'a Value> {
+    path.segments()
+        .iter()
+        .try_fold(object, |node, segment| match node {
+            Value::Object(map) => map.get(segment),
+            Value::Array(list) => segment.parse::<usize>().ok().and_then(|i| list.get(i)),
+            _ => None,
+        })
+}
+
+fn sorted(mut paths: Vec<FieldPath>) -> Vec<FieldPath> {
+    paths.sort();
+    paths
+}
+
+proptest! {
+    #[test]
+    fn diff_of_an_object_with_itself_is_empty(object in object()) {
+        let object = dynamic(&object);
+        prop_assert_eq!(changed_paths(&object, &object), Vec::<FieldPath>::new());
+    }
+
+    #[test]
+    fn diff_is_empty_iff_equal_after_normalising((a, b) in object_pair()) {
+        let changes = changed_paths(&dynamic(&a), &dynamic(&b));
+        let equal = normalise(&a) == normalise(&b);
+        if equal {
+            prop_assert!(changes.is_empty(), "equal objects, yet changes {:?}", changes);
+        } else {
+            prop_assert!(!changes.is_empty(), "objects differ, yet no change reported");
+        }
+    }
+
+    #[test]
+    fn diff_reports_only_paths_that_exist((a, b) in object_pair()) {
+        for path in changed_paths(&dynamic(&a), &dynamic(&b)) {
+            prop_assert!(
+                lookup(&a, &path).is_some() || lookup(&b, &path).is_some(),
+                "{} is in neither object", path
+            );
+        }
+    }
+
+    #[test]
+    fn diff_is_symmetric((a, b) in object_pair()) {
+        let (a, b) = (dynamic(&a), dynamic(&b));
+        prop_assert_eq!(sorted(changed_paths(&a, &b)), sorted(changed_paths(&b, &a)));
+    }
+
+    #[test]
+    fn changing_one_leaf_in_spec_reports_exactly_that_path(
+        object in object(),
+        spec in btree_map(data_key(), tree(), 1..4),
+        picks in vec(any::<Index>(), 0..6),
+        replacement in scalar(),
+    ) {
+        let mut a = object;
+        a["spec"] = Value::Object(spec.into_iter().collect());
+        let mut b = a.clone();
+        // Walk down to a leaf (anything but a non-empty map or list), remembering the path.
+        let raw = picks.into_iter().map(|p| p.index(usize::MAX));
+        let route = route(&b["spec"], raw.chain(std::iter::repeat(0)));
+        let node = at_mut(&mut b["spec"], &route);
+        *node = if *node == replacement { json!("a value no generator makes") } else { replacement };
+        let mut expected = vec!["spec".to_owned()];
+        expected.extend(route);
+        prop_assert_eq!(changed_paths(&dynamic(&a), &dynamic(&b)), vec![FieldPath::new(expected)]);
+    }
+}
+
+/// A map that appears holding only nulls is a change, as an empty map appearing is; a map that
+/// gains a null key is not. (Found by `diff_is_empty_iff_equal_after_normalising`.)
+#[test]
+fn a_map_of_nulls_appearing_is_a_change() {
+    let object = |spec: Value| {
+        dynamic(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a"}, "spec": spec}))
+    };
+    let absent = object(json!({}));
+    let empty = object(json!({"x": {}}));
+    let nulls = object(json!({"x": {"y": null}}));
+    assert!(changed_paths(&nulls, &empty).is_empty());
+    assert!(!changed_paths(&absent, &empty).is_empty());
+    assert!(!changed_paths(&absent, &nulls).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Break-glass expiries and durations
+// ---------------------------------------------------------------------------------------------
+
+/// Strings shaped like expiries, with every part possibly out of range.
+fn expiry_like() -> impl Strategy<Value = String> {
+    (
+        0u32..10_000,
+        0u32..14,
+        0u32..33,
+        0u32..26,
+        0u32..62,
+        option::of(0u32..62),
+    )
+        .prop_map(|(year, month, day, hour, minute, second)| match second {
+            Some(s) => format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{s:02}Z"),
+            None => format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}Z"),
+        })
+}
+
+proptest! {
+    #[test]
+    fn expiry_round_trips(second in 0i64..=Timestamp::MAX.as_second()) {
+        let t = Timestamp::from_second(second).unwrap();
+        let text = format_expiry(t);
+        prop_assert_eq!(parse_expiry(&text), Ok(t), "formatted as {:?}", text);
+    }
+
+    #[test]
+    fn parse_expiry_never_panics(text in prop_oneof![
+        any::<String>(),
+        "[0-9TZ]{14}",
+        "[0-9TZ]{16}",
+        "[0-9]{8}T[0-9]{4}([0-9]{2})?Z",
+        ".{14}",
+        ".{16}",
+    ]) {
+        let _ = parse_expiry(&text);
+    }
+
+    #[test]
+    fn accepted_expiries_have_a_fixed_shape_and_reformat_equivalently(
+        text in prop_oneof![1 => any::<String>(), 8 => expiry_like()]
+    ) {
+        if let Ok(t) = parse_expiry(&text) {
+            prop_assert!(text.len() == 14 || text.len() == 16, "{:?} accepted", text);
+            let again = format_expiry(t);
+            prop_assert_eq!(parse_expiry(&again), Ok(t));
+            // Seconds are dropped only when zero: the text itself, or the text less "00".
+            let expected = if text.len() == 16 && &text[13..15] == "00" {
+                format!("{}Z", &text[..13])
+            } else {
+                text.clone()
+            };
+            prop_assert_eq!(again, expected);
+        }
+    }
+
+    #[test]
+    fn duration_parse_never_panics(text in prop_oneof![any::<String>(), "[0-9dhms -]{0,24}"]) {
+        if let Ok(d) = WindowDuration::parse(&text) {
+            let seconds = d.as_signed().as_secs();
+            prop_assert!((1..=366 * 86_400).contains(&seconds), "{:?} -> {}s", text, seconds);
+        }
+    }
+
+    #[test]
+    fn duration_display_round_trips(seconds in 1i64..=366 * 86_400) {
+        let d = WindowDuration::from_secs(seconds);
+        let text = d.to_string();
+        prop_assert_eq!(WindowDuration::parse(&text), Ok(d), "displayed as {:?}", text);
+    }
+}
