@@ -4,13 +4,18 @@
 //! ([`policy`]), the pure decision ([`decision::decide`]) and the offline tools ([`cli`]).
 #![forbid(unsafe_code)]
 
+pub mod certs;
 pub mod cli;
 pub mod decision;
 pub mod diff;
 pub mod error;
+pub mod events;
 pub mod fieldpath;
+pub mod kube_state;
+pub mod metrics;
 pub mod policy;
 pub mod review;
+pub mod server;
 pub mod testsuite;
 pub mod timefmt;
 

@@ -1,0 +1,215 @@
+//! Prometheus metrics, served on the admin port at `/metrics`.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReviewLabels {
+    /// `allowed`, `allowed-audit`, `denied` or `invalid`.
+    pub decision: String,
+    pub rule: String,
+    pub policy: String,
+    pub operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `success` or `failure`.
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+}
+
+/// Every metric driftgate exports. One instance, shared through `Arc`.
+pub struct Metrics {
+    registry: Registry,
+    pub reviews: Family<ReviewLabels, Counter>,
+    pub review_duration: Histogram,
+    pub break_glass_windows_open: Gauge,
+    /// Events accepted by the API server, by reason (`BreakGlassChange`, `WriteDenied`, ...).
+    pub events_published: Family<ReasonLabels, Counter>,
+    /// Events not published, by why (`queue_full`, `api_error`).
+    pub events_dropped: Family<ReasonLabels, Counter>,
+    pub policy_reloads: Family<ResultLabels, Counter>,
+    pub policy_last_reload: Gauge<f64, AtomicU64>,
+    pub tls_reloads: Family<ResultLabels, Counter>,
+    pub parent_lookups: Family<ResultLabels, Counter>,
+    /// 1 when the namespace cache is synced and trusted.
+    pub namespace_cache_ready: Gauge,
+    pub build_info: Family<BuildLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("driftgate");
+        let reviews = Family::<ReviewLabels, Counter>::default();
+        registry.register(
+            "admission_reviews",
+            "Admission reviews answered, by decision, rule, policy and operation",
+            reviews.clone(),
+        );
+        // Sub-millisecond buckets: a decision takes microseconds, and the API server's budget
+        // for the whole call is seconds.
+        let review_duration = Histogram::new([
+            0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+            0.25, 0.5, 1.0, 2.5,
+        ]);
+        registry.register(
+            "admission_duration_seconds",
+            "Time from a review's body being read to its answer",
+            review_duration.clone(),
+        );
+        let break_glass_windows_open = Gauge::default();
+        registry.register(
+            "break_glass_windows_open",
+            "Break-glass windows known to be open (namespaces, and objects seen in recent decisions)",
+            break_glass_windows_open.clone(),
+        );
+        let events_published = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "events_published",
+            "Kubernetes Events published, by reason",
+            events_published.clone(),
+        );
+        let events_dropped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "events_dropped",
+            "Kubernetes Events dropped, by why (queue_full, api_error)",
+            events_dropped.clone(),
+        );
+        let policy_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "policy_reloads",
+            "Policy reloads, by result; a failed reload keeps the last good policy",
+            policy_reloads.clone(),
+        );
+        let policy_last_reload = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "policy_last_reload_timestamp_seconds",
+            "Unix time of the last successful policy load",
+            policy_last_reload.clone(),
+        );
+        let tls_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "tls_reloads",
+            "Serving certificate reloads, by result; a failed reload keeps the old certificate",
+            tls_reloads.clone(),
+        );
+        let parent_lookups = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "parent_lookups",
+            "GETs of a subresource's parent object to read its break-glass window",
+            parent_lookups.clone(),
+        );
+        let namespace_cache_ready = Gauge::default();
+        registry.register(
+            "namespace_cache_ready",
+            "1 when the namespace cache is synced and trusted, else 0",
+            namespace_cache_ready.clone(),
+        );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register("build_info", "Build information", build_info.clone());
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
+        // Series that alerts read exist from the start, at zero, rather than appearing on first use.
+        for family in [&policy_reloads, &tls_reloads, &parent_lookups] {
+            for result in ["success", "failure"] {
+                let _ = family.get_or_create(&ResultLabels {
+                    result: result.to_owned(),
+                });
+            }
+        }
+        for reason in ["queue_full", "api_error"] {
+            let _ = events_dropped.get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            });
+        }
+        Metrics {
+            registry,
+            reviews,
+            review_duration,
+            break_glass_windows_open,
+            events_published,
+            events_dropped,
+            policy_reloads,
+            policy_last_reload,
+            tls_reloads,
+            parent_lookups,
+            namespace_cache_ready,
+            build_info,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    pub fn count_result(family: &Family<ResultLabels, Counter>, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        family
+            .get_or_create(&ResultLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_every_metric_with_its_prefix() {
+        let metrics = Metrics::new();
+        Metrics::count_result(&metrics.policy_reloads, false);
+        metrics
+            .reviews
+            .get_or_create(&ReviewLabels {
+                decision: "denied".into(),
+                rule: "NotPermitted".into(),
+                policy: "production".into(),
+                operation: "UPDATE".into(),
+            })
+            .inc();
+        let text = metrics.encode();
+        for name in [
+            "driftgate_admission_reviews_total{decision=\"denied\",rule=\"NotPermitted\",policy=\"production\",operation=\"UPDATE\"} 1",
+            "driftgate_admission_duration_seconds_bucket{le=\"0.0001\"}",
+            "driftgate_policy_reloads_total{result=\"failure\"} 1",
+            "driftgate_build_info{version=",
+            "driftgate_policy_last_reload_timestamp_seconds",
+            "driftgate_tls_reloads_total{result=\"success\"} 0",
+            "driftgate_events_dropped_total{reason=\"queue_full\"} 0",
+            "driftgate_break_glass_windows_open",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}
