@@ -32,6 +32,8 @@ pub enum Command {
     /// Check or test policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Serve the admission webhook over TLS (with --dev: local defaults, no setup).
+    Serve(crate::serve::ServeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -75,6 +77,29 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Eval(args) => eval(&args, &mut out),
         Command::Policy(PolicyCommand::Check { paths }) => policy_check(&paths, &mut out),
         Command::Policy(PolicyCommand::Test { path }) => policy_test(&path, &mut out),
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: crate::serve::ServeArgs) -> ExitCode {
+    crate::serve::init_logging(args.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("driftgate serve: cannot start the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(crate::serve::serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "driftgate serve failed");
+            eprintln!("driftgate serve: {error}");
+            ExitCode::from(1)
+        }
     }
 }
 

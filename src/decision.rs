@@ -502,6 +502,27 @@ enum BreakGlassChange {
     Closed,
 }
 
+/// Whether a subresource request's decision could change with its parent's break-glass window:
+/// a person refused for want of a window, or a controller that a window would hold. Only then
+/// is the parent worth a GET.
+pub fn needs_parent(policies: &PolicySet, decision: &Decision) -> bool {
+    if decision.record.object.subresource.is_empty() {
+        return false;
+    }
+    decision.record.verdicts.iter().any(|verdict| {
+        let rules = policies
+            .policies()
+            .iter()
+            .find(|p| p.name == verdict.policy)
+            .and_then(|p| p.break_glass.as_ref());
+        match (verdict.rule, rules) {
+            (Rule::NotPermitted, Some(_)) => true,
+            (Rule::Controller, Some(rules)) => rules.hold_controller,
+            _ => false,
+        }
+    })
+}
+
 /// Decides the whole request against every policy.
 pub fn decide(policies: &PolicySet, input: &DecisionInput<'_>) -> Decision {
     let facts = Facts::new(input);

@@ -20,6 +20,8 @@ pub enum Error {
     TestSuite { path: PathBuf, reason: String },
     #[error("the policies are invalid:\n{0}")]
     Policy(#[from] PolicyErrors),
+    #[error("{0}")]
+    Config(String),
     #[error("\"{value}\" is not an RFC 3339 time such as 2026-11-30T09:00:00Z: {reason}")]
     Time { value: String, reason: String },
 }

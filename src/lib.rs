@@ -15,6 +15,7 @@ pub mod kube_state;
 pub mod metrics;
 pub mod policy;
 pub mod review;
+pub mod serve;
 pub mod server;
 pub mod testsuite;
 pub mod timefmt;

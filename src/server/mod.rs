@@ -1,3 +1,240 @@
 //! The webhook service: `POST /validate` on the TLS port, health and metrics on the admin port.
+//!
+//! The routers hold no TLS and no sockets, so tests drive them with `tower::ServiceExt::oneshot`.
 
+pub mod reload;
 pub mod tls;
+pub mod windows;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use jiff::Timestamp;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::decision::{Decision, DecisionInput, decide, needs_parent};
+use crate::events::EventSink;
+use crate::kube_state::{NamespaceCache, ParentLookup};
+use crate::metrics::{Metrics, ReviewLabels};
+use crate::policy::PolicySet;
+use crate::review::parse_review;
+use windows::WindowTracker;
+
+/// Large enough for a review carrying two 1.5 MiB objects (old and new) and its envelope;
+/// etcd's default request limit is 1.5 MiB per object.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Where the decision's "now" comes from; tests pin it.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// Everything a review needs, shared by every request.
+pub struct AppState {
+    /// Swapped whole on reload: a review sees one policy set from start to end.
+    pub policies: Arc<ArcSwap<PolicySet>>,
+    pub namespaces: NamespaceCache,
+    pub parents: ParentLookup,
+    pub events: EventSink,
+    pub metrics: Arc<Metrics>,
+    pub windows: WindowTracker,
+    pub clock: Clock,
+    /// Cleared when shutdown starts, so the API server's endpoints drop this pod first.
+    pub accepting: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(
+        policies: Arc<ArcSwap<PolicySet>>,
+        namespaces: NamespaceCache,
+        parents: ParentLookup,
+        events: EventSink,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        AppState {
+            policies,
+            namespaces,
+            parents,
+            events,
+            windows: WindowTracker::new(metrics.clone()),
+            metrics,
+            clock: Arc::new(Timestamp::now),
+            accepting: AtomicBool::new(true),
+        }
+    }
+
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
+/// `POST /validate`, with the body limit and a request timeout shorter than the webhook's
+/// `timeoutSeconds`, so the API server gets our answer (a 408) rather than its own timeout.
+pub fn router(state: Arc<AppState>, request_timeout: Duration) -> Router {
+    Router::new()
+        .route("/validate", post(validate))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            request_timeout,
+        ))
+        .with_state(state)
+}
+
+/// `GET /healthz`, `GET /readyz`, `GET /metrics` on the plain-HTTP admin port.
+pub fn admin_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if !state.accepting.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    if !state.namespaces.is_ready() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "namespace cache not synced with the API server yet\n",
+        )
+            .into_response();
+    }
+    // A failed reload keeps serving the last good policy, so it does not make the pod unready.
+    let count = state.policies.load().policies().len();
+    (StatusCode::OK, format!("ok: {count} policies loaded\n")).into_response()
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+fn bad_request(state: &AppState, message: String) -> Response {
+    state
+        .metrics
+        .reviews
+        .get_or_create(&ReviewLabels {
+            decision: "invalid".into(),
+            rule: String::new(),
+            policy: String::new(),
+            operation: String::new(),
+        })
+        .inc();
+    tracing::warn!(error = %message, "refused a request that is not an AdmissionReview");
+    (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response()
+}
+
+async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let request = match parse_review(&body) {
+        Ok(request) => request,
+        Err(error) => return bad_request(&state, error.to_string()),
+    };
+    let decision = review(&state, &request).await;
+    // Side effects never delay the answer: `record` only queues.
+    state.events.record(&request, &decision);
+    if !request.dry_run {
+        state.windows.observe(&decision);
+    }
+    let response = decision.to_response(&request).into_review();
+    let elapsed = started.elapsed();
+    observe(&state, &request, &decision, elapsed);
+    axum::Json(response).into_response()
+}
+
+/// The decision for one request, fetching the parent of a subresource only when a window on it
+/// could change the outcome.
+pub async fn review(state: &AppState, request: &AdmissionRequest<DynamicObject>) -> Decision {
+    let policies = state.policies.load();
+    let now = (state.clock)();
+    let namespace_name = match request.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => Some(ns),
+        _ if request.kind.group.is_empty() && request.kind.kind == "Namespace" => {
+            Some(request.name.as_str())
+        }
+        _ => None,
+    };
+    let namespace = namespace_name.and_then(|ns| state.namespaces.get(ns));
+    let namespace_meta = namespace.as_ref().map(|ns| &ns.metadata);
+    let input = DecisionInput {
+        request,
+        namespace: namespace_meta,
+        parent: None,
+        now,
+    };
+    let decision = decide(&policies, &input);
+    if !needs_parent(&policies, &decision) {
+        return decision;
+    }
+    match state.parents.fetch(request).await {
+        Some(parent) => decide(
+            &policies,
+            &DecisionInput {
+                parent: Some(&parent),
+                ..input
+            },
+        ),
+        None => decision,
+    }
+}
+
+/// Metrics and the one structured log line per review.
+fn observe(
+    state: &AppState,
+    request: &AdmissionRequest<DynamicObject>,
+    decision: &Decision,
+    elapsed: Duration,
+) {
+    let record = &decision.record;
+    let verdict = decision
+        .audit_annotations
+        .get(crate::decision::AUDIT_DECISION)
+        .map_or("allowed", String::as_str);
+    let policy = decision
+        .audit_annotations
+        .get(crate::decision::AUDIT_POLICY)
+        .map_or("", String::as_str);
+    state
+        .metrics
+        .reviews
+        .get_or_create(&ReviewLabels {
+            decision: verdict.to_owned(),
+            rule: record.rule.as_str().to_owned(),
+            policy: policy.to_owned(),
+            operation: record.operation.clone(),
+        })
+        .inc();
+    state.metrics.review_duration.observe(elapsed.as_secs_f64());
+    tracing::info!(
+        uid = %request.uid,
+        operation = %record.operation,
+        kind = %record.object.kind,
+        subresource = %record.object.subresource,
+        namespace = %record.object.namespace,
+        name = %record.object.name,
+        user = %record.user,
+        dry_run = record.dry_run,
+        decision = verdict,
+        policy,
+        rule = record.rule.as_str(),
+        latency_us = elapsed.as_micros() as u64,
+        "review"
+    );
+}

@@ -1,0 +1,354 @@
+//! `driftgate serve`: the webhook over TLS and the admin port, wired to the cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use clap::Args;
+use hyper_util::rt::TokioTimer;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::events::EventSink;
+use crate::kube_state::{NamespaceCache, ParentLookup};
+use crate::metrics::Metrics;
+use crate::policy::PolicySet;
+use crate::server::reload::spawn_policy_reloader;
+use crate::server::tls::{
+    TlsFiles, install_crypto_provider, load_rustls_config, spawn_tls_reloader,
+};
+use crate::server::{AppState, admin_router, router};
+
+pub const DEV_CERT_DIR: &str = "certs-dev";
+pub const DEV_POLICY: &str = "policies/example.yaml";
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Development defaults: certificates in certs-dev/ (generated when missing),
+    /// policies/example.yaml, 127.0.0.1:8443 and 127.0.0.1:8080, a cluster only if a kubeconfig
+    /// is found.
+    #[arg(long)]
+    pub dev: bool,
+    /// Policy file or directory (watched for changes).
+    #[arg(long, value_name = "PATH", required_unless_present = "dev")]
+    pub policy: Option<PathBuf>,
+    /// Serving certificate chain (PEM), reloaded when it changes.
+    #[arg(long, value_name = "FILE", required_unless_present = "dev")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving private key (PEM), reloaded when it changes.
+    #[arg(long, value_name = "FILE", required_unless_present = "dev")]
+    pub tls_key: Option<PathBuf>,
+    /// Address of the TLS webhook port.
+    #[arg(long, value_name = "ADDR")]
+    pub addr: Option<SocketAddr>,
+    /// Address of the plain-HTTP admin port (/healthz, /readyz, /metrics).
+    #[arg(long, value_name = "ADDR")]
+    pub admin_addr: Option<SocketAddr>,
+    /// Kubeconfig to use; default: in-cluster config, then $KUBECONFIG or ~/.kube/config.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_kube")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Run without a cluster: no namespace labels (namespace windows stay closed), no parent
+    /// lookups, Events written to the log.
+    #[arg(long)]
+    pub no_kube: bool,
+    /// Answer within this time, shorter than the webhook's timeoutSeconds (default 5s in the chart).
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// Close connections whose request headers take longer than this.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// On SIGTERM, fail readiness and keep serving this long, so that endpoints stop routing
+    /// here before the listener closes.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+    /// Then wait this long for in-flight reviews before closing connections.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// How often the policy and certificate files are checked for changes.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub reload_interval: Duration,
+    /// How many Events may wait for the API server before new ones are dropped.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub event_queue: usize,
+    /// Log lines as JSON (one object per line) or as text.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// The reporting instance in Events; default: $POD_NAME, then the host name.
+    #[arg(long, value_name = "NAME", env = "POD_NAME")]
+    pub instance: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs go to stderr; `RUST_LOG` filters them (default `info`).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+fn parse_duration(value: &str) -> std::result::Result<Duration, String> {
+    if value == "0" || value == "0s" {
+        return Ok(Duration::ZERO);
+    }
+    crate::timefmt::WindowDuration::parse(value)
+        .map(|d| d.as_signed().unsigned_abs())
+        .map_err(|e| e.to_string())
+}
+
+/// The settings after `--dev` defaults are applied.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub policy: PathBuf,
+    pub tls: TlsFiles,
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub args: ServeArgs,
+}
+
+impl ServeArgs {
+    pub fn settings(&self) -> Result<ServeSettings> {
+        let (policy, tls, addr, admin) = if self.dev {
+            let certs = crate::certs::ensure_dev_certs(std::path::Path::new(DEV_CERT_DIR))?;
+            (
+                self.policy.clone().unwrap_or_else(|| DEV_POLICY.into()),
+                TlsFiles {
+                    cert: self.tls_cert.clone().unwrap_or(certs.cert),
+                    key: self.tls_key.clone().unwrap_or(certs.key),
+                },
+                self.addr.unwrap_or(([127, 0, 0, 1], 8443).into()),
+                self.admin_addr.unwrap_or(([127, 0, 0, 1], 8080).into()),
+            )
+        } else {
+            // clap enforces these without --dev.
+            let missing = |what: &str| Error::Config(format!("{what} is required (or use --dev)"));
+            (
+                self.policy.clone().ok_or_else(|| missing("--policy"))?,
+                TlsFiles {
+                    cert: self.tls_cert.clone().ok_or_else(|| missing("--tls-cert"))?,
+                    key: self.tls_key.clone().ok_or_else(|| missing("--tls-key"))?,
+                },
+                self.addr.unwrap_or(([0, 0, 0, 0], 8443).into()),
+                self.admin_addr.unwrap_or(([0, 0, 0, 0], 8080).into()),
+            )
+        };
+        Ok(ServeSettings {
+            policy,
+            tls,
+            addr,
+            admin_addr: admin,
+            args: self.clone(),
+        })
+    }
+}
+
+/// A kube client per the flags; with `--dev`, only when a kubeconfig can be found.
+async fn kube_client(args: &ServeArgs) -> Result<Option<kube::Client>> {
+    if args.no_kube {
+        return Ok(None);
+    }
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| Error::Config(format!("no cluster configuration found ({e}); pass --kubeconfig, or --no-kube to run without a cluster"))),
+    };
+    let config = match (config, args.dev) {
+        (Ok(config), _) => config,
+        (Err(error), true) => {
+            tracing::info!(%error, "--dev without a cluster: Events go to the log, namespace windows stay closed");
+            return Ok(None);
+        }
+        (Err(error), false) => return Err(error),
+    };
+    kube::Client::try_from(config)
+        .map(Some)
+        .map_err(|e| Error::Config(format!("cannot build the Kubernetes client: {e}")))
+}
+
+fn instance_name(args: &ServeArgs) -> String {
+    args.instance
+        .clone()
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "driftgate".to_owned())
+}
+
+/// Runs until SIGTERM or SIGINT, then drains: readiness fails first, in-flight reviews finish,
+/// kept-alive connections are closed.
+pub async fn serve(args: ServeArgs) -> Result<()> {
+    install_crypto_provider();
+    let settings = args.settings()?;
+    let metrics = Arc::new(Metrics::new());
+    let shutdown = CancellationToken::new();
+
+    let initial = PolicySet::load(&settings.policy)?;
+    let policies = Arc::new(ArcSwap::from_pointee(initial));
+    Metrics::count_result(&metrics.policy_reloads, true);
+    metrics
+        .policy_last_reload
+        .set(jiff::Timestamp::now().as_millisecond() as f64 / 1000.0);
+
+    let tls_config = load_rustls_config(&settings.tls).await?;
+    let client = kube_client(&args).await?;
+    let mut tasks = Vec::new();
+    let namespaces = match &client {
+        Some(client) => {
+            let (cache, task) =
+                NamespaceCache::spawn(client.clone(), metrics.clone(), shutdown.clone());
+            tasks.push(task);
+            cache
+        }
+        None => NamespaceCache::disabled(),
+    };
+    let parents = ParentLookup::new(client.clone(), Duration::from_secs(2), metrics.clone());
+    let (events, events_task) = EventSink::spawn(
+        client.clone(),
+        instance_name(&args),
+        args.event_queue,
+        metrics.clone(),
+        shutdown.clone(),
+    );
+
+    let state = Arc::new(AppState::new(
+        policies.clone(),
+        namespaces,
+        parents,
+        events,
+        metrics.clone(),
+    ));
+
+    let force_reload = Arc::new(Notify::new());
+    tasks.push(spawn_policy_reloader(
+        settings.policy.clone(),
+        policies.clone(),
+        args.reload_interval,
+        force_reload.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    tasks.push(spawn_tls_reloader(
+        tls_config.clone(),
+        settings.tls.clone(),
+        args.reload_interval,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+
+    let handle = axum_server::Handle::new();
+    let mut server = axum_server::bind_rustls(settings.addr, tls_config).handle(handle.clone());
+    // The API server calls over HTTP/1.1 with pooled keep-alive connections: keep them open,
+    // and close those whose headers dribble in.
+    server
+        .http_builder()
+        .http1()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(Some(args.header_timeout));
+    let server = server.first_request_timeout(args.header_timeout);
+    let app = router(state.clone(), args.request_timeout);
+    let webhook = tokio::spawn(server.serve(app.into_make_service()));
+
+    let admin_listener = tokio::net::TcpListener::bind(settings.admin_addr)
+        .await
+        .map_err(|e| {
+            Error::Config(format!(
+                "cannot listen on the admin address {}: {e}",
+                settings.admin_addr
+            ))
+        })?;
+    let admin_shutdown = shutdown.clone();
+    let admin_app = admin_router(state.clone());
+    let admin = tokio::spawn(async move {
+        axum::serve(admin_listener, admin_app.into_make_service())
+            .with_graceful_shutdown(async move { admin_shutdown.cancelled().await })
+            .await
+    });
+
+    let bound = match handle.listening().await {
+        Some(addr) => addr,
+        None => {
+            // The server task ended before listening: surface its error.
+            return match webhook.await {
+                Ok(Err(e)) => Err(Error::Config(format!(
+                    "cannot listen on {}: {e}",
+                    settings.addr
+                ))),
+                _ => Err(Error::Config(format!("cannot listen on {}", settings.addr))),
+            };
+        }
+    };
+    tracing::info!(webhook = %bound, admin = %settings.admin_addr, policy = %settings.policy.display(), cluster = client.is_some(), "driftgate serving");
+    if args.dev {
+        let fixture = "tests/fixtures/kubectl-edit.json";
+        let ca = std::path::Path::new(DEV_CERT_DIR).join("ca.crt");
+        println!(
+            "driftgate is serving https://localhost:{}/validate; try: curl --cacert {} -H 'Content-Type: application/json' --data @{fixture} https://localhost:{}/validate",
+            bound.port(),
+            ca.display(),
+            bound.port()
+        );
+    }
+
+    wait_for_signal(force_reload).await;
+    tracing::info!(delay = ?args.shutdown_delay, grace = ?args.shutdown_grace, "shutting down: readiness off, then finishing in-flight reviews");
+    state.accepting.store(false, Ordering::Relaxed);
+    tokio::time::sleep(args.shutdown_delay).await;
+    handle.graceful_shutdown(Some(args.shutdown_grace));
+    let _ = webhook.await;
+    shutdown.cancel();
+    let _ = admin.await;
+    let _ = events_task.await;
+    for task in tasks {
+        let _ = task.await;
+    }
+    tracing::info!("driftgate stopped");
+    Ok(())
+}
+
+/// Waits for SIGTERM or SIGINT; SIGHUP forces a policy reload and keeps waiting.
+async fn wait_for_signal(force_reload: Arc<Notify>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        // Without signal handlers, Ctrl-C is still honoured.
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = tokio::signal::ctrl_c() => return,
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading the policy");
+                force_reload.notify_one();
+            }
+        }
+    }
+}
