@@ -1,4 +1,5 @@
-//! The command line: `driftgate eval`, `driftgate policy check`, `driftgate policy test`.
+//! The command line: `driftgate eval`, `driftgate policy check`, `driftgate policy test`,
+//! `driftgate certs dev`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -34,6 +35,9 @@ pub enum Command {
     Policy(PolicyCommand),
     /// Serve the admission webhook over TLS (with --dev: local defaults, no setup).
     Serve(crate::serve::ServeArgs),
+    /// Generate certificates.
+    #[command(subcommand)]
+    Certs(CertsCommand),
 }
 
 #[derive(Debug, Args)]
@@ -69,6 +73,22 @@ pub enum PolicyCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Write a development CA and a serving certificate signed by it, replacing any there.
+    Dev(CertsDevArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CertsDevArgs {
+    /// Directory for ca.crt, ca.key, tls.crt and tls.key (created if missing).
+    #[arg(long, value_name = "DIR", default_value = "certs-dev")]
+    pub out: PathBuf,
+    /// Another DNS name or IP address for the serving certificate; repeat for several.
+    #[arg(long = "host", value_name = "NAME")]
+    pub hosts: Vec<String>,
+}
+
 /// Runs the parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     let stdout = std::io::stdout();
@@ -78,6 +98,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Policy(PolicyCommand::Check { paths }) => policy_check(&paths, &mut out),
         Command::Policy(PolicyCommand::Test { path }) => policy_test(&path, &mut out),
         Command::Serve(args) => serve(args),
+        Command::Certs(CertsCommand::Dev(args)) => certs_dev(&args, &mut out),
     }
 }
 
@@ -255,4 +276,37 @@ pub fn policy_test(path: &std::path::Path, out: &mut impl Write) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Exit 0 with the files written, 2 when they could not be.
+pub fn certs_dev(args: &CertsDevArgs, out: &mut impl Write) -> ExitCode {
+    let written = crate::certs::serving_hosts(&args.hosts).and_then(|hosts| {
+        let paths = crate::certs::generate_dev_certs(&args.out, &args.hosts)?;
+        Ok((paths, hosts))
+    });
+    let (paths, hosts) = match written {
+        Ok(written) => written,
+        Err(error) => {
+            eprintln!("driftgate certs dev: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = writeln!(
+        out,
+        "wrote {}: CA {} (key {}), serving certificate {} (key {}) for {}, valid {} days",
+        args.out.display(),
+        paths.ca_cert.display(),
+        paths.ca_key.display(),
+        paths.cert.display(),
+        paths.key.display(),
+        hosts.join(", "),
+        crate::certs::VALIDITY.as_secs() / 86_400,
+    );
+    let _ = writeln!(
+        out,
+        "hint: clients must trust {ca}: the webhook's caBundle is `base64 -w0 {ca}`, \
+         and curl takes --cacert {ca}",
+        ca = paths.ca_cert.display(),
+    );
+    ExitCode::SUCCESS
 }

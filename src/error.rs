@@ -24,6 +24,23 @@ pub enum Error {
     Config(String),
     #[error("\"{value}\" is not an RFC 3339 time such as 2026-11-30T09:00:00Z: {reason}")]
     Time { value: String, reason: String },
+    #[error("{}: cannot be written: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {reason}", path.display())]
+    Tls { path: PathBuf, reason: String },
+    #[error(
+        "{}: this private key does not belong to the first certificate in {}; the certificate \
+         and key must come from the same issuance (in a kubernetes.io/tls Secret, tls.crt and \
+         tls.key are replaced together)",
+        key.display(),
+        cert.display()
+    )]
+    TlsKeyMismatch { cert: PathBuf, key: PathBuf },
+    #[error("cannot generate development certificates: {reason}")]
+    Certs { reason: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

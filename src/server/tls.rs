@@ -1,17 +1,25 @@
 //! The serving certificate: loaded with rustls (ring provider), and reloaded when its files
 //! change, without dropping connections.
 //!
-//! CONTRACT (implementation pending).
+//! A reload swaps the `ServerConfig` that new handshakes use; connections already established
+//! keep the session they negotiated, so nothing in flight is dropped.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ParsedCertificate, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{InconsistentKeys, ServerConfig};
+use rustls_pemfile::Item;
 use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
 /// The certificate chain and private key files (PEM), e.g. a mounted `kubernetes.io/tls` Secret.
@@ -23,20 +31,302 @@ pub struct TlsFiles {
 
 /// Installs ring as the process-wide rustls crypto provider; safe to call more than once.
 pub fn install_crypto_provider() {
-    unimplemented!("tls: pending")
+    // An error only means a provider is already installed (by an earlier call, or by a library
+    // that got there first); either way there is a default, which is all callers need.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The provider our server configs use. Chosen explicitly rather than taken from the process
+/// default, so a config is the same whether or not `install_crypto_provider` ran first.
+pub(crate) fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    PROVIDER
+        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
 }
 
 /// Reads and checks the pair (parsable, key matches certificate), and builds a server config
 /// offering TLS 1.2 and 1.3 with ALPN `h2` and `http/1.1`.
 pub async fn load_rustls_config(files: &TlsFiles) -> Result<RustlsConfig> {
-    let _ = files;
-    unimplemented!("tls: pending")
+    let cert = read_async(&files.cert).await?;
+    let key = read_async(&files.key).await?;
+    let config = server_config_from_pem(files, &cert, &key)?;
+    Ok(RustlsConfig::from_config(config))
+}
+
+/// The synchronous core of [`load_rustls_config`]: reads the pair and builds the server config.
+pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>> {
+    let cert = read(&files.cert)?;
+    let key = read(&files.key)?;
+    server_config_from_pem(files, &cert, &key)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+async fn read_async(path: &Path) -> Result<Vec<u8>> {
+    tokio::fs::read(path).await.map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn tls_error(path: &Path, reason: impl Into<String>) -> Error {
+    Error::Tls {
+        path: path.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses the PEM certificate chain in `pem` (read from `path`): at least one certificate,
+/// leaf first, each one well-formed DER.
+pub(crate) fn parse_cert_chain(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
+    let mut chain = Vec::new();
+    for item in rustls_pemfile::read_all(&mut &*pem) {
+        match item {
+            Ok(Item::X509Certificate(cert)) => chain.push(cert),
+            // A certificate file is treated as public (copied into caBundles, pasted in
+            // tickets), so a key in it is a leak waiting to happen: refuse it.
+            Ok(Item::Pkcs1Key(_) | Item::Pkcs8Key(_) | Item::Sec1Key(_)) => {
+                return Err(tls_error(
+                    path,
+                    "holds a private key; the certificate file must hold only the PEM \
+                     certificate chain (leaf first), and the key its own file",
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Err(tls_error(
+                    path,
+                    format!("is not valid PEM ({e}); is the file complete?"),
+                ));
+            }
+        }
+    }
+    if chain.is_empty() {
+        return Err(tls_error(
+            path,
+            "holds no certificate (no -----BEGIN CERTIFICATE----- block); expected the PEM \
+             certificate chain, leaf first",
+        ));
+    }
+    // PEM only says the base64 decodes; parse the DER too, so a corrupt certificate is refused
+    // here rather than failing every handshake later.
+    for (index, cert) in chain.iter().enumerate() {
+        if let Err(e) = ParsedCertificate::try_from(cert) {
+            return Err(tls_error(
+                path,
+                format!(
+                    "certificate {} of {} is not a valid X.509 certificate: {e}",
+                    index + 1,
+                    chain.len()
+                ),
+            ));
+        }
+    }
+    Ok(chain)
+}
+
+/// Parses the one private key in `pem` (read from `path`): PKCS#8, PKCS#1 or SEC1.
+fn parse_private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>> {
+    let mut keys: Vec<PrivateKeyDer<'static>> = Vec::new();
+    for item in rustls_pemfile::read_all(&mut &*pem) {
+        match item {
+            Ok(Item::Pkcs8Key(key)) => keys.push(key.into()),
+            Ok(Item::Pkcs1Key(key)) => keys.push(key.into()),
+            Ok(Item::Sec1Key(key)) => keys.push(key.into()),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(tls_error(
+                    path,
+                    format!("is not valid PEM ({e}); is the file complete?"),
+                ));
+            }
+        }
+    }
+    match keys.len() {
+        0 => Err(tls_error(
+            path,
+            "holds no private key (no -----BEGIN PRIVATE KEY----- or EC/RSA PRIVATE KEY \
+             block); expected the PEM private key of the serving certificate",
+        )),
+        // Which of several keys was meant is a guess we should not make.
+        1 => Ok(keys.pop().expect("one key")),
+        n => Err(tls_error(
+            path,
+            format!("holds {n} private keys; keep only the key of the serving certificate"),
+        )),
+    }
+}
+
+/// Serves the one certificate whatever the client asks for (SNI included).
+#[derive(Debug)]
+struct SingleCert(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for SingleCert {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// Builds the server config from the PEM contents of `files`; every check happens here, so
+/// the first load and every reload refuse exactly the same things.
+fn server_config_from_pem(files: &TlsFiles, cert: &[u8], key: &[u8]) -> Result<Arc<ServerConfig>> {
+    let chain = parse_cert_chain(&files.cert, cert)?;
+    let key = parse_private_key(&files.key, key)?;
+    let provider = provider();
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| tls_error(&files.key, format!("is not a usable private key: {e}")))?;
+    let certified = CertifiedKey::new(chain, signing_key);
+    match certified.keys_match() {
+        Ok(()) => {}
+        Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
+            return Err(Error::TlsKeyMismatch {
+                cert: files.cert.clone(),
+                key: files.key.clone(),
+            });
+        }
+        // Includes "cannot tell" (a key that does not reveal its public half): serving a pair
+        // we could not check is how a mismatch reaches production.
+        Err(e) => {
+            return Err(tls_error(
+                &files.key,
+                format!(
+                    "cannot be checked against the certificate in {}: {e}",
+                    files.cert.display()
+                ),
+            ));
+        }
+    }
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .expect("the ring provider supports TLS 1.2 and 1.3")
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(SingleCert(Arc::new(certified))));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// What the two files held at one poll: their contents, or why they could not be read.
+/// Contents rather than mtimes, because a Secret mount swaps a `..data` symlink and the
+/// files' own mtimes need not change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Snapshot(std::result::Result<(Vec<u8>, Vec<u8>), String>);
+
+impl Snapshot {
+    fn read(files: &TlsFiles) -> Snapshot {
+        let contents = read(&files.cert).and_then(|cert| Ok((cert, read(&files.key)?)));
+        Snapshot(contents.map_err(|e| e.to_string()))
+    }
+
+    async fn read_async(files: &TlsFiles) -> Snapshot {
+        let contents = match read_async(&files.cert).await {
+            Ok(cert) => read_async(&files.key).await.map(|key| (cert, key)),
+            Err(e) => Err(e),
+        };
+        Snapshot(contents.map_err(|e| e.to_string()))
+    }
+}
+
+/// The reloader's memory: what is serving, what was refused, what is settling.
+struct Reloader {
+    config: RustlsConfig,
+    files: TlsFiles,
+    metrics: Arc<Metrics>,
+    /// The contents `config` was built from; None when the files have never loaded.
+    serving: Option<Snapshot>,
+    /// Contents already refused, so a bad pair is logged and counted once, not every poll.
+    refused: Option<Snapshot>,
+    /// Contents seen once and not yet acted on. A change is applied only when two polls in a
+    /// row agree, so a writer that replaces the two files one after the other is not caught
+    /// halfway (a new certificate with the old key) and reported as a failed reload.
+    settling: Option<Snapshot>,
+}
+
+impl Reloader {
+    fn build(&self, snapshot: &Snapshot) -> std::result::Result<Arc<ServerConfig>, String> {
+        let (cert, key) = snapshot.0.as_ref().map_err(Clone::clone)?;
+        server_config_from_pem(&self.files, cert, key).map_err(|e| e.to_string())
+    }
+
+    /// Takes the files as they are at startup as the truth: `config` may have been loaded from
+    /// them a moment ago or from something else, and only a rebuild makes sure. Files that do
+    /// not load are left to the first poll, which refuses them only if they stay that way.
+    fn start(&mut self, snapshot: Snapshot) {
+        match self.build(&snapshot) {
+            Ok(config) => {
+                self.config.reload_from_config(config);
+                self.serving = Some(snapshot);
+            }
+            Err(_) => self.settling = Some(snapshot),
+        }
+    }
+
+    fn observe(&mut self, snapshot: Snapshot) {
+        if self.serving.as_ref() == Some(&snapshot) {
+            // Unchanged, or changed back to what is serving: nothing to do, nothing pending.
+            self.settling = None;
+            self.refused = None;
+            return;
+        }
+        if self.refused.as_ref() == Some(&snapshot) {
+            self.settling = None;
+            return;
+        }
+        if self.settling.as_ref() != Some(&snapshot) {
+            tracing::debug!(
+                cert = %self.files.cert.display(),
+                key = %self.files.key.display(),
+                "serving certificate files changed; reloading once they are stable"
+            );
+            self.settling = Some(snapshot);
+            return;
+        }
+        self.settling = None;
+        match self.build(&snapshot) {
+            Ok(config) => {
+                self.config.reload_from_config(config);
+                Metrics::count_result(&self.metrics.tls_reloads, true);
+                tracing::info!(
+                    cert = %self.files.cert.display(),
+                    key = %self.files.key.display(),
+                    "serving certificate reloaded; new connections use it"
+                );
+                self.serving = Some(snapshot);
+                self.refused = None;
+            }
+            Err(reason) => self.refuse(snapshot, &reason),
+        }
+    }
+
+    fn refuse(&mut self, snapshot: Snapshot, reason: &str) {
+        Metrics::count_result(&self.metrics.tls_reloads, false);
+        tracing::warn!(
+            cert = %self.files.cert.display(),
+            key = %self.files.key.display(),
+            reason,
+            "serving certificate files refused; the previous certificate keeps serving, and \
+             the files are tried again when they next change"
+        );
+        self.refused = Some(snapshot);
+    }
 }
 
 /// Watches the files (polling every `interval`; symlink swaps included) and reloads `config`
 /// when they change. A pair that does not parse or does not match is refused: the old
 /// certificate keeps serving, a line is logged and `driftgate_tls_reloads_total{result="failure"}`
 /// counts it. Stops when `shutdown` is cancelled.
+///
+/// The files are read once before this returns and `config` is rebuilt from them (not counted
+/// as a reload), so a change between loading `config` and starting the watch is not missed.
+/// A change is applied after two polls agree on it, i.e. within two intervals. Must be called
+/// within a Tokio runtime.
 pub fn spawn_tls_reloader(
     config: RustlsConfig,
     files: TlsFiles,
@@ -44,6 +334,30 @@ pub fn spawn_tls_reloader(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
-    let _ = (config, files, interval, metrics, shutdown);
-    unimplemented!("tls: pending")
+    let mut reloader = Reloader {
+        config,
+        files,
+        metrics,
+        serving: None,
+        refused: None,
+        settling: None,
+    };
+    reloader.start(Snapshot::read(&reloader.files));
+    // tokio's interval panics on zero; a busy loop would be no better.
+    let interval = interval.max(Duration::from_millis(10));
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        // After a stall, poll once rather than in a burst.
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        ticker.tick().await; // the first tick is immediate, and the files were just read
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ticker.tick() => {}
+            }
+            let snapshot = Snapshot::read_async(&reloader.files).await;
+            reloader.observe(snapshot);
+        }
+        tracing::debug!(cert = %reloader.files.cert.display(), "serving certificate watch stopped");
+    })
 }
