@@ -381,3 +381,45 @@ async fn sigterm_lets_an_in_flight_review_finish() {
     .unwrap();
     assert!(exit.0.success(), "exit {:?}; stderr:\n{}", exit.0, exit.1);
 }
+
+#[tokio::test]
+async fn serve_dev_runs_from_a_fresh_checkout_and_says_how_to_call_it() {
+    install_provider();
+    let dir = std::env::temp_dir().join(format!("driftgate-serve-dev-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("policies")).unwrap();
+    std::fs::copy("policies/example.yaml", dir.join("policies/example.yaml")).unwrap();
+    let (port, admin_port) = (free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .args(["serve", "--dev", "--shutdown-delay", "0s"])
+        .args(["--addr", &format!("127.0.0.1:{port}"), "--admin-addr", &format!("127.0.0.1:{admin_port}")])
+        .current_dir(&dir)
+        // No kubeconfig anywhere: --dev runs without a cluster.
+        .env("HOME", &dir)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(
+        line.contains(&format!("curl --cacert certs-dev/ca.crt -H 'Content-Type: application/json' --data @tests/fixtures/kubectl-edit.json https://localhost:{port}/validate")),
+        "{line}"
+    );
+    assert!(dir.join("certs-dev/tls.key").exists());
+    let server = Server {
+        child,
+        dir: dir.clone(),
+        webhook: format!("127.0.0.1:{port}").parse().unwrap(),
+        admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
+        ca: dir.join("certs-dev/ca.crt"),
+    };
+    let (status, body) = admin_get(server.admin, "/readyz").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let mut stream = connect(&server).await;
+    let (status, answer) = send_review(&mut stream, &fixture("kubectl-edit.json")).await.unwrap();
+    assert_eq!(status, 200);
+    assert!(!allowed(&answer));
+}
