@@ -17,6 +17,7 @@ pub mod policy;
 pub mod review;
 pub mod server;
 pub mod testsuite;
+mod throttle;
 pub mod timefmt;
 
 pub use error::{Error, Result};
