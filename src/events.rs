@@ -408,7 +408,7 @@ impl Words {
             record.user.clone()
         };
         let object_ref = &record.object;
-        let mut object = match request.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+        let mut object = match object_namespace(request) {
             Some(ns) => format!("{} {ns}/{}", object_ref.kind, object_ref.name),
             None => format!("{} {}", object_ref.kind, object_ref.name),
         };
@@ -464,6 +464,18 @@ fn truncate(mut text: String, max: usize) -> String {
     text
 }
 
+/// The namespace of the object written; None for a cluster-scoped object. The API server sets
+/// a Namespace's own name as the request's namespace, but a Namespace is cluster-scoped: an
+/// Event about it that named a namespace would not be found by `kubectl describe namespace`.
+fn object_namespace(request: &AdmissionRequest<DynamicObject>) -> Option<&str> {
+    let is_namespace =
+        request.resource.group.is_empty() && request.resource.resource == "namespaces";
+    request
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty() && !is_namespace)
+}
+
 /// The object an Event is about: the object written, or for a subresource its parent (whose
 /// kind the decision already resolved). None when the request names no object.
 fn regarding(
@@ -487,7 +499,7 @@ fn regarding(
     Some(ObjectReference {
         api_version: Some(api_version),
         kind: Some(decision.record.object.kind.clone()),
-        namespace: request.namespace.clone().filter(|ns| !ns.is_empty()),
+        namespace: object_namespace(request).map(str::to_owned),
         name: Some(request.name.clone()),
         uid,
         ..ObjectReference::default()

@@ -26,6 +26,8 @@ use tokio_util::sync::CancellationToken;
 const API_UID: &str = "3b9d6c2e-8f41-4a7d-b0e5-c71f2a9d8e36";
 const POD: &str = "driftgate-6f7c9d8b4-x2k9p";
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/prod-payments/events";
+const LABEL: &str = "driftgate.dev/break-glass";
+const REASON: &str = "driftgate.dev/break-glass-reason";
 
 fn api_deployment() -> ObjectReference {
     ObjectReference {
@@ -274,6 +276,52 @@ fn a_change_under_a_namespace_window_says_so() {
     assert_eq!(event.regarding.api_version.as_deref(), Some("v1"));
     assert_eq!(event.regarding.kind.as_deref(), Some("ConfigMap"));
     assert_eq!(event.regarding.name.as_deref(), Some("api-config"));
+}
+
+#[test]
+fn opening_a_namespace_wide_window_regards_the_cluster_scoped_namespace() {
+    let old = serde_json::to_value(
+        read_object(&path("tests/fixtures/namespaces/prod-orders.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut new = old.clone();
+    new["metadata"]["labels"][LABEL] = json!("20261130T1100Z");
+    new["metadata"]["annotations"][REASON] = json!("INC-4720: orders capture backlog");
+    // As kube-apiserver sends it: for a Namespace, the request's namespace is its own name.
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "5d1c7a0e-0b8e-4d5e-9a59-2f0c3c9f6a11",
+            "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": "prod-orders", "namespace": "prod-orders", "operation": "UPDATE",
+            "userInfo": {"username": "alice", "groups": ["sre-oncall", "system:authenticated"]},
+            "object": new, "oldObject": old, "dryRun": false,
+            "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "kubectl-label"}
+        }
+    });
+    let request = parse_review(&serde_json::to_vec(&review).unwrap()).unwrap();
+    let decision = decide_with(&policies(), &request, None, NOW);
+    assert!(decision.allowed, "{}", decision.message);
+    let event = only_event(&request, &decision);
+    assert_eq!(event.reason, EventReason::BreakGlassOpened);
+    assert_eq!(
+        event.note,
+        "alice opened a break-glass window on Namespace prod-orders: until 2026-11-30 11:00 UTC, \
+         label 20261130T1100Z, reason \"INC-4720: orders capture backlog\". \
+         Every change made in it must be backported to Git."
+    );
+    assert_eq!(
+        event.regarding,
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            namespace: None,
+            name: Some("prod-orders".into()),
+            uid: old["metadata"]["uid"].as_str().map(str::to_owned),
+            ..ObjectReference::default()
+        }
+    );
 }
 
 #[test]
