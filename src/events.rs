@@ -1,30 +1,524 @@
 //! Kubernetes Events for decisions: published from a bounded queue by a background task, so a
 //! slow or failing API server never delays or changes a decision.
 //!
-//! CONTRACT (implementation pending).
+//! Which Events a decision calls for is pure ([`planned_events`]); [`EventSink`] queues them and
+//! a background task publishes them through kube-runtime's [`Recorder`], which turns repeats of
+//! an identical Event into an Event series (one object with a count) instead of a flood.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::decision::Decision;
-use crate::metrics::Metrics;
+use crate::decision::{BreakGlassWindow, Decision, PolicyVerdict, Rule, WindowScope};
+use crate::metrics::{Metrics, ReasonLabels};
+use crate::throttle::Throttle;
+use crate::timefmt::human_utc;
 
 /// The reporting controller in every Event.
 pub const REPORTING_CONTROLLER: &str = "driftgate.dev/webhook";
 
+/// The API server refuses an Event whose note is longer than 1 kB.
+pub const MAX_NOTE_BYTES: usize = 1024;
+
+/// A break-glass reason is free text from an annotation; it is shortened in notes so that the
+/// part that says what to do is never the part cut off.
+const MAX_REASON_BYTES: usize = 200;
+
+/// Changed fields are listed until about this many bytes, then counted ("and 12 more").
+const MAX_FIELDS_BYTES: usize = 400;
+
+/// One Event publish may take this long; a hung API server then costs the queue this much per
+/// Event rather than stopping it.
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// On shutdown, what is already queued may be published for this long.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// kube-runtime's Recorder forgets an Event series 6 minutes after its last occurrence
+/// (`CACHE_TTL` in kube-runtime's events.rs); a Recorder idle that long holds nothing worth
+/// keeping.
+const RECORDER_IDLE: Duration = Duration::from_secs(6 * 60);
+
+/// At most this many Recorders (one per distinct note) are kept; beyond it the least recently
+/// used is dropped, which at worst starts a new Event where a series would have continued.
+const MAX_RECORDERS: usize = 512;
+
+/// Why an Event is published; the Event's `reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    BreakGlassOpened,
+    BreakGlassExtended,
+    BreakGlassClosed,
+    /// A change made under a break-glass window, which must be backported to Git.
+    BreakGlassChange,
+    /// The controller was refused because a window holds the object.
+    ControllerHeld,
+    /// Any other denial by an Enforce policy.
+    WriteDenied,
+    /// An Audit policy admitted what Enforce would deny.
+    WouldDeny,
+}
+
+impl EventReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventReason::BreakGlassOpened => "BreakGlassOpened",
+            EventReason::BreakGlassExtended => "BreakGlassExtended",
+            EventReason::BreakGlassClosed => "BreakGlassClosed",
+            EventReason::BreakGlassChange => "BreakGlassChange",
+            EventReason::ControllerHeld => "ControllerHeld",
+            EventReason::WriteDenied => "WriteDenied",
+            EventReason::WouldDeny => "WouldDeny",
+        }
+    }
+
+    /// The Event's `action`: a short verb for what was done to the object.
+    pub fn action(self) -> &'static str {
+        match self {
+            EventReason::BreakGlassOpened => "Open",
+            EventReason::BreakGlassExtended => "Extend",
+            EventReason::BreakGlassClosed => "Close",
+            EventReason::BreakGlassChange => "Change",
+            EventReason::ControllerHeld => "Hold",
+            EventReason::WriteDenied => "Deny",
+            EventReason::WouldDeny => "Audit",
+        }
+    }
+
+    pub fn event_type(self) -> EventType {
+        match self {
+            EventReason::BreakGlassOpened
+            | EventReason::BreakGlassExtended
+            | EventReason::BreakGlassClosed => EventType::Normal,
+            EventReason::BreakGlassChange
+            | EventReason::ControllerHeld
+            | EventReason::WriteDenied
+            | EventReason::WouldDeny => EventType::Warning,
+        }
+    }
+}
+
+impl std::fmt::Display for EventReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An Event a decision calls for, before it is published.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedEvent {
+    pub reason: EventReason,
+    pub type_: EventType,
+    pub action: &'static str,
+    /// At most [`MAX_NOTE_BYTES`]. Holds no request uid and no time of the request, so that
+    /// repeats of the same write are identical and aggregate into one Event series.
+    pub note: String,
+    /// The object written (for a subresource such as `scale`, its parent). No resourceVersion:
+    /// it changes with every write and would split a series.
+    pub regarding: ObjectReference,
+}
+
+impl PlannedEvent {
+    fn new(reason: EventReason, note: String, regarding: &ObjectReference) -> Self {
+        PlannedEvent {
+            reason,
+            type_: reason.event_type(),
+            action: reason.action(),
+            note: truncate(note, MAX_NOTE_BYTES),
+            regarding: regarding.clone(),
+        }
+    }
+
+    /// The Event as kube-runtime's Recorder publishes it.
+    pub fn to_event(&self) -> Event {
+        Event {
+            type_: self.type_,
+            reason: self.reason.as_str().to_owned(),
+            note: Some(self.note.clone()),
+            action: self.action.to_owned(),
+            secondary: None,
+        }
+    }
+}
+
+/// The Events a decision calls for: one per policy verdict that calls for one, identical ones
+/// (two policies using the same window) once. Nothing for a dry run, which must have no side
+/// effects (the webhook declares `sideEffects: NoneOnDryRun`).
+///
+/// When the write is denied, only the denials are reported: the admitting verdicts of other
+/// policies describe a write that did not happen.
+pub fn planned_events(
+    request: &AdmissionRequest<DynamicObject>,
+    decision: &Decision,
+) -> Vec<PlannedEvent> {
+    if request.dry_run || decision.record.dry_run {
+        return Vec::new();
+    }
+    let Some(regarding) = regarding(request, decision) else {
+        // Without a name there is no object to attach an Event to (a CREATE with generateName);
+        // the API server would refuse the Event.
+        tracing::debug!(
+            uid = %request.uid,
+            "no Event for a request without an object name"
+        );
+        return Vec::new();
+    };
+    let words = Words::new(request, decision);
+    let mut planned: Vec<PlannedEvent> = Vec::new();
+    for verdict in &decision.record.verdicts {
+        if !decision.allowed && verdict.allowed {
+            continue;
+        }
+        let Some((reason, note)) = plan_one(verdict, &words) else {
+            continue;
+        };
+        let event = PlannedEvent::new(reason, note, &regarding);
+        if !planned.contains(&event) {
+            planned.push(event);
+        }
+    }
+    planned
+}
+
+/// The reason and note for one verdict, or None when it calls for no Event.
+fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, String)> {
+    if verdict.would_deny {
+        return Some((
+            EventReason::WouldDeny,
+            format!(
+                "{} may not {} {} once policy \"{}\" is enforced: {} (rule {}). Admitted because the policy is in Audit mode.",
+                words.who,
+                words.operation,
+                words.object,
+                verdict.policy,
+                denial_words(verdict, words),
+                verdict.rule,
+            ),
+        ));
+    }
+    match verdict.rule {
+        Rule::OutOfScope
+        | Rule::Controller
+        | Rule::Delegation
+        | Rule::NoEffectiveChange
+        | Rule::BreakGlassAmended => None,
+        Rule::BreakGlassOpened => Some((
+            EventReason::BreakGlassOpened,
+            format!(
+                "{} opened a break-glass window on {}: {}. Every change made in it must be backported to Git.",
+                words.who,
+                words.object,
+                window_terms(verdict.new_window.as_ref()),
+            ),
+        )),
+        Rule::BreakGlassExtended => Some((
+            EventReason::BreakGlassExtended,
+            format!(
+                "{} extended the break-glass window on {}: {}. Every change made in it must be backported to Git.",
+                words.who,
+                words.object,
+                window_terms(verdict.new_window.as_ref()),
+            ),
+        )),
+        Rule::BreakGlassClosed => Some((
+            EventReason::BreakGlassClosed,
+            match verdict.window.as_ref().or(verdict.new_window.as_ref()) {
+                Some(window) => format!(
+                    "{} closed the break-glass window on {} ({}); the GitOps controller reconciles it again.",
+                    words.who,
+                    words.object,
+                    window_terms(Some(window)),
+                ),
+                None => format!(
+                    "{} closed the break-glass window on {}; the GitOps controller reconciles it again.",
+                    words.who, words.object,
+                ),
+            },
+        )),
+        Rule::BreakGlassWindow => {
+            let mut note = format!(
+                "{} {} {} under {}",
+                words.who,
+                words.past,
+                words.object,
+                window_words(verdict.window.as_ref()),
+            );
+            if let Some(fields) = &words.fields {
+                note.push_str(&format!(": {fields}"));
+            }
+            if let Some(new) = verdict
+                .new_window
+                .as_ref()
+                .filter(|new| Some(*new) != verdict.window.as_ref())
+            {
+                note.push_str(&format!(
+                    "; the window now runs until {} (label {})",
+                    human_utc(new.expires_at),
+                    new.label_value
+                ));
+            }
+            note.push_str(
+                ". This is an emergency change: backport it to Git before the window closes, or the controller will revert it.",
+            );
+            Some((EventReason::BreakGlassChange, note))
+        }
+        Rule::ControllerHeld if !verdict.allowed => Some((
+            EventReason::ControllerHeld,
+            format!(
+                "Controller {} ({}) may not {} {} while {} holds it (policy \"{}\", rule ControllerHeld). \
+                 Backport the emergency change to Git, then close the window so the controller can reconcile again.",
+                verdict.matched.as_deref().unwrap_or("?"),
+                words.who,
+                words.operation,
+                words.object,
+                window_words(verdict.window.as_ref()),
+                verdict.policy,
+            ),
+        )),
+        Rule::ControllerHeld
+        | Rule::FieldManagerSpoofing
+        | Rule::BreakGlassRefused
+        | Rule::WindowExpired
+        | Rule::WindowTooLong
+        | Rule::NotPermitted => {
+            if verdict.allowed {
+                return None;
+            }
+            Some((
+                EventReason::WriteDenied,
+                format!(
+                    "{} may not {} {}: {} (policy \"{}\", rule {}).",
+                    words.who,
+                    words.operation,
+                    words.object,
+                    denial_words(verdict, words),
+                    verdict.policy,
+                    verdict.rule,
+                ),
+            ))
+        }
+    }
+}
+
+/// Why a rule denies, in a few words that depend only on the object, the user and the window,
+/// never on the time of the request (unlike the admission message, which for example names the
+/// latest expiry allowed from now).
+fn denial_words(verdict: &PolicyVerdict, words: &Words) -> String {
+    match verdict.rule {
+        Rule::NotPermitted => match &verdict.window {
+            Some(window) => format!(
+                "{} is open, but only its openers may use it",
+                window_words(Some(window))
+            ),
+            None => "only the GitOps controller writes here".to_owned(),
+        },
+        Rule::FieldManagerSpoofing => match &words.field_manager {
+            Some(fm) => format!("the field manager \"{fm}\" belongs to a controller"),
+            None => "it used a controller's field manager".to_owned(),
+        },
+        Rule::BreakGlassRefused => {
+            "the break-glass rules do not allow this change to its window".to_owned()
+        }
+        Rule::WindowExpired => match &verdict.window {
+            Some(window) => format!(
+                "its break-glass window {} expired at {}",
+                window.label_value,
+                human_utc(window.expires_at)
+            ),
+            None => "its break-glass window expired".to_owned(),
+        },
+        Rule::WindowTooLong => match &verdict.window {
+            Some(window) => format!(
+                "its break-glass label {} expires further away than the policy's maxDuration allows",
+                window.label_value
+            ),
+            None => "its break-glass label expires further away than maxDuration allows".to_owned(),
+        },
+        Rule::ControllerHeld => format!(
+            "{} holds it against the controller",
+            window_words(verdict.window.as_ref())
+        ),
+        other => format!("rule {other} denies it"),
+    }
+}
+
+/// "the break-glass window on the object (until 2026-11-30 10:00 UTC, label 20261130T1000Z, reason …)"
+fn window_words(window: Option<&BreakGlassWindow>) -> String {
+    match window {
+        Some(window) => {
+            let place = match window.scope {
+                WindowScope::Object => "on the object",
+                WindowScope::Namespace => "on the namespace",
+            };
+            format!(
+                "the break-glass window {place} ({})",
+                window_terms(Some(window))
+            )
+        }
+        None => "a break-glass window".to_owned(),
+    }
+}
+
+/// "until 2026-11-30 10:00 UTC, label 20261130T1000Z, reason \"INC-4711: …\""
+fn window_terms(window: Option<&BreakGlassWindow>) -> String {
+    let Some(window) = window else {
+        return "expiry unknown".to_owned();
+    };
+    let reason = match &window.reason {
+        Some(reason) => format!("reason \"{}\"", truncate(reason.clone(), MAX_REASON_BYTES)),
+        None => "no reason given".to_owned(),
+    };
+    format!(
+        "until {}, label {}, {reason}",
+        human_utc(window.expires_at),
+        window.label_value
+    )
+}
+
+/// The parts of a note that describe the request.
+struct Words {
+    who: String,
+    /// "update", "delete", "create"
+    operation: &'static str,
+    /// "changed", "deleted", "created"
+    past: &'static str,
+    /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)", "Namespace prod-orders"
+    object: String,
+    /// The fields an UPDATE changed, listed (shortened when many).
+    fields: Option<String>,
+    field_manager: Option<String>,
+}
+
+impl Words {
+    fn new(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> Self {
+        let record = &decision.record;
+        let who = if record.user.is_empty() {
+            "an anonymous client".to_owned()
+        } else {
+            record.user.clone()
+        };
+        let object_ref = &record.object;
+        let mut object = match object_namespace(request) {
+            Some(ns) => format!("{} {ns}/{}", object_ref.kind, object_ref.name),
+            None => format!("{} {}", object_ref.kind, object_ref.name),
+        };
+        if !object_ref.subresource.is_empty() {
+            object.push_str(&format!(" ({})", object_ref.subresource));
+        }
+        let (operation, past) = match record.operation.as_str() {
+            "CREATE" => ("create", "created"),
+            "DELETE" => ("delete", "deleted"),
+            "UPDATE" => ("update", "changed"),
+            _ => ("connect to", "connected to"),
+        };
+        let fields =
+            (!record.changed_fields.is_empty()).then(|| list_fields(&record.changed_fields));
+        Words {
+            who,
+            operation,
+            past,
+            object,
+            fields,
+            field_manager: record.field_manager.clone(),
+        }
+    }
+}
+
+/// "spec.replicas, spec.template.spec.containers[0].image", shortened to "…, and 12 more".
+fn list_fields(fields: &[String]) -> String {
+    let mut out = String::new();
+    for (i, field) in fields.iter().enumerate() {
+        let separator = if i == 0 { "" } else { ", " };
+        if !out.is_empty() && out.len() + separator.len() + field.len() > MAX_FIELDS_BYTES {
+            out.push_str(&format!(", and {} more", fields.len() - i));
+            return out;
+        }
+        out.push_str(separator);
+        out.push_str(field);
+    }
+    truncate(out, MAX_FIELDS_BYTES)
+}
+
+/// Cuts `text` to at most `max` bytes on a char boundary, marking the cut with "…".
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    const MARK: &str = "…";
+    let mut cut = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str(MARK);
+    text
+}
+
+/// The namespace of the object written; None for a cluster-scoped object. The API server sets
+/// a Namespace's own name as the request's namespace, but a Namespace is cluster-scoped: an
+/// Event about it that named a namespace would not be found by `kubectl describe namespace`.
+fn object_namespace(request: &AdmissionRequest<DynamicObject>) -> Option<&str> {
+    let is_namespace =
+        request.resource.group.is_empty() && request.resource.resource == "namespaces";
+    request
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty() && !is_namespace)
+}
+
+/// The object an Event is about: the object written, or for a subresource its parent (whose
+/// kind the decision already resolved). None when the request names no object.
+fn regarding(
+    request: &AdmissionRequest<DynamicObject>,
+    decision: &Decision,
+) -> Option<ObjectReference> {
+    if request.name.is_empty() {
+        return None;
+    }
+    let resource = &request.resource;
+    let api_version = if resource.group.is_empty() {
+        resource.version.clone()
+    } else {
+        format!("{}/{}", resource.group, resource.version)
+    };
+    // A DELETE carries only the old object. For `scale`, the Scale's uid is its parent's.
+    let uid = [&request.object, &request.old_object]
+        .into_iter()
+        .flatten()
+        .find_map(|o| o.metadata.uid.clone());
+    Some(ObjectReference {
+        api_version: Some(api_version),
+        kind: Some(decision.record.object.kind.clone()),
+        namespace: object_namespace(request).map(str::to_owned),
+        name: Some(request.name.clone()),
+        uid,
+        ..ObjectReference::default()
+    })
+}
+
 /// Hands Events for decisions to the background publisher. Cheap to clone.
 #[derive(Clone)]
 pub struct EventSink {
-    _private: (),
+    queue: mpsc::Sender<PlannedEvent>,
+    metrics: Arc<Metrics>,
 }
 
 impl EventSink {
     /// Starts the publisher. With `client` None, Events are written to the log instead.
-    /// `instance` is the pod name (reporting instance); `capacity` bounds the queue.
+    /// `instance` is the pod name (reporting instance); `capacity` bounds the queue (at least 1).
+    ///
+    /// Must be called inside a Tokio runtime. The task stops on `shutdown` after publishing what
+    /// is already queued, for at most a few seconds.
     pub fn spawn(
         client: Option<kube::Client>,
         instance: String,
@@ -32,14 +526,218 @@ impl EventSink {
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> (EventSink, JoinHandle<()>) {
-        let _ = (client, instance, capacity, metrics, shutdown);
-        unimplemented!("events: pending")
+        let (queue, receiver) = mpsc::channel(capacity.max(1));
+        let publisher = match client {
+            Some(client) => Publisher::Api(Box::new(ApiPublisher {
+                client,
+                reporter: Reporter {
+                    controller: REPORTING_CONTROLLER.to_owned(),
+                    instance: Some(instance),
+                },
+                recorders: HashMap::new(),
+                throttle: Throttle::default(),
+                metrics: metrics.clone(),
+            })),
+            None => Publisher::Log,
+        };
+        let task = tokio::spawn(run(receiver, publisher, metrics.clone(), shutdown));
+        (EventSink { queue, metrics }, task)
     }
 
     /// Queues the Events a decision calls for; never blocks. Nothing for dry-run requests.
-    /// A full queue drops the Event and counts `driftgate_events_dropped_total{reason="queue_full"}`.
+    /// A full queue drops the Event and counts `driftgate_events_dropped_total{reason="queue_full"}`;
+    /// after shutdown, `{reason="shutdown"}`.
     pub fn record(&self, request: &AdmissionRequest<DynamicObject>, decision: &Decision) {
-        let _ = (request, decision);
-        unimplemented!("events: pending")
+        for event in planned_events(request, decision) {
+            match self.queue.try_send(event) {
+                Ok(()) => {}
+                Err(TrySendError::Full(event)) => {
+                    tracing::debug!(reason = %event.reason, "Event queue full; Event dropped");
+                    count_dropped(&self.metrics, "queue_full");
+                }
+                Err(TrySendError::Closed(_)) => count_dropped(&self.metrics, "shutdown"),
+            }
+        }
+    }
+}
+
+fn count_dropped(metrics: &Metrics, why: &str) {
+    metrics
+        .events_dropped
+        .get_or_create(&ReasonLabels {
+            reason: why.to_owned(),
+        })
+        .inc();
+}
+
+async fn run(
+    mut receiver: mpsc::Receiver<PlannedEvent>,
+    mut publisher: Publisher,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let event = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            event = receiver.recv() => match event {
+                Some(event) => event,
+                // Every sink is gone: nothing more can arrive.
+                None => return,
+            },
+        };
+        publisher.publish(event).await;
+    }
+    // Events queued before shutdown describe writes that happened; publish them if the API
+    // server answers quickly, and count the rest.
+    receiver.close();
+    let drained = tokio::time::timeout(DRAIN_GRACE, async {
+        while let Some(event) = receiver.recv().await {
+            publisher.publish(event).await;
+        }
+    })
+    .await;
+    if drained.is_err() {
+        while receiver.try_recv().is_ok() {
+            count_dropped(&metrics, "shutdown");
+        }
+    }
+}
+
+enum Publisher {
+    Api(Box<ApiPublisher>),
+    /// No cluster: Events go to the log, and nothing is counted as published.
+    Log,
+}
+
+impl Publisher {
+    async fn publish(&mut self, event: PlannedEvent) {
+        match self {
+            Publisher::Api(api) => api.publish(event).await,
+            Publisher::Log => {
+                let regarding = &event.regarding;
+                tracing::info!(
+                    reason = event.reason.as_str(),
+                    event_type = ?event.type_,
+                    action = event.action,
+                    note = %event.note,
+                    regarding.api_version = regarding.api_version.as_deref().unwrap_or(""),
+                    regarding.kind = regarding.kind.as_deref().unwrap_or(""),
+                    regarding.namespace = regarding.namespace.as_deref().unwrap_or(""),
+                    regarding.name = regarding.name.as_deref().unwrap_or(""),
+                    regarding.uid = regarding.uid.as_deref().unwrap_or(""),
+                    "Kubernetes Event (no cluster connection: logged, not published)"
+                );
+            }
+        }
+    }
+}
+
+/// Publishes through kube-runtime's Recorder.
+///
+/// The Recorder keys its series cache by type, reason, action, reporter and regarding object,
+/// but NOT by note (see `EventKey` in kube-runtime 5's events.rs): with one Recorder, carol's
+/// denial would be counted into the series of bob's earlier denial of the same object and shown
+/// with bob's note, and a second change under a window would be shown with the first change's
+/// fields. So there is one Recorder per distinct note: identical Events still aggregate into a
+/// series, and different ones stay apart.
+struct ApiPublisher {
+    client: kube::Client,
+    reporter: Reporter,
+    recorders: HashMap<String, (Recorder, Instant)>,
+    throttle: Throttle,
+    metrics: Arc<Metrics>,
+}
+
+impl ApiPublisher {
+    async fn publish(&mut self, planned: PlannedEvent) {
+        let recorder = self.recorder_for(&planned.note);
+        let event = planned.to_event();
+        let outcome = tokio::time::timeout(
+            PUBLISH_TIMEOUT,
+            recorder.publish(&event, &planned.regarding),
+        )
+        .await;
+        let error = match outcome {
+            Ok(Ok(())) => {
+                self.metrics
+                    .events_published
+                    .get_or_create(&ReasonLabels {
+                        reason: planned.reason.as_str().to_owned(),
+                    })
+                    .inc();
+                if self.throttle.success() {
+                    tracing::info!("Kubernetes Events are being published again");
+                }
+                return;
+            }
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => format!("no answer within {PUBLISH_TIMEOUT:?}"),
+        };
+        count_dropped(&self.metrics, "api_error");
+        // The Recorder may remember an Event the API server never stored (or has since deleted),
+        // and would keep PATCHing it; a fresh Recorder starts over with a create.
+        self.recorders.remove(&planned.note);
+        match self.throttle.failure() {
+            Some(suppressed) => tracing::warn!(
+                %error,
+                reason = planned.reason.as_str(),
+                suppressed,
+                "could not publish a Kubernetes Event; it is dropped \
+                 (repeated failures are logged once a minute; `suppressed` counts those not logged)"
+            ),
+            None => tracing::debug!(%error, reason = planned.reason.as_str(), "Event dropped"),
+        }
+    }
+
+    fn recorder_for(&mut self, note: &str) -> Recorder {
+        let now = Instant::now();
+        self.recorders
+            .retain(|_, (_, used)| now.duration_since(*used) < RECORDER_IDLE);
+        if !self.recorders.contains_key(note) && self.recorders.len() >= MAX_RECORDERS {
+            let oldest = self
+                .recorders
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                self.recorders.remove(&oldest);
+            }
+        }
+        let (recorder, used) = self.recorders.entry(note.to_owned()).or_insert_with(|| {
+            (
+                Recorder::new(self.client.clone(), self.reporter.clone()),
+                now,
+            )
+        });
+        *used = now;
+        recorder.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncate_cuts_on_a_char_boundary_within_the_limit() {
+        let text = "é".repeat(600); // 1200 bytes
+        let cut = truncate(text, MAX_NOTE_BYTES);
+        assert!(cut.len() <= MAX_NOTE_BYTES, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+        assert_eq!(truncate("short".to_owned(), 10), "short");
+        assert_eq!(truncate("abcdef".to_owned(), 4), "a…");
+    }
+
+    #[test]
+    fn long_field_lists_are_counted_not_cut() {
+        let fields: Vec<String> = (0..100)
+            .map(|i| format!("spec.template.spec.containers[{i}].image"))
+            .collect();
+        let listed = list_fields(&fields);
+        assert!(listed.len() <= MAX_FIELDS_BYTES + 20, "{listed}");
+        assert!(listed.starts_with("spec.template.spec.containers[0].image, "));
+        assert!(listed.ends_with(" more"), "{listed}");
+        assert_eq!(list_fields(&["spec.replicas".to_owned()]), "spec.replicas");
     }
 }

@@ -1,71 +1,247 @@
 //! What driftgate reads from the cluster: Namespace labels (a reflector) and, for a `scale`
 //! request, the parent object (one GET, only when a decision needs its window).
-//!
-//! CONTRACT (implementation pending).
 
-use std::sync::Arc;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::core::DynamicObject;
+use kube::Api;
+use kube::ResourceExt;
 use kube::core::admission::AdmissionRequest;
+use kube::core::{ApiResource, DynamicObject};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::throttle::Throttle;
 
 /// Namespace objects kept current by a list/watch. Cheap to clone.
 #[derive(Clone)]
 pub struct NamespaceCache {
-    _private: (),
+    /// None: running without a cluster.
+    inner: Option<CacheInner>,
+}
+
+#[derive(Clone)]
+struct CacheInner {
+    store: Store<Namespace>,
+    /// True from the end of a complete LIST until the watch reports an error. A namespace-wide
+    /// break-glass window read from a cache that may have missed its closing must not be
+    /// honoured, so an error makes the whole cache unusable until the next complete LIST.
+    trusted: Arc<AtomicBool>,
 }
 
 impl NamespaceCache {
     /// Starts the reflector. Not ready until the first list has synced; if the watch fails and
     /// cannot resume, the cache is no longer trusted (`get` returns None) until it resyncs.
+    ///
+    /// Any watch error counts as "cannot resume": the watcher is restarted with a fresh LIST
+    /// (after kube-runtime's default backoff), rather than resuming from the last
+    /// resourceVersion, because a resumed watch gives no signal of having caught up.
     pub fn spawn(
         client: kube::Client,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> (NamespaceCache, JoinHandle<()>) {
-        let _ = (client, metrics, shutdown);
-        unimplemented!("kube_state: pending")
+        let (store, writer) = reflector::store();
+        let trusted = Arc::new(AtomicBool::new(false));
+        metrics.namespace_cache_ready.set(0);
+        let api = Api::<Namespace>::all(client);
+        let events = relisting_watcher(api, watcher::Config::default())
+            // Only labels (and the name) matter to decisions; managed fields are most of the size.
+            .modify(|ns| ns.managed_fields_mut().clear())
+            .default_backoff();
+        let events = reflector::reflector(writer, events);
+        let task = tokio::spawn(drive(events, trusted.clone(), metrics, shutdown));
+        let cache = NamespaceCache {
+            inner: Some(CacheInner { store, trusted }),
+        };
+        (cache, task)
     }
 
     /// A cache for running without a cluster: ready, and never knows any namespace.
     pub fn disabled() -> NamespaceCache {
-        unimplemented!("kube_state: pending")
+        NamespaceCache { inner: None }
     }
 
     pub fn is_ready(&self) -> bool {
-        unimplemented!("kube_state: pending")
+        self.inner
+            .as_ref()
+            .is_none_or(|inner| inner.trusted.load(Ordering::Acquire))
     }
 
     /// The Namespace, when the cache is synced and trusted; None otherwise (fail closed).
     pub fn get(&self, name: &str) -> Option<Arc<Namespace>> {
-        let _ = name;
-        unimplemented!("kube_state: pending")
+        let inner = self.inner.as_ref()?;
+        if !inner.trusted.load(Ordering::Acquire) {
+            return None;
+        }
+        inner.store.get(&ObjectRef::new(name))
     }
+}
+
+/// A watcher that starts over with a LIST after every error. kube-runtime's watcher resumes a
+/// broken watch from its last resourceVersion without a new LIST (only a 410 Gone relists), so
+/// each inner watcher is dropped right after its first error, before it is polled again (which
+/// would send that resuming watch), and replaced by a fresh one; the backoff around this stream
+/// spaces the restarts.
+fn relisting_watcher(
+    api: Api<Namespace>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<watcher::Event<Namespace>>> + Send {
+    futures::stream::repeat(()).flat_map(move |()| {
+        let fresh = watcher(api.clone(), config.clone()).boxed();
+        futures::stream::unfold(Some(fresh), |inner| async move {
+            let mut inner = inner?;
+            let item = inner.next().await?;
+            let keep = item.is_ok().then_some(inner);
+            Some((item, keep))
+        })
+    })
+}
+
+/// Drives the reflector and keeps `trusted` (and the gauge) in step with it.
+async fn drive(
+    events: impl Stream<Item = watcher::Result<watcher::Event<Namespace>>>,
+    trusted: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    let mut events = pin!(events);
+    let mut throttle = Throttle::default();
+    let set = |value: bool| {
+        trusted.store(value, Ordering::Release);
+        metrics.namespace_cache_ready.set(i64::from(value));
+    };
+    loop {
+        let event = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            event = events.next() => event,
+        };
+        match event {
+            // The reflector has swapped the complete LIST into the store before passing this on.
+            Some(Ok(watcher::Event::InitDone)) => {
+                set(true);
+                if throttle.success() {
+                    tracing::info!(
+                        "namespace cache resynced; namespace windows are honoured again"
+                    );
+                } else {
+                    tracing::info!("namespace cache synced");
+                }
+            }
+            // A new LIST has begun; until it completes the store holds the old state.
+            Some(Ok(watcher::Event::Init)) => set(false),
+            Some(Ok(_)) => {}
+            Some(Err(error)) => {
+                set(false);
+                match throttle.failure() {
+                    Some(suppressed) => tracing::warn!(
+                        %error,
+                        suppressed,
+                        "namespace watch failed; namespace windows are not honoured until a fresh list completes"
+                    ),
+                    None => tracing::debug!(%error, "namespace watch failed again"),
+                }
+            }
+            // The default backoff never gives up, so this is not expected; fail closed anyway.
+            None => break,
+        }
+    }
+    set(false);
 }
 
 /// GETs the parent of a subresource request through the request's own resource
 /// (group/version/plural), so no discovery round trip is needed.
 #[derive(Clone)]
 pub struct ParentLookup {
-    _private: (),
+    client: Option<kube::Client>,
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+    throttle: Arc<Mutex<Throttle>>,
 }
 
 impl ParentLookup {
     /// With `client` None, every lookup returns None.
     pub fn new(client: Option<kube::Client>, timeout: Duration, metrics: Arc<Metrics>) -> Self {
-        let _ = (client, timeout, metrics);
-        unimplemented!("kube_state: pending")
+        ParentLookup {
+            client,
+            timeout,
+            metrics,
+            throttle: Arc::default(),
+        }
     }
 
     /// The parent object as stored, or None (no client, not found, error, timeout): then no
     /// object window applies. Counts `driftgate_parent_lookups_total{result}`.
+    ///
+    /// Requests without a subresource have no parent: None, and nothing is counted or sent.
     pub async fn fetch(&self, request: &AdmissionRequest<DynamicObject>) -> Option<DynamicObject> {
-        let _ = request;
-        unimplemented!("kube_state: pending")
+        let subresource = request.sub_resource.as_deref().filter(|s| !s.is_empty())?;
+        let client = self.client.clone()?;
+        let gvr = &request.resource;
+        let resource = ApiResource {
+            group: gvr.group.clone(),
+            version: gvr.version.clone(),
+            api_version: if gvr.group.is_empty() {
+                gvr.version.clone()
+            } else {
+                format!("{}/{}", gvr.group, gvr.version)
+            },
+            // Only group, version and plural make the URL; the kind comes back with the object.
+            kind: String::new(),
+            plural: gvr.resource.clone(),
+        };
+        let api: Api<DynamicObject> = match request.namespace.as_deref().filter(|ns| !ns.is_empty())
+        {
+            Some(ns) => Api::namespaced_with(client, ns, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        let error = if request.name.is_empty() {
+            "the request names no object".to_owned()
+        } else {
+            match tokio::time::timeout(self.timeout, api.get(&request.name)).await {
+                Ok(Ok(parent)) => {
+                    Metrics::count_result(&self.metrics.parent_lookups, true);
+                    if self.lock_throttle().success() {
+                        tracing::info!("parent lookups succeed again");
+                    }
+                    return Some(parent);
+                }
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => format!("no answer within {:?}", self.timeout),
+            }
+        };
+        Metrics::count_result(&self.metrics.parent_lookups, false);
+        let suppressed = self.lock_throttle().failure();
+        let parent = format!(
+            "{}/{} {}",
+            gvr.resource,
+            request.name,
+            request.namespace.as_deref().unwrap_or("")
+        );
+        match suppressed {
+            Some(suppressed) => tracing::warn!(
+                %error,
+                parent,
+                subresource,
+                suppressed,
+                "could not read the parent object; a break-glass window on it is not honoured"
+            ),
+            None => tracing::debug!(%error, parent, subresource, "parent lookup failed"),
+        }
+        None
+    }
+
+    fn lock_throttle(&self) -> std::sync::MutexGuard<'_, Throttle> {
+        // A panic while holding this lock cannot leave a Throttle inconsistent in a way that
+        // matters: it only decides whether to log.
+        self.throttle.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

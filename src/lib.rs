@@ -18,6 +18,7 @@ pub mod review;
 pub mod serve;
 pub mod server;
 pub mod testsuite;
+mod throttle;
 pub mod timefmt;
 
 pub use error::{Error, Result};

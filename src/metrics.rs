@@ -42,7 +42,7 @@ pub struct Metrics {
     pub break_glass_windows_open: Gauge,
     /// Events accepted by the API server, by reason (`BreakGlassChange`, `WriteDenied`, ...).
     pub events_published: Family<ReasonLabels, Counter>,
-    /// Events not published, by why (`queue_full`, `api_error`).
+    /// Events not published, by why (`queue_full`, `api_error`, `shutdown`).
     pub events_dropped: Family<ReasonLabels, Counter>,
     pub policy_reloads: Family<ResultLabels, Counter>,
     pub policy_last_reload: Gauge<f64, AtomicU64>,
@@ -94,7 +94,7 @@ impl Metrics {
         let events_dropped = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "events_dropped",
-            "Kubernetes Events dropped, by why (queue_full, api_error)",
+            "Kubernetes Events dropped, by why (queue_full, api_error, shutdown)",
             events_dropped.clone(),
         );
         let policy_reloads = Family::<ResultLabels, Counter>::default();

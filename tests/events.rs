@@ -1,0 +1,831 @@
+//! Events for decisions: which Events the fixtures' decisions call for (pure), and what the
+//! publisher sends to a (mocked) API server. A later real-cluster suite asserts the same Events
+//! against a real kube-apiserver; the mock here pins down the requests kube-runtime's Recorder
+//! makes and what the publisher does when they fail.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use driftgate::decision::{Decision, DecisionInput, decide};
+use driftgate::events::{EventReason, EventSink, MAX_NOTE_BYTES, PlannedEvent, planned_events};
+use driftgate::metrics::{Metrics, ReasonLabels};
+use driftgate::policy::PolicySet;
+use driftgate::review::{parse_review, read_object};
+use hyper::Method;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
+use kube::runtime::events::EventType;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const API_UID: &str = "3b9d6c2e-8f41-4a7d-b0e5-c71f2a9d8e36";
+const POD: &str = "driftgate-6f7c9d8b4-x2k9p";
+const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/prod-payments/events";
+const LABEL: &str = "driftgate.dev/break-glass";
+const REASON: &str = "driftgate.dev/break-glass-reason";
+
+fn api_deployment() -> ObjectReference {
+    ObjectReference {
+        api_version: Some("apps/v1".into()),
+        kind: Some("Deployment".into()),
+        namespace: Some("prod-payments".into()),
+        name: Some("api".into()),
+        uid: Some(API_UID.into()),
+        ..ObjectReference::default()
+    }
+}
+
+/// The one Event a fixture's decision calls for.
+fn only_event(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> PlannedEvent {
+    let mut events = planned_events(request, decision);
+    assert_eq!(events.len(), 1, "expected one Event, got {events:#?}");
+    events.remove(0)
+}
+
+fn assert_bounded(event: &PlannedEvent) {
+    assert!(
+        event.note.len() <= MAX_NOTE_BYTES,
+        "note of {} bytes",
+        event.note.len()
+    );
+}
+
+// ---- Which Events a decision calls for ----
+
+#[test]
+fn kubectl_edit_is_a_write_denied_warning() {
+    let (request, decision) = decided("kubectl-edit.json");
+    assert!(!decision.allowed);
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        event,
+        PlannedEvent {
+            reason: EventReason::WriteDenied,
+            type_: EventType::Warning,
+            action: "Deny",
+            note: "bob may not update Deployment prod-payments/api: only the GitOps controller writes here \
+                   (policy \"production\", rule NotPermitted)."
+                .into(),
+            regarding: api_deployment(),
+        }
+    );
+}
+
+#[test]
+fn write_denied_notes_are_stable_so_repeats_form_a_series() {
+    // The Recorder aggregates identical Events into a series; a note that carried the time, the
+    // request uid or anything else that changes between retries would start a new Event each time.
+    let policies = policies();
+    for fixture in [
+        "kubectl-edit.json",
+        "kubectl-delete.json",
+        "spoofed-field-manager.json",
+        "break-glass-open-too-long.json",
+        "break-glass-open-by-bob.json",
+    ] {
+        let mut request = review(fixture);
+        let early = decide_with(&policies, &request, None, "2026-11-30T09:00:00Z");
+        request.uid = "another-request-uid".into();
+        let late = decide_with(&policies, &request, None, "2026-11-30T09:47:13Z");
+        let (early_events, late_events) = (
+            planned_events(&request, &early),
+            planned_events(&request, &late),
+        );
+        assert_eq!(early_events.len(), 1, "{fixture}: {early_events:#?}");
+        assert_eq!(early_events, late_events, "{fixture}");
+        assert_eq!(
+            early_events[0].reason,
+            EventReason::WriteDenied,
+            "{fixture}"
+        );
+        assert!(!early_events[0].note.contains("another-request-uid"));
+    }
+    // The admission message for a too-long window names the latest expiry allowed from now, so
+    // it differs between the two; the note must not.
+    let request = review("break-glass-open-too-long.json");
+    let early = decide_with(&policies, &request, None, "2026-11-30T09:00:00Z");
+    let late = decide_with(&policies, &request, None, "2026-11-30T09:47:13Z");
+    assert_ne!(early.message, late.message);
+    assert_eq!(
+        planned_events(&request, &early)[0].note,
+        "alice may not update Deployment prod-payments/api: the break-glass rules do not allow this \
+         change to its window (policy \"production\", rule BreakGlassRefused)."
+    );
+}
+
+#[test]
+fn other_denials_are_write_denied_with_their_rule() {
+    for (fixture, expected) in [
+        (
+            "kubectl-delete.json",
+            "bob may not delete Deployment prod-payments/api: only the GitOps controller writes here \
+             (policy \"production\", rule NotPermitted).",
+        ),
+        (
+            "spoofed-field-manager.json",
+            "bob may not update Deployment prod-payments/api: the field manager \"kustomize-controller\" \
+             belongs to a controller (policy \"production\", rule FieldManagerSpoofing).",
+        ),
+        (
+            "break-glass-use-far-future.json",
+            "alice may not update Deployment prod-payments/api: its break-glass label 20271130T0900Z \
+             expires further away than the policy's maxDuration allows (policy \"production\", rule WindowTooLong).",
+        ),
+    ] {
+        let (request, decision) = decided(fixture);
+        let event = only_event(&request, &decision);
+        assert_eq!(event.reason, EventReason::WriteDenied, "{fixture}");
+        assert_eq!(event.type_, EventType::Warning);
+        assert_eq!(event.action, "Deny");
+        assert_eq!(event.note, expected, "{fixture}");
+        // A DELETE carries only oldObject; the uid comes from it.
+        assert_eq!(event.regarding, api_deployment(), "{fixture}");
+    }
+}
+
+#[test]
+fn an_expired_window_is_write_denied_naming_the_window() {
+    let request = review("break-glass-use-edit.json");
+    let decision = decide_with(&policies(), &request, None, "2026-11-30T10:30:00Z");
+    let event = only_event(&request, &decision);
+    assert_eq!(event.reason, EventReason::WriteDenied);
+    assert_eq!(
+        event.note,
+        "alice may not update Deployment prod-payments/api: its break-glass window 20261130T1000Z expired \
+         at 2026-11-30 10:00 UTC (policy \"production\", rule WindowExpired)."
+    );
+}
+
+#[test]
+fn opening_a_window_is_a_normal_event_with_who_expiry_and_reason() {
+    let (request, decision) = decided("break-glass-open.json");
+    assert!(decision.allowed);
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        event,
+        PlannedEvent {
+            reason: EventReason::BreakGlassOpened,
+            type_: EventType::Normal,
+            action: "Open",
+            note: "alice opened a break-glass window on Deployment prod-payments/api: until 2026-11-30 10:00 UTC, \
+                   label 20261130T1000Z, reason \"INC-4711: api pods OOM, raising memory limit\". \
+                   Every change made in it must be backported to Git."
+                .into(),
+            regarding: api_deployment(),
+        }
+    );
+}
+
+#[test]
+fn extending_and_closing_a_window_are_normal_events() {
+    let (request, decision) = decided("break-glass-extend.json");
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        (event.reason, event.type_, event.action),
+        (EventReason::BreakGlassExtended, EventType::Normal, "Extend")
+    );
+    assert_eq!(
+        event.note,
+        "alice extended the break-glass window on Deployment prod-payments/api: until 2026-11-30 12:00 UTC, \
+         label 20261130T1200Z, reason \"INC-4711: api pods OOM, raising memory limit\". \
+         Every change made in it must be backported to Git."
+    );
+
+    let (request, decision) = decided("break-glass-close.json");
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        (event.reason, event.type_, event.action),
+        (EventReason::BreakGlassClosed, EventType::Normal, "Close")
+    );
+    assert_eq!(
+        event.note,
+        "alice closed the break-glass window on Deployment prod-payments/api; the GitOps controller reconciles it again."
+    );
+    assert_eq!(event.regarding, api_deployment());
+}
+
+#[test]
+fn a_change_under_a_window_is_a_warning_to_backport_it() {
+    let (request, decision) = decided("break-glass-use-edit.json");
+    assert!(decision.allowed);
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        event,
+        PlannedEvent {
+            reason: EventReason::BreakGlassChange,
+            type_: EventType::Warning,
+            action: "Change",
+            note: "alice changed Deployment prod-payments/api under the break-glass window on the object \
+                   (until 2026-11-30 10:00 UTC, label 20261130T1000Z, reason \"INC-4711: api pods OOM, raising memory limit\"): \
+                   spec.template.spec.containers[0].resources.limits.memory. This is an emergency change: \
+                   backport it to Git before the window closes, or the controller will revert it."
+                .into(),
+            regarding: api_deployment(),
+        }
+    );
+}
+
+#[test]
+fn a_scale_under_a_window_regards_the_parent_deployment() {
+    let request = review("break-glass-use-scale.json");
+    let parent = parent("api-with-window.yaml");
+    let decision = decide_with(&policies(), &request, Some(&parent), NOW);
+    assert!(decision.allowed);
+    let event = only_event(&request, &decision);
+    assert_eq!(event.reason, EventReason::BreakGlassChange);
+    // The Deployment, not the autoscaling/v1 Scale the request carries.
+    assert_eq!(event.regarding, api_deployment());
+    assert_eq!(
+        event.note,
+        "alice changed Deployment prod-payments/api (scale) under the break-glass window on the object \
+         (until 2026-11-30 10:00 UTC, label 20261130T1000Z, reason \"INC-4711: api pods OOM, raising memory limit\"): \
+         spec.replicas. This is an emergency change: backport it to Git before the window closes, or the \
+         controller will revert it."
+    );
+}
+
+#[test]
+fn a_change_under_a_namespace_window_says_so() {
+    let request = review("namespace-window-configmap-edit.json");
+    let namespace =
+        read_object(&path("tests/fixtures/namespaces/prod-orders-window.yaml")).unwrap();
+    let decision = decide(
+        &policies(),
+        &DecisionInput {
+            request: &request,
+            namespace: Some(&namespace.metadata),
+            parent: None,
+            now: NOW.parse().unwrap(),
+        },
+    );
+    let event = only_event(&request, &decision);
+    assert_eq!(event.reason, EventReason::BreakGlassChange);
+    assert!(
+        event.note.starts_with(
+            "alice changed ConfigMap prod-orders/api-config under the break-glass window on the namespace \
+             (until 2026-11-30 10:00 UTC, label 20261130T1000Z, reason \"INC-4720: orders capture backlog"
+        ),
+        "{}",
+        event.note
+    );
+    assert_eq!(event.regarding.api_version.as_deref(), Some("v1"));
+    assert_eq!(event.regarding.kind.as_deref(), Some("ConfigMap"));
+    assert_eq!(event.regarding.name.as_deref(), Some("api-config"));
+}
+
+#[test]
+fn opening_a_namespace_wide_window_regards_the_cluster_scoped_namespace() {
+    let old = serde_json::to_value(
+        read_object(&path("tests/fixtures/namespaces/prod-orders.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut new = old.clone();
+    new["metadata"]["labels"][LABEL] = json!("20261130T1100Z");
+    new["metadata"]["annotations"][REASON] = json!("INC-4720: orders capture backlog");
+    // As kube-apiserver sends it: for a Namespace, the request's namespace is its own name.
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "5d1c7a0e-0b8e-4d5e-9a59-2f0c3c9f6a11",
+            "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": "prod-orders", "namespace": "prod-orders", "operation": "UPDATE",
+            "userInfo": {"username": "alice", "groups": ["sre-oncall", "system:authenticated"]},
+            "object": new, "oldObject": old, "dryRun": false,
+            "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "kubectl-label"}
+        }
+    });
+    let request = parse_review(&serde_json::to_vec(&review).unwrap()).unwrap();
+    let decision = decide_with(&policies(), &request, None, NOW);
+    assert!(decision.allowed, "{}", decision.message);
+    let event = only_event(&request, &decision);
+    assert_eq!(event.reason, EventReason::BreakGlassOpened);
+    assert_eq!(
+        event.note,
+        "alice opened a break-glass window on Namespace prod-orders: until 2026-11-30 11:00 UTC, \
+         label 20261130T1100Z, reason \"INC-4720: orders capture backlog\". \
+         Every change made in it must be backported to Git."
+    );
+    assert_eq!(
+        event.regarding,
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            namespace: None,
+            name: Some("prod-orders".into()),
+            uid: old["metadata"]["uid"].as_str().map(str::to_owned),
+            ..ObjectReference::default()
+        }
+    );
+}
+
+#[test]
+fn a_held_controller_is_a_warning_naming_controller_and_window() {
+    let (request, decision) = decided("controller-held.json");
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        event,
+        PlannedEvent {
+            reason: EventReason::ControllerHeld,
+            type_: EventType::Warning,
+            action: "Hold",
+            note: "Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not update \
+                   Deployment prod-payments/api while the break-glass window on the object (until 2026-11-30 10:00 UTC, \
+                   label 20261130T1000Z, reason \"INC-4712: 1.42.0 leaks DB connections under load, rolling forward \
+                   to hotfix image\") holds it (policy \"production\", rule ControllerHeld). Backport the emergency \
+                   change to Git, then close the window so the controller can reconcile again."
+                .into(),
+            regarding: api_deployment(),
+        }
+    );
+}
+
+#[test]
+fn an_audit_policy_reports_what_it_would_deny() {
+    let (request, decision) = decided("audit-staging-edit.json");
+    assert!(decision.allowed);
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        event,
+        PlannedEvent {
+            reason: EventReason::WouldDeny,
+            type_: EventType::Warning,
+            action: "Audit",
+            note: "bob may not update Deployment staging-web/web once policy \"staging\" is enforced: only the \
+                   GitOps controller writes here (rule NotPermitted). Admitted because the policy is in Audit mode."
+                .into(),
+            regarding: ObjectReference {
+                api_version: Some("apps/v1".into()),
+                kind: Some("Deployment".into()),
+                namespace: Some("staging-web".into()),
+                name: Some("web".into()),
+                uid: Some("e1c4a7d9-2f6b-4e83-9a05-b8d3f1c6e742".into()),
+                ..ObjectReference::default()
+            },
+        }
+    );
+}
+
+#[test]
+fn admitted_routine_writes_and_dry_runs_have_no_events() {
+    for fixture in [
+        "flux-ssa-update.json",                // Controller
+        "flux-ssa-dryrun.json",                // dry run (and Controller)
+        "kubectl-create-dryrun.json",          // dry run of a write that is denied
+        "hpa-scale.json",                      // Delegation
+        "no-effective-change.json",            // NoEffectiveChange
+        "out-of-scope-namespace.json",         // OutOfScope
+        "deployment-controller-revision.json", // Delegation
+    ] {
+        let (request, decision) = decided(fixture);
+        assert_eq!(
+            planned_events(&request, &decision),
+            Vec::new(),
+            "{fixture} ({})",
+            decision.record.rule
+        );
+    }
+    // The dry-run create is denied: only its dry-run flag keeps it from an Event.
+    let (request, decision) = decided("kubectl-create-dryrun.json");
+    assert!(!decision.allowed && request.dry_run);
+    // And the same edit that is a WriteDenied is nothing when it is a dry run.
+    let mut request = review("kubectl-edit.json");
+    request.dry_run = true;
+    let decision = decide_with(&policies(), &request, None, NOW);
+    assert!(!decision.allowed);
+    assert_eq!(planned_events(&request, &decision), Vec::new());
+}
+
+const TWO_POLICIES: &str = r#"
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: platform}
+spec:
+  namespaces: {include: ["prod-*"]}
+  controllers: [{name: flux, usernames: ["system:serviceaccount:flux-system:kustomize-controller"]}]
+  breakGlass: {maxDuration: 4h, openers: {groups: ["sre-oncall"]}}
+---
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: payments}
+spec:
+  namespaces: {include: ["prod-payments"]}
+  controllers: [{name: flux, usernames: ["system:serviceaccount:flux-system:kustomize-controller"]}]
+  breakGlass: {maxDuration: 4h, openers: {groups: ["sre-oncall"]}}
+"#;
+
+const STRICT: &str = r#"
+---
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: strict}
+spec:
+  namespaces: {include: ["prod-payments"]}
+  controllers: [{name: flux, usernames: ["system:serviceaccount:flux-system:kustomize-controller"]}]
+"#;
+
+#[test]
+fn identical_events_of_two_policies_are_published_once() {
+    let policies = PolicySet::from_yaml("inline", TWO_POLICIES).unwrap();
+    let request = review("break-glass-use-edit.json");
+    let decision = decide_with(&policies, &request, None, NOW);
+    assert_eq!(decision.record.verdicts.len(), 2);
+    let event = only_event(&request, &decision);
+    assert_eq!(event.reason, EventReason::BreakGlassChange);
+}
+
+#[test]
+fn a_denied_write_reports_only_its_denials() {
+    // "platform" admits alice's change under the window, "strict" (no break-glass) denies it: the
+    // change did not happen, so there is nothing to backport.
+    let policies = PolicySet::from_yaml("inline", &format!("{TWO_POLICIES}{STRICT}")).unwrap();
+    let request = review("break-glass-use-edit.json");
+    let decision = decide_with(&policies, &request, None, NOW);
+    assert!(!decision.allowed);
+    let event = only_event(&request, &decision);
+    assert_eq!(event.reason, EventReason::WriteDenied);
+    assert_eq!(
+        event.note,
+        "alice may not update Deployment prod-payments/api: only the GitOps controller writes here \
+         (policy \"strict\", rule NotPermitted)."
+    );
+}
+
+#[test]
+fn notes_stay_within_1024_bytes_and_keep_their_advice() {
+    // A reason annotation may be as long as anyone likes, and in any script.
+    let mut review_json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(path("tests/fixtures/break-glass-use-edit.json")).unwrap(),
+    )
+    .unwrap();
+    let reason = format!("INC-9: {}", "überlast ".repeat(400));
+    for object in ["object", "oldObject"] {
+        review_json["request"][object]["metadata"]["annotations"]["driftgate.dev/break-glass-reason"] =
+            json!(reason.clone());
+    }
+    let request = parse_review(&serde_json::to_vec(&review_json).unwrap()).unwrap();
+    let decision = decide_with(&policies(), &request, None, NOW);
+    let event = only_event(&request, &decision);
+    assert_eq!(event.reason, EventReason::BreakGlassChange);
+    assert_bounded(&event);
+    assert!(event.note.contains("reason \"INC-9: überlast"));
+    assert!(event.note.contains('…'));
+    assert!(
+        event.note.ends_with("or the controller will revert it."),
+        "{}",
+        event.note
+    );
+}
+
+#[test]
+fn every_fixture_plans_bounded_notes() {
+    let dir = path("tests/fixtures");
+    let policies = policies();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let request = driftgate::review::read_review(&path).unwrap();
+        let decision = decide_with(&policies, &request, None, NOW);
+        for event in planned_events(&request, &decision) {
+            assert_bounded(&event);
+            assert!(event.regarding.name.is_some() && event.regarding.kind.is_some());
+        }
+    }
+}
+
+// ---- The publisher, against a mocked API server ----
+
+fn published(metrics: &Metrics, reason: &str) -> i64 {
+    metrics
+        .events_published
+        .get_or_create(&ReasonLabels {
+            reason: reason.into(),
+        })
+        .get() as i64
+}
+
+fn dropped(metrics: &Metrics, why: &str) -> i64 {
+    metrics
+        .events_dropped
+        .get_or_create(&ReasonLabels { reason: why.into() })
+        .get() as i64
+}
+
+struct Publisher {
+    sink: EventSink,
+    task: tokio::task::JoinHandle<()>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+}
+
+fn publisher(client: Option<kube::Client>, capacity: usize) -> Publisher {
+    let metrics = Arc::new(Metrics::new());
+    let shutdown = CancellationToken::new();
+    let (sink, task) = EventSink::spawn(
+        client,
+        POD.into(),
+        capacity,
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    Publisher {
+        sink,
+        task,
+        metrics,
+        shutdown,
+    }
+}
+
+impl Publisher {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        within_5s("stopping the publisher", self.task)
+            .await
+            .expect("the publisher task does not panic");
+    }
+}
+
+#[tokio::test]
+async fn the_recorder_posts_the_planned_event() {
+    let (client, mut handle) = mock_client();
+    let p = publisher(Some(client), 16);
+    let (request, decision) = decided("kubectl-edit.json");
+    p.sink.record(&request, &decision);
+
+    let (http, send) = next_request(&mut handle).await;
+    assert_eq!(http.method(), Method::POST);
+    assert_eq!(http.uri().path(), EVENTS_PATH);
+    let body = body_json(http).await;
+    assert_eq!(body["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(body["kind"], "Event");
+    assert_eq!(body["metadata"]["namespace"], "prod-payments");
+    assert_eq!(body["reason"], "WriteDenied");
+    assert_eq!(body["type"], "Warning");
+    assert_eq!(body["action"], "Deny");
+    assert_eq!(
+        body["note"],
+        "bob may not update Deployment prod-payments/api: only the GitOps controller writes here \
+         (policy \"production\", rule NotPermitted)."
+    );
+    assert_eq!(
+        body["regarding"],
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "prod-payments",
+               "name": "api", "uid": API_UID})
+    );
+    assert_eq!(body["reportingController"], "driftgate.dev/webhook");
+    assert_eq!(body["reportingInstance"], POD);
+    assert!(body["eventTime"].is_string());
+    assert!(body.get("series").is_none());
+    respond(send, 201, &body);
+
+    eventually("the Event is counted as published", || {
+        published(&p.metrics, "WriteDenied") == 1
+    })
+    .await;
+    assert_eq!(dropped(&p.metrics, "api_error"), 0);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn repeats_become_a_series_and_other_notes_do_not_join_it() {
+    let (client, mut handle) = mock_client();
+    let p = publisher(Some(client), 16);
+    let (edit, edit_decision) = decided("kubectl-edit.json");
+
+    p.sink.record(&edit, &edit_decision);
+    let (http, send) = next_request(&mut handle).await;
+    assert_eq!(http.method(), Method::POST);
+    let first = body_json(http).await;
+    let name = first["metadata"]["name"].as_str().unwrap().to_owned();
+    respond(send, 201, &first);
+
+    // bob retries: the same Event again, published as a PATCH of the first with a series count.
+    p.sink.record(&edit, &edit_decision);
+    let (http, send) = next_request(&mut handle).await;
+    assert_eq!(http.method(), Method::PATCH);
+    assert_eq!(http.uri().path(), format!("{EVENTS_PATH}/{name}"));
+    let patch = body_json(http).await;
+    assert_eq!(patch["series"]["count"], 2);
+    assert_eq!(patch["note"], first["note"]);
+    respond(send, 200, &patch);
+
+    // bob then deletes it: same object, reason, action and type, but another note. The Recorder
+    // alone would count it into the series above and show the edit's note; it must be its own Event.
+    let (delete, delete_decision) = decided("kubectl-delete.json");
+    p.sink.record(&delete, &delete_decision);
+    let (http, send) = next_request(&mut handle).await;
+    assert_eq!(http.method(), Method::POST);
+    let other = body_json(http).await;
+    assert_eq!(
+        other["note"],
+        "bob may not delete Deployment prod-payments/api: only the GitOps controller writes here \
+         (policy \"production\", rule NotPermitted)."
+    );
+    assert!(other.get("series").is_none());
+    respond(send, 201, &other);
+
+    eventually("three publishes are counted", || {
+        published(&p.metrics, "WriteDenied") == 3
+    })
+    .await;
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn dry_runs_send_nothing() {
+    let (client, mut handle) = mock_client();
+    let p = publisher(Some(client), 16);
+    for fixture in ["flux-ssa-dryrun.json", "kubectl-create-dryrun.json"] {
+        let (request, decision) = decided(fixture);
+        p.sink.record(&request, &decision);
+    }
+    let mut edit = review("kubectl-edit.json");
+    edit.dry_run = true;
+    let decision = decide_with(&policies(), &edit, None, NOW);
+    p.sink.record(&edit, &decision);
+    no_request(&mut handle, Duration::from_millis(200)).await;
+
+    // The queue is in order: the first request is the first Event that is not a dry run.
+    let (request, decision) = decided("break-glass-open.json");
+    p.sink.record(&request, &decision);
+    let (http, send) = next_request(&mut handle).await;
+    let body = body_json(http).await;
+    assert_eq!(body["reason"], "BreakGlassOpened");
+    respond(send, 201, &body);
+    eventually("the Event is published", || {
+        published(&p.metrics, "BreakGlassOpened") == 1
+    })
+    .await;
+    assert_eq!(dropped(&p.metrics, "queue_full"), 0);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_and_counts_without_blocking() {
+    let (client, mut handle) = mock_client();
+    let p = publisher(Some(client), 1);
+    let (edit, edit_decision) = decided("kubectl-edit.json");
+    let (delete, delete_decision) = decided("kubectl-delete.json");
+    let (spoof, spoof_decision) = decided("spoofed-field-manager.json");
+
+    // The first Event is taken off the queue and its POST waits for an answer...
+    p.sink.record(&edit, &edit_decision);
+    let (first, first_send) = next_request(&mut handle).await;
+    // ...so the queue (capacity 1) holds the second, and the third has no room.
+    p.sink.record(&delete, &delete_decision);
+    p.sink.record(&spoof, &spoof_decision);
+    assert_eq!(dropped(&p.metrics, "queue_full"), 1);
+
+    respond(first_send, 201, &body_json(first).await);
+    let (second, second_send) = next_request(&mut handle).await;
+    let second = body_json(second).await;
+    assert!(second["note"].as_str().unwrap().contains("may not delete"));
+    respond(second_send, 201, &second);
+    eventually("two Events are published", || {
+        published(&p.metrics, "WriteDenied") == 2
+    })
+    .await;
+    no_request(&mut handle, Duration::from_millis(100)).await;
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn an_api_error_is_counted_and_the_publisher_carries_on() {
+    let (client, mut handle) = mock_client();
+    let p = publisher(Some(client), 16);
+    let (edit, edit_decision) = decided("kubectl-edit.json");
+
+    p.sink.record(&edit, &edit_decision);
+    let (_, send) = next_request(&mut handle).await;
+    respond(
+        send,
+        500,
+        &status(500, "InternalError", "etcdserver: request timed out"),
+    );
+    eventually("the failure is counted", || {
+        dropped(&p.metrics, "api_error") == 1
+    })
+    .await;
+    assert_eq!(published(&p.metrics, "WriteDenied"), 0);
+
+    // The next identical Event is created afresh: the failed one was never stored, so there is
+    // no series to PATCH.
+    p.sink.record(&edit, &edit_decision);
+    let (http, send) = next_request(&mut handle).await;
+    assert_eq!(http.method(), Method::POST);
+    assert_eq!(http.uri().path(), EVENTS_PATH);
+    respond(send, 201, &body_json(http).await);
+    eventually("the next Event is published", || {
+        published(&p.metrics, "WriteDenied") == 1
+    })
+    .await;
+    p.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_api_server_costs_one_timeout_per_event() {
+    let (client, mut handle) = mock_client();
+    let p = publisher(Some(client), 16);
+    let (edit, edit_decision) = decided("kubectl-edit.json");
+    p.sink.record(&edit, &edit_decision);
+    // Never answered (but kept open, so the request hangs rather than fails).
+    let (_hung, _never_answered) = next_request(&mut handle).await;
+    eventually("the timeout is counted", || {
+        dropped(&p.metrics, "api_error") == 1
+    })
+    .await;
+    // The queue moves on.
+    let (open, open_decision) = decided("break-glass-open.json");
+    p.sink.record(&open, &open_decision);
+    let (http, send) = next_request(&mut handle).await;
+    let body = body_json(http).await;
+    assert_eq!(body["reason"], "BreakGlassOpened");
+    respond(send, 201, &body);
+    eventually("the next Event is published", || {
+        published(&p.metrics, "BreakGlassOpened") == 1
+    })
+    .await;
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_publishes_what_is_queued_then_counts_late_events() {
+    let (client, mut handle) = mock_client();
+    let p = publisher(Some(client), 16);
+    let (edit, edit_decision) = decided("kubectl-edit.json");
+    p.sink.record(&edit, &edit_decision);
+    p.shutdown.cancel();
+    // Whether the task saw the Event before the cancellation or drains it after, it is sent.
+    let (http, send) = next_request(&mut handle).await;
+    respond(send, 201, &body_json(http).await);
+    within_5s("the publisher stops", p.task).await.unwrap();
+    assert_eq!(published(&p.metrics, "WriteDenied"), 1);
+
+    p.sink.record(&edit, &edit_decision);
+    assert_eq!(dropped(&p.metrics, "shutdown"), 1);
+}
+
+/// A log writer for one test, to read what the publisher logged.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn without_a_client_events_are_logged_not_published() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || writer.clone())
+        .finish();
+    // The test runtime is single-threaded, so the publisher task logs on this thread.
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let p = publisher(None, 16);
+    let (request, decision) = decided("kubectl-edit.json");
+    p.sink.record(&request, &decision);
+    let metrics = p.metrics.clone();
+    eventually("the Event is logged", || {
+        String::from_utf8_lossy(&captured.0.lock().unwrap()).contains("WriteDenied")
+    })
+    .await;
+    p.stop().await;
+
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let line: serde_json::Value = serde_json::from_str(
+        log.lines()
+            .find(|l| l.contains("WriteDenied"))
+            .expect("a log line"),
+    )
+    .unwrap();
+    let fields = &line["fields"];
+    assert_eq!(line["level"], "INFO");
+    assert_eq!(fields["reason"], "WriteDenied");
+    assert_eq!(fields["action"], "Deny");
+    assert_eq!(fields["regarding.kind"], "Deployment");
+    assert_eq!(fields["regarding.name"], "api");
+    assert_eq!(fields["regarding.uid"], API_UID);
+    assert!(
+        fields["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("bob may not update")
+    );
+    assert_eq!(published(&metrics, "WriteDenied"), 0);
+}
