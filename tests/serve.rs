@@ -392,7 +392,12 @@ async fn serve_dev_runs_from_a_fresh_checkout_and_says_how_to_call_it() {
     let (port, admin_port) = (free_port(), free_port());
     let mut child = Command::new(BIN)
         .args(["serve", "--dev", "--shutdown-delay", "0s"])
-        .args(["--addr", &format!("127.0.0.1:{port}"), "--admin-addr", &format!("127.0.0.1:{admin_port}")])
+        .args([
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--admin-addr",
+            &format!("127.0.0.1:{admin_port}"),
+        ])
         .current_dir(&dir)
         // No kubeconfig anywhere: --dev runs without a cluster.
         .env("HOME", &dir)
@@ -403,7 +408,9 @@ async fn serve_dev_runs_from_a_fresh_checkout_and_says_how_to_call_it() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     assert!(
         line.contains(&format!("curl --cacert certs-dev/ca.crt -H 'Content-Type: application/json' --data @tests/fixtures/kubectl-edit.json https://localhost:{port}/validate")),
         "{line}"
@@ -419,7 +426,9 @@ async fn serve_dev_runs_from_a_fresh_checkout_and_says_how_to_call_it() {
     let (status, body) = admin_get(server.admin, "/readyz").unwrap();
     assert_eq!(status, 200, "{body}");
     let mut stream = connect(&server).await;
-    let (status, answer) = send_review(&mut stream, &fixture("kubectl-edit.json")).await.unwrap();
+    let (status, answer) = send_review(&mut stream, &fixture("kubectl-edit.json"))
+        .await
+        .unwrap();
     assert_eq!(status, 200);
     assert!(!allowed(&answer));
 }
