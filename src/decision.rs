@@ -376,6 +376,16 @@ enum WindowState {
     Malformed { value: String, problem: String },
 }
 
+impl WindowState {
+    /// The window, whatever its state; None when there is no readable label.
+    fn window(&self) -> Option<&BreakGlassWindow> {
+        match self {
+            WindowState::Open(w) | WindowState::Expired(w) | WindowState::TooLong(w) => Some(w),
+            WindowState::Absent | WindowState::Malformed { .. } => None,
+        }
+    }
+}
+
 fn window_state(
     meta: &ObjectMeta,
     rules: &BreakGlassRules,
@@ -704,6 +714,12 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
                             ));
                         }
                         outcome.new_window = window;
+                        // The window as it was, so that a close can say what it closed.
+                        outcome.window = facts.stored_meta().and_then(|meta| {
+                            window_state(meta, rules, facts.input.now, WindowScope::Object)
+                                .window()
+                                .cloned()
+                        });
                         return Some(outcome);
                     }
                     new_window = window;

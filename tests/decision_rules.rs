@@ -802,6 +802,36 @@ fn warnings_and_records_for_break_glass_use() {
 }
 
 #[test]
+fn a_close_records_the_window_it_closed() {
+    let request = Req::update(
+        "alice",
+        with_window("20261130T1000Z", Some("INC-1: OOM")),
+        plain(),
+    )
+    .build();
+    let decision = decide(
+        &policies(),
+        &DecisionInput {
+            request: &request,
+            namespace: None,
+            parent: None,
+            now: now(),
+        },
+    );
+    assert_eq!(decision.record.rule, Rule::BreakGlassClosed);
+    let verdict = &decision.record.verdicts[0];
+    assert_eq!(
+        verdict.window.as_ref().unwrap().label_value,
+        "20261130T1000Z"
+    );
+    assert_eq!(
+        verdict.window.as_ref().unwrap().reason.as_deref(),
+        Some("INC-1: OOM")
+    );
+    assert!(verdict.new_window.is_none());
+}
+
+#[test]
 fn denial_response_is_forbidden_with_the_message() {
     let request = Req::update("bob", plain(), edited()).build();
     let decision = decide(

@@ -204,7 +204,9 @@ fn extending_and_closing_a_window_are_normal_events() {
     );
     assert_eq!(
         event.note,
-        "alice closed the break-glass window on Deployment prod-payments/api; the GitOps controller reconciles it again."
+        "alice closed the break-glass window on Deployment prod-payments/api (until 2026-11-30 10:00 UTC, \
+         label 20261130T1000Z, reason \"INC-4711: api pods OOM, raising memory limit\"); \
+         the GitOps controller reconciles it again."
     );
     assert_eq!(event.regarding, api_deployment());
 }
