@@ -58,9 +58,14 @@ pub struct ServeArgs {
     /// Answer within this time, shorter than the webhook's timeoutSeconds (default 5s in the chart).
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_duration)]
     pub request_timeout: Duration,
-    /// Close connections whose request headers take longer than this.
+    /// Close a new connection whose first request headers take longer than this (slow clients).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub header_timeout: Duration,
+    /// Close a kept-alive connection idle for this long. Keep it above the API server's idle
+    /// timeout for webhook connections (90s), so that the API server closes first and never
+    /// sends a review on a connection we are closing.
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
     /// On SIGTERM, fail readiness and keep serving this long, so that endpoints stop routing
     /// here before the listener closes.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
@@ -261,14 +266,16 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
 
     let handle = axum_server::Handle::new();
     let mut server = axum_server::bind_rustls(settings.addr, tls_config).handle(handle.clone());
-    // The API server calls over HTTP/1.1 with pooled keep-alive connections: keep them open,
-    // and close those whose headers dribble in.
+    // The API server calls over HTTP/1.1 with pooled keep-alive connections: keep them open.
+    // hyper's header read timer also runs while a kept-alive connection waits for its next
+    // request, so it is the idle timeout; slow headers on a new connection are bounded by the
+    // first-request timeout instead.
     server
         .http_builder()
         .http1()
         .timer(TokioTimer::new())
         .keep_alive(true)
-        .header_read_timeout(Some(args.header_timeout));
+        .header_read_timeout(Some(args.idle_timeout));
     let server = server.first_request_timeout(args.header_timeout);
     let app = router(state.clone(), args.request_timeout);
     let webhook = tokio::spawn(server.serve(app.into_make_service()));

@@ -432,3 +432,16 @@ async fn serve_dev_runs_from_a_fresh_checkout_and_says_how_to_call_it() {
     assert_eq!(status, 200);
     assert!(!allowed(&answer));
 }
+
+#[tokio::test]
+async fn an_idle_kept_alive_connection_outlives_the_header_timeout() {
+    // The API server pools connections and reuses them after idle gaps: a connection idle for
+    // longer than --header-timeout (1s here) must still be served.
+    install_provider();
+    let server = start("idle");
+    let mut stream = connect(&server).await;
+    let body = fixture("flux-ssa-update.json");
+    assert_eq!(send_review(&mut stream, &body).await.unwrap().0, 200);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(send_review(&mut stream, &body).await.unwrap().0, 200);
+}
