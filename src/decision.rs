@@ -814,13 +814,10 @@ fn not_permitted(
     window: Option<&BreakGlassWindow>,
 ) -> RuleOutcome {
     let controllers: Vec<_> = policy.controllers.iter().map(|c| c.name.as_str()).collect();
-    let writers = if controllers.is_empty() {
-        "no one writes here directly".to_owned()
-    } else {
-        format!(
-            "only the GitOps controller ({}) writes here",
-            controllers.join(", ")
-        )
+    let writers = match controllers.as_slice() {
+        [] => "no one writes here directly".to_owned(),
+        [one] => format!("only the GitOps controller ({one}) writes here"),
+        many => format!("only its controllers ({}) write here", many.join(", ")),
     };
     let how = match (&policy.break_glass, window) {
         (Some(rules), Some(window)) => format!(
