@@ -33,6 +33,9 @@ pub enum Command {
     /// Check or test policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Open, close or list break-glass windows, with your own kubeconfig.
+    #[command(subcommand)]
+    BreakGlass(crate::tools::break_glass::BreakGlassCommand),
     /// Serve the admission webhook over TLS (with --dev: local defaults, no setup).
     Serve(crate::serve::ServeArgs),
     /// Generate certificates.
@@ -98,7 +101,39 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Policy(PolicyCommand::Check { paths }) => policy_check(&paths, &mut out),
         Command::Policy(PolicyCommand::Test { path }) => policy_test(&path, &mut out),
         Command::Serve(args) => serve(args),
+        Command::BreakGlass(command) => break_glass(&command, &mut out),
         Command::Certs(CertsCommand::Dev(args)) => certs_dev(&args, &mut out),
+    }
+}
+
+fn break_glass(
+    command: &crate::tools::break_glass::BreakGlassCommand,
+    out: &mut impl Write,
+) -> ExitCode {
+    use crate::tools::break_glass::{self as tool, BreakGlassCommand};
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("driftgate break-glass: cannot start the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match command {
+            BreakGlassCommand::Open(args) => tool::open(args, out).await,
+            BreakGlassCommand::Close(args) => tool::close(args, out).await,
+            BreakGlassCommand::List(args) => tool::list(args, out).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("driftgate break-glass: {error}");
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -20,5 +20,6 @@ pub mod server;
 pub mod testsuite;
 mod throttle;
 pub mod timefmt;
+pub mod tools;
 
 pub use error::{Error, Result};

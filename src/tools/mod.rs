@@ -1,0 +1,3 @@
+//! Commands for people on call: break-glass windows (and, with the ledger, the backport backlog).
+
+pub mod break_glass;
