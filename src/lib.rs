@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod fieldpath;
 pub mod kube_state;
+pub mod ledger;
 pub mod metrics;
 pub mod policy;
 pub mod review;

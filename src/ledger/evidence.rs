@@ -1,0 +1,194 @@
+//! Pure judgement for the ledger: digests of recorded values, and whether a controller's write
+//! carries the emergency change (Git caught up) or undoes it.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::fieldpath::FieldPath;
+use crate::ledger::record::{BackportRequirementSpec, RecordedField};
+
+pub const ABSENT: &str = "absent";
+
+/// `sha256:<hex>` of a value's canonical JSON (object keys sorted), or `absent`.
+pub fn digest(value: Option<&Value>) -> String {
+    match value {
+        None | Some(Value::Null) => ABSENT.to_owned(),
+        Some(value) => {
+            // serde_json's map is ordered by key, so equal values serialize identically.
+            let bytes = serde_json::to_vec(value).expect("a JSON value always serializes");
+            let hash = Sha256::digest(&bytes);
+            let mut out = String::with_capacity(7 + 64);
+            out.push_str("sha256:");
+            for byte in hash {
+                out.push_str(&format!("{byte:02x}"));
+            }
+            out
+        }
+    }
+}
+
+/// The value at `path` in an object (as JSON), if any.
+pub fn value_at<'a>(object: &'a Value, path: &FieldPath) -> Option<&'a Value> {
+    path.segments()
+        .iter()
+        .try_fold(object, |node, segment| match node {
+            Value::Object(map) => map.get(segment),
+            Value::Array(list) => segment.parse::<usize>().ok().and_then(|i| list.get(i)),
+            _ => None,
+        })
+}
+
+/// What a controller's write says about a record awaiting backport.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Evidence {
+    /// Every recorded field has its last recorded value: Git has the change.
+    Backported,
+    /// These fields lost their recorded values: the controller is reverting the fix.
+    Reverted(Vec<String>),
+    /// Nothing recorded to compare (a CREATE or DELETE under the window).
+    Nothing,
+}
+
+/// The latest recorded digest of each field of `object_uid` (or of every change when the
+/// record is per object).
+pub fn latest_fields<'a>(
+    spec: &'a BackportRequirementSpec,
+    object_uid: &str,
+) -> BTreeMap<&'a str, &'a RecordedField> {
+    let mut latest = BTreeMap::new();
+    for change in &spec.changes {
+        let uid = change
+            .object
+            .as_ref()
+            .map_or(spec.object.uid.as_str(), |o| o.uid.as_str());
+        if !uid.is_empty() && !object_uid.is_empty() && uid != object_uid {
+            continue;
+        }
+        for field in &change.fields {
+            latest.insert(field.path.as_str(), field);
+        }
+    }
+    latest
+}
+
+/// Compares a controller's object (as JSON, after its write) with the record.
+pub fn judge(spec: &BackportRequirementSpec, object_uid: &str, object: &Value) -> Evidence {
+    let latest = latest_fields(spec, object_uid);
+    if latest.is_empty() {
+        return Evidence::Nothing;
+    }
+    let mut reverted = Vec::new();
+    for (path, field) in latest {
+        let now = FieldPath::parse(path)
+            .ok()
+            .map(|p| digest(value_at(object, &p)))
+            .unwrap_or_else(|| ABSENT.to_owned());
+        if now != field.digest {
+            reverted.push(path.to_owned());
+        }
+    }
+    if reverted.is_empty() {
+        Evidence::Backported
+    } else {
+        Evidence::Reverted(reverted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::record::*;
+    use serde_json::json;
+
+    fn spec(fields: &[(&str, Option<Value>)]) -> BackportRequirementSpec {
+        let time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time =
+            serde_json::from_value(json!("2026-11-30T09:00:00Z")).unwrap();
+        BackportRequirementSpec {
+            object: RecordedObject {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "api".into(),
+                uid: "u1".into(),
+            },
+            scope: RecordScope::Object,
+            window: RecordedWindow {
+                opener: Some("alice".into()),
+                reason: Some("INC-1".into()),
+                opened_at: Some(time.clone()),
+                expires_at: time.clone(),
+                label_value: "20261130T1000Z".into(),
+            },
+            policy: "production".into(),
+            changes: vec![RecordedChange {
+                time,
+                user: "alice".into(),
+                operation: "UPDATE".into(),
+                object: None,
+                subresource: "scale".into(),
+                request_uid: "r1".into(),
+                fields: fields
+                    .iter()
+                    .map(|(path, value)| RecordedField {
+                        path: (*path).into(),
+                        digest: digest(value.as_ref()),
+                        value: None,
+                    })
+                    .collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn digests_are_canonical_and_absent_is_explicit() {
+        assert_eq!(
+            digest(Some(&json!({"a": 1, "b": 2}))),
+            digest(Some(&json!({"b": 2, "a": 1})))
+        );
+        assert_ne!(digest(Some(&json!(5))), digest(Some(&json!("5"))));
+        assert_eq!(digest(None), ABSENT);
+        assert_eq!(digest(Some(&Value::Null)), ABSENT);
+        assert!(digest(Some(&json!(8))).starts_with("sha256:"));
+    }
+
+    #[test]
+    fn the_controller_carrying_the_values_is_a_backport_and_undoing_them_a_revert() {
+        let record = spec(&[("spec.replicas", Some(json!(8)))]);
+        let carried = json!({"spec": {"replicas": 8, "template": {}}});
+        assert_eq!(judge(&record, "u1", &carried), Evidence::Backported);
+        let undone = json!({"spec": {"replicas": 3}});
+        assert_eq!(
+            judge(&record, "u1", &undone),
+            Evidence::Reverted(vec!["spec.replicas".into()])
+        );
+        let removed = json!({"spec": {}});
+        assert_eq!(
+            judge(&record, "u1", &removed),
+            Evidence::Reverted(vec!["spec.replicas".into()])
+        );
+    }
+
+    #[test]
+    fn only_the_latest_value_of_a_field_counts() {
+        let mut record = spec(&[("spec.replicas", Some(json!(8)))]);
+        let mut later = record.changes[0].clone();
+        later.fields[0].digest = digest(Some(&json!(10)));
+        record.changes.push(later);
+        assert_eq!(
+            judge(&record, "u1", &json!({"spec": {"replicas": 10}})),
+            Evidence::Backported
+        );
+        assert!(matches!(
+            judge(&record, "u1", &json!({"spec": {"replicas": 8}})),
+            Evidence::Reverted(_)
+        ));
+    }
+
+    #[test]
+    fn bracketed_paths_are_found() {
+        let record = spec(&[("metadata.annotations[example.com/x]", Some(json!("on")))]);
+        let object = json!({"metadata": {"annotations": {"example.com/x": "on"}}});
+        assert_eq!(judge(&record, "u1", &object), Evidence::Backported);
+    }
+}

@@ -1,0 +1,183 @@
+//! `BackportRequirement`: the durable record of a break-glass window and every change made in
+//! it, kept until Git has caught up (or a person resolves it).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One break-glass window on one object (or on a namespace), and what was changed under it.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "driftgate.dev",
+    version = "v1alpha1",
+    kind = "BackportRequirement",
+    plural = "backportrequirements",
+    shortname = "bpr",
+    namespaced,
+    status = "BackportStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.object.kind"}"#,
+    printcolumn = r#"{"name":"Object","type":"string","jsonPath":".spec.object.name"}"#,
+    printcolumn = r#"{"name":"Opener","type":"string","jsonPath":".spec.window.opener"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.window.reason"}"#,
+    printcolumn = r#"{"name":"Changes","type":"integer","jsonPath":".status.changeCount"}"#,
+    printcolumn = r#"{"name":"Expires","type":"date","jsonPath":".spec.window.expiresAt"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BackportRequirementSpec {
+    /// The object the window is on (the Namespace, for a namespace-wide window).
+    pub object: RecordedObject,
+    pub scope: RecordScope,
+    pub window: RecordedWindow,
+    /// The policy whose break-glass rules admitted the window.
+    pub policy: String,
+    /// Every change admitted under the window, oldest first.
+    #[serde(default)]
+    pub changes: Vec<RecordedChange>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedObject {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RecordScope {
+    Object,
+    Namespace,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedWindow {
+    /// Who opened it; absent when the label was set where driftgate could not see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opener: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_at: Option<Time>,
+    pub expires_at: Time,
+    /// The label value as last seen (the expiry in basic ISO 8601).
+    pub label_value: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedChange {
+    pub time: Time,
+    pub user: String,
+    pub operation: String,
+    /// The object changed, for a namespace-wide window (where `spec.object` is the Namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<RecordedObject>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subresource: String,
+    /// The admission request's uid, so a change is recorded once even if retried.
+    pub request_uid: String,
+    #[serde(default)]
+    pub fields: Vec<RecordedField>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedField {
+    /// The field path, as driftgate writes paths (`spec.template.spec.containers[0].image`).
+    pub path: String,
+    /// `sha256:<hex>` of the canonical JSON of the new value, or `absent` when removed.
+    pub digest: String,
+    /// The new value itself, only where the policy allows it (never for Secrets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub value: Option<serde_json::Value>,
+}
+
+/// A schema that accepts any JSON value, as Kubernetes structural schemas spell it.
+fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"x-kubernetes-preserve-unknown-fields": true, "nullable": true})
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum Phase {
+    /// The window is open; changes are being recorded.
+    #[default]
+    Open,
+    /// The window closed or expired; Git has not caught up yet.
+    AwaitingBackport,
+    /// The controller's next write carried the recorded values: Git has them.
+    Backported,
+    /// The controller's next write undid the recorded values.
+    Reverted,
+    /// A person closed the record with a note.
+    Resolved,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackportStatus {
+    #[serde(default)]
+    pub phase: Phase,
+    #[serde(default)]
+    pub change_count: u32,
+    /// Every phase change, oldest first.
+    #[serde(default)]
+    pub transitions: Vec<Transition>,
+    /// Fields whose recorded values the controller did not carry (for `Reverted`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reverted_fields: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution_note: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Transition {
+    pub phase: Phase,
+    pub time: Time,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    /// The CRD must be structural (the API server refuses it otherwise): every property typed,
+    /// and `value` open only through x-kubernetes-preserve-unknown-fields.
+    #[test]
+    fn the_crd_is_namespaced_with_printer_columns() {
+        let crd = BackportRequirement::crd();
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.plural, "backportrequirements");
+        let version = &crd.spec.versions[0];
+        let columns: Vec<_> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                "Phase", "Kind", "Object", "Opener", "Reason", "Changes", "Expires", "Age"
+            ]
+        );
+        assert!(version.subresources.as_ref().unwrap().status.is_some());
+        let schema = serde_json::to_string(&version.schema).unwrap();
+        assert!(
+            schema.contains("x-kubernetes-preserve-unknown-fields"),
+            "{schema}"
+        );
+    }
+}
