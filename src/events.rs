@@ -67,6 +67,12 @@ pub enum EventReason {
     WriteDenied,
     /// An Audit policy admitted what Enforce would deny.
     WouldDeny,
+    /// A window expired with its changes not yet seen in Git.
+    BreakGlassExpired,
+    /// The controller's write carried the emergency change: Git has it.
+    BackportConfirmed,
+    /// The controller's write undid the emergency change.
+    EmergencyChangeReverted,
 }
 
 impl EventReason {
@@ -79,6 +85,9 @@ impl EventReason {
             EventReason::ControllerHeld => "ControllerHeld",
             EventReason::WriteDenied => "WriteDenied",
             EventReason::WouldDeny => "WouldDeny",
+            EventReason::BreakGlassExpired => "BreakGlassExpired",
+            EventReason::BackportConfirmed => "BackportConfirmed",
+            EventReason::EmergencyChangeReverted => "EmergencyChangeReverted",
         }
     }
 
@@ -92,6 +101,9 @@ impl EventReason {
             EventReason::ControllerHeld => "Hold",
             EventReason::WriteDenied => "Deny",
             EventReason::WouldDeny => "Audit",
+            EventReason::BreakGlassExpired => "Expire",
+            EventReason::BackportConfirmed => "Confirm",
+            EventReason::EmergencyChangeReverted => "Revert",
         }
     }
 
@@ -99,8 +111,11 @@ impl EventReason {
         match self {
             EventReason::BreakGlassOpened
             | EventReason::BreakGlassExtended
-            | EventReason::BreakGlassClosed => EventType::Normal,
-            EventReason::BreakGlassChange
+            | EventReason::BreakGlassClosed
+            | EventReason::BreakGlassExpired
+            | EventReason::BackportConfirmed => EventType::Normal,
+            EventReason::EmergencyChangeReverted
+            | EventReason::BreakGlassChange
             | EventReason::ControllerHeld
             | EventReason::WriteDenied
             | EventReason::WouldDeny => EventType::Warning,
@@ -129,13 +144,14 @@ pub struct PlannedEvent {
 }
 
 impl PlannedEvent {
-    fn new(reason: EventReason, note: String, regarding: &ObjectReference) -> Self {
+    /// An Event of `reason` with its type and action, the note cut to [`MAX_NOTE_BYTES`].
+    pub fn new(reason: EventReason, note: String, regarding: ObjectReference) -> Self {
         PlannedEvent {
             reason,
             type_: reason.event_type(),
             action: reason.action(),
             note: truncate(note, MAX_NOTE_BYTES),
-            regarding: regarding.clone(),
+            regarding,
         }
     }
 
@@ -182,7 +198,7 @@ pub fn planned_events(
         let Some((reason, note)) = plan_one(verdict, &words) else {
             continue;
         };
-        let event = PlannedEvent::new(reason, note, &regarding);
+        let event = PlannedEvent::new(reason, note, regarding.clone());
         if !planned.contains(&event) {
             planned.push(event);
         }
@@ -549,14 +565,19 @@ impl EventSink {
     /// after shutdown, `{reason="shutdown"}`.
     pub fn record(&self, request: &AdmissionRequest<DynamicObject>, decision: &Decision) {
         for event in planned_events(request, decision) {
-            match self.queue.try_send(event) {
-                Ok(()) => {}
-                Err(TrySendError::Full(event)) => {
-                    tracing::debug!(reason = %event.reason, "Event queue full; Event dropped");
-                    count_dropped(&self.metrics, "queue_full");
-                }
-                Err(TrySendError::Closed(_)) => count_dropped(&self.metrics, "shutdown"),
+            self.publish(event);
+        }
+    }
+
+    /// Queues one Event (the ledger's transitions); never blocks, drops and counts when full.
+    pub fn publish(&self, event: PlannedEvent) {
+        match self.queue.try_send(event) {
+            Ok(()) => {}
+            Err(TrySendError::Full(event)) => {
+                tracing::debug!(reason = %event.reason, "Event queue full; Event dropped");
+                count_dropped(&self.metrics, "queue_full");
             }
+            Err(TrySendError::Closed(_)) => count_dropped(&self.metrics, "shutdown"),
         }
     }
 }

@@ -51,6 +51,12 @@ pub struct Metrics {
     /// 1 when the namespace cache is synced and trusted.
     pub namespace_cache_ready: Gauge,
     pub build_info: Family<BuildLabels, Gauge>,
+    /// Backport records whose window ended and that Git has not caught up with.
+    pub backport_pending: Gauge,
+    pub backport_oldest_pending_seconds: Gauge<f64, AtomicU64>,
+    pub emergency_changes_reverted: Counter,
+    /// Writes of backport records before admitting a break-glass change, by result.
+    pub ledger_writes: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -134,8 +140,37 @@ impl Metrics {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
             })
             .set(1);
+        let backport_pending = Gauge::default();
+        registry.register(
+            "backport_pending",
+            "Backport records awaiting backport to Git (window ended, controller not yet seen)",
+            backport_pending.clone(),
+        );
+        let backport_oldest_pending_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "backport_oldest_pending_seconds",
+            "Age of the oldest record awaiting backport, since its window ended",
+            backport_oldest_pending_seconds.clone(),
+        );
+        let emergency_changes_reverted = Counter::default();
+        registry.register(
+            "emergency_changes_reverted",
+            "Controller writes that undid a recorded emergency change",
+            emergency_changes_reverted.clone(),
+        );
+        let ledger_writes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "ledger_writes",
+            "Backport record writes made before admitting a break-glass change, by result",
+            ledger_writes.clone(),
+        );
         // Series that alerts read exist from the start, at zero, rather than appearing on first use.
-        for family in [&policy_reloads, &tls_reloads, &parent_lookups] {
+        for family in [
+            &policy_reloads,
+            &tls_reloads,
+            &parent_lookups,
+            &ledger_writes,
+        ] {
             for result in ["success", "failure"] {
                 let _ = family.get_or_create(&ResultLabels {
                     result: result.to_owned(),
@@ -160,6 +195,10 @@ impl Metrics {
             parent_lookups,
             namespace_cache_ready,
             build_info,
+            backport_pending,
+            backport_oldest_pending_seconds,
+            emergency_changes_reverted,
+            ledger_writes,
         }
     }
 

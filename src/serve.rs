@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, ParentLookup};
+use crate::ledger::service::Ledger;
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::server::reload::spawn_policy_reloader;
@@ -239,13 +240,29 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         shutdown.clone(),
     );
 
-    let state = Arc::new(AppState::new(
-        policies.clone(),
-        namespaces,
-        parents,
-        events,
-        metrics.clone(),
-    ));
+    let ledger = match &client {
+        Some(client) => {
+            let (ledger, ledger_tasks) = Ledger::spawn(
+                client.clone(),
+                events.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            );
+            tasks.extend(ledger_tasks);
+            ledger
+        }
+        None => Ledger::disabled(metrics.clone()),
+    };
+    let state = Arc::new(
+        AppState::new(
+            policies.clone(),
+            namespaces,
+            parents,
+            events,
+            metrics.clone(),
+        )
+        .with_ledger(ledger),
+    );
 
     let force_reload = Arc::new(Notify::new());
     tasks.push(spawn_policy_reloader(

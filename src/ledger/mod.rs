@@ -2,3 +2,4 @@
 
 pub mod evidence;
 pub mod record;
+pub mod service;

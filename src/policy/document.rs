@@ -139,6 +139,14 @@ pub struct BreakGlassSpec {
     pub hold_controller: Option<bool>,
     #[serde(default)]
     pub namespace_wide: Option<bool>,
+    /// Refuse the controller's writes that would revert a recorded emergency change for this
+    /// long after its window ends (default: admit them, and announce the revert).
+    #[serde(default)]
+    pub refuse_reverts_for: Option<Spanned<String>>,
+    /// Keep the new values themselves in the backport record, not only their digests (never
+    /// for Secrets).
+    #[serde(default)]
+    pub record_values: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

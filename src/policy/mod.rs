@@ -149,6 +149,8 @@ pub struct BreakGlassRules {
     pub openers: IdentityMatcher,
     pub hold_controller: bool,
     pub namespace_wide: bool,
+    pub refuse_reverts_for: Option<WindowDuration>,
+    pub record_values: bool,
 }
 
 /// A validated policy, ready for decisions.
@@ -816,6 +818,19 @@ impl Checker<'_> {
                 None
             }
         };
+        let refuse_reverts_for = spec.refuse_reverts_for.as_ref().and_then(|text| {
+            match WindowDuration::parse(&text.value) {
+                Ok(duration) => Some(duration),
+                Err(error) => {
+                    self.error(
+                        text.referenced,
+                        "spec.breakGlass.refuseRevertsFor",
+                        error.to_string(),
+                    );
+                    None
+                }
+            }
+        });
         let openers = self.identity(
             "spec.breakGlass.openers",
             spec.openers.referenced,
@@ -830,6 +845,8 @@ impl Checker<'_> {
             openers,
             hold_controller: spec.hold_controller.unwrap_or(true),
             namespace_wide: spec.namespace_wide.unwrap_or(false),
+            refuse_reverts_for,
+            record_values: spec.record_values.unwrap_or(false),
         })
     }
 }

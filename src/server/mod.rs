@@ -25,6 +25,7 @@ use tower_http::timeout::TimeoutLayer;
 use crate::decision::{Decision, DecisionInput, decide, needs_parent};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, ParentLookup};
+use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
 use crate::review::parse_review;
@@ -44,7 +45,10 @@ pub struct AppState {
     pub namespaces: NamespaceCache,
     pub parents: ParentLookup,
     pub events: EventSink,
+    /// Backport records; disabled without a cluster.
+    pub ledger: Ledger,
     pub metrics: Arc<Metrics>,
+    /// Approximate open windows, used only when the ledger (which counts them exactly) is off.
     pub windows: WindowTracker,
     pub clock: Clock,
     /// Cleared when shutdown starts, so the API server's endpoints drop this pod first.
@@ -64,11 +68,17 @@ impl AppState {
             namespaces,
             parents,
             events,
+            ledger: Ledger::disabled(metrics.clone()),
             windows: WindowTracker::new(metrics.clone()),
             metrics,
             clock: Arc::new(Timestamp::now),
             accepting: AtomicBool::new(true),
         }
+    }
+
+    pub fn with_ledger(mut self, ledger: Ledger) -> Self {
+        self.ledger = ledger;
+        self
     }
 
     pub fn with_clock(mut self, clock: Clock) -> Self {
@@ -107,6 +117,13 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "namespace cache not synced with the API server yet\n",
+        )
+            .into_response();
+    }
+    if !state.ledger.is_ready() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backport records not synced with the API server yet\n",
         )
             .into_response();
     }
@@ -150,7 +167,7 @@ async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let decision = review(&state, &request).await;
     // Side effects never delay the answer: `record` only queues.
     state.events.record(&request, &decision);
-    if !request.dry_run {
+    if !request.dry_run && !state.ledger.is_connected() {
         state.windows.observe(&decision);
     }
     let response = decision.to_response(&request).into_review();
@@ -160,10 +177,24 @@ async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
 }
 
 /// The decision for one request, fetching the parent of a subresource only when a window on it
-/// could change the outcome.
+/// could change the outcome, and recording break-glass changes before they are admitted.
 pub async fn review(state: &AppState, request: &AdmissionRequest<DynamicObject>) -> Decision {
     let policies = state.policies.load();
     let now = (state.clock)();
+    let mut decision = decide_with_cluster(state, request, &policies, now).await;
+    state
+        .ledger
+        .apply(request, &mut decision, &policies, now)
+        .await;
+    decision
+}
+
+async fn decide_with_cluster(
+    state: &AppState,
+    request: &AdmissionRequest<DynamicObject>,
+    policies: &PolicySet,
+    now: Timestamp,
+) -> Decision {
     let namespace_name = match request.namespace.as_deref() {
         Some(ns) if !ns.is_empty() => Some(ns),
         _ if request.kind.group.is_empty() && request.kind.kind == "Namespace" => {
@@ -179,13 +210,13 @@ pub async fn review(state: &AppState, request: &AdmissionRequest<DynamicObject>)
         parent: None,
         now,
     };
-    let decision = decide(&policies, &input);
-    if !needs_parent(&policies, &decision) {
+    let decision = decide(policies, &input);
+    if !needs_parent(policies, &decision) {
         return decision;
     }
     match state.parents.fetch(request).await {
         Some(parent) => decide(
-            &policies,
+            policies,
             &DecisionInput {
                 parent: Some(&parent),
                 ..input

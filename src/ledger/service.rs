@@ -1,0 +1,847 @@
+//! The ledger at run time: records written before a break-glass change is admitted, windows
+//! that expire noticed from the records themselves, and the controller's next write judged.
+//!
+//! Writes of records happen before the answer (a change without a record is refused); the
+//! judgement of a controller write is synchronous only when the policy may refuse the write,
+//! and its status transition and Event happen in the background. Every status transition is a
+//! patch conditioned on the record's resourceVersion, so with several replicas exactly one
+//! makes it, and only that one emits the Event.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::decision::{Decision, PolicyVerdict, Rule, WindowScope};
+use crate::events::{EventReason, EventSink, PlannedEvent};
+use crate::ledger::evidence::{Evidence, digest, judge, value_at};
+use crate::ledger::record::{
+    BackportRequirement, BackportRequirementSpec, BackportStatus, Phase, RecordScope,
+    RecordedChange, RecordedField, RecordedObject, RecordedWindow, Transition,
+};
+use crate::metrics::Metrics;
+use crate::policy::{BreakGlassRules, PolicySet};
+use crate::timefmt::human_utc;
+
+/// Labels on every record, so that the records of one object are one LIST away.
+pub const OBJECT_UID_LABEL: &str = "driftgate.dev/object-uid";
+pub const FIELD_MANAGER: &str = "driftgate";
+
+/// How often the expiry task looks at the records. Expiry is noticed within this time.
+const EXPIRY_TICK: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+pub struct Ledger {
+    inner: Option<Arc<Connected>>,
+    metrics: Arc<Metrics>,
+}
+
+struct Connected {
+    client: kube::Client,
+    store: Store<BackportRequirement>,
+    ready: AtomicBool,
+    events: EventSink,
+    metrics: Arc<Metrics>,
+}
+
+fn time(at: Timestamp) -> Time {
+    Time(at)
+}
+
+/// A record name: `<kind>-<name>-<hash>` where the hash is of the object's uid and the window's
+/// first label value, so that two replicas recording the same window pick the same name.
+pub fn record_name(kind: &str, name: &str, uid: &str, label_value: &str) -> String {
+    let hash = Sha256::digest(format!("{uid}/{label_value}").as_bytes());
+    let suffix: String = hash.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    let mut prefix: String = format!("{}-{}", kind.to_lowercase(), name)
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    prefix.truncate(253 - 11);
+    format!("{}-{suffix}", prefix.trim_end_matches(['-', '.']))
+}
+
+/// The record's phase, `Open` before any status was written.
+pub fn phase_of(record: &BackportRequirement) -> Phase {
+    record.status.as_ref().map(|s| s.phase).unwrap_or_default()
+}
+
+/// When the record last changed phase (its creation, if never).
+pub fn phase_since(record: &BackportRequirement) -> Option<Timestamp> {
+    record
+        .status
+        .as_ref()
+        .and_then(|s| s.transitions.last())
+        .map(|t| t.time.0)
+        .or_else(|| record.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+impl Ledger {
+    /// Without a cluster there is nowhere to record; break-glass changes are admitted with a
+    /// warning that says so (development only).
+    pub fn disabled(metrics: Arc<Metrics>) -> Ledger {
+        Ledger {
+            inner: None,
+            metrics,
+        }
+    }
+
+    /// Starts the record cache and the expiry task.
+    pub fn spawn(
+        client: kube::Client,
+        events: EventSink,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> (Ledger, Vec<JoinHandle<()>>) {
+        let (store, writer) = reflector::store();
+        let connected = Arc::new(Connected {
+            client: client.clone(),
+            store,
+            ready: AtomicBool::new(false),
+            events,
+            metrics: metrics.clone(),
+        });
+        let api: Api<BackportRequirement> = Api::all(client);
+        let watch = connected.clone();
+        let watch_shutdown = shutdown.clone();
+        let watcher_task = tokio::spawn(async move {
+            let stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .touched_objects();
+            let mut stream = std::pin::pin!(stream);
+            let ready = watch.store.wait_until_ready();
+            tokio::pin!(ready);
+            let mut synced = false;
+            loop {
+                tokio::select! {
+                    () = watch_shutdown.cancelled() => return,
+                    result = &mut ready, if !synced => {
+                        synced = true;
+                        if result.is_ok() {
+                            watch.ready.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    item = stream.next() => match item {
+                        Some(Ok(_)) => {}
+                        Some(Err(error)) => tracing::warn!(%error, "watching BackportRequirements failed; retrying"),
+                        None => return,
+                    },
+                }
+            }
+        });
+        let expiry = connected.clone();
+        let expiry_task = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(EXPIRY_TICK);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = ticker.tick() => {}
+                }
+                if expiry.ready.load(Ordering::Relaxed) {
+                    expiry.expire_windows().await;
+                    expiry.refresh_gauges();
+                }
+            }
+        });
+        (
+            Ledger {
+                inner: Some(connected),
+                metrics,
+            },
+            vec![watcher_task, expiry_task],
+        )
+    }
+
+    /// Whether records are kept (a cluster is connected).
+    pub fn is_connected(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Ready once the records are synced (or when there is no cluster).
+    pub fn is_ready(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_none_or(|inner| inner.ready.load(Ordering::Relaxed))
+    }
+
+    /// Records what `decision` admits under break-glass before it is answered, and judges a
+    /// controller's write against records awaiting backport. May turn the decision into a
+    /// refusal: when a record cannot be written, or when the policy refuses reverts.
+    pub async fn apply(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        decision: &mut Decision,
+        policies: &PolicySet,
+        now: Timestamp,
+    ) {
+        if !decision.allowed {
+            return;
+        }
+        let Some(inner) = &self.inner else {
+            if !request.dry_run
+                && decision
+                    .record
+                    .verdicts
+                    .iter()
+                    .any(|v| is_break_glass_write(v.rule))
+            {
+                decision.warnings.push(
+                    "driftgate runs without a cluster: this break-glass change is not recorded in a backport ledger."
+                        .to_owned(),
+                );
+            }
+            return;
+        };
+        let verdicts = decision.record.verdicts.clone();
+        for verdict in &verdicts {
+            let rules = policies
+                .policies()
+                .iter()
+                .find(|p| p.name == verdict.policy)
+                .and_then(|p| p.break_glass.as_ref());
+            let Some(rules) = rules else { continue };
+            if verdict.rule == Rule::Controller {
+                if let Some(message) = inner.judge_controller_write(request, verdict, rules, now) {
+                    refuse(decision, message);
+                    return;
+                }
+                continue;
+            }
+            if request.dry_run || !is_break_glass_write(verdict.rule) {
+                continue;
+            }
+            if let Err(error) = inner.record(request, decision, verdict, rules, now).await {
+                Metrics::count_result(&self.metrics.ledger_writes, false);
+                tracing::warn!(%error, uid = %request.uid, "could not write the backport record; refusing the break-glass change");
+                refuse(
+                    decision,
+                    format!(
+                        "driftgate could not record this break-glass change in its backport ledger ({error}), so it was not made. \
+                         Retry in a moment; if it keeps failing, driftgate cannot reach the API server."
+                    ),
+                );
+                return;
+            }
+            Metrics::count_result(&self.metrics.ledger_writes, true);
+        }
+    }
+}
+
+fn is_break_glass_write(rule: Rule) -> bool {
+    matches!(
+        rule,
+        Rule::BreakGlassOpened
+            | Rule::BreakGlassExtended
+            | Rule::BreakGlassAmended
+            | Rule::BreakGlassClosed
+            | Rule::BreakGlassWindow
+    )
+}
+
+fn refuse(decision: &mut Decision, message: String) {
+    decision.allowed = false;
+    decision.message = message;
+    decision.audit_annotations.insert(
+        crate::decision::AUDIT_DECISION.to_owned(),
+        "denied".to_owned(),
+    );
+}
+
+/// The uid of the object written: from the object, or the old object for a DELETE.
+fn object_uid(request: &AdmissionRequest<DynamicObject>) -> String {
+    request
+        .object
+        .as_ref()
+        .or(request.old_object.as_ref())
+        .and_then(|o| o.metadata.uid.clone())
+        .unwrap_or_default()
+}
+
+fn api_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+impl Connected {
+    fn api(&self, namespace: &str) -> Api<BackportRequirement> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Writes what one break-glass verdict needs, before the write is admitted.
+    async fn record(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        decision: &Decision,
+        verdict: &PolicyVerdict,
+        rules: &BreakGlassRules,
+        now: Timestamp,
+    ) -> Result<(), kube::Error> {
+        let object = &decision.record.object;
+        let namespace = object.namespace.clone();
+        let is_namespace_object = object.group.is_empty() && object.kind == "Namespace";
+        // Which window this write belongs to.
+        let scope = match verdict.window.as_ref().or(verdict.new_window.as_ref()) {
+            Some(w) if w.scope == WindowScope::Namespace => RecordScope::Namespace,
+            _ if is_namespace_object => RecordScope::Namespace,
+            _ => RecordScope::Object,
+        };
+        let (window_object, window_uid) = match scope {
+            RecordScope::Object => (
+                RecordedObject {
+                    api_version: api_version(&object.group, &object.version),
+                    kind: object.kind.clone(),
+                    name: object.name.clone(),
+                    uid: object_uid(request),
+                },
+                object_uid(request),
+            ),
+            RecordScope::Namespace => {
+                // The Namespace's uid is known only when the Namespace itself is written.
+                let uid = if is_namespace_object {
+                    object_uid(request)
+                } else {
+                    String::new()
+                };
+                (
+                    RecordedObject {
+                        api_version: "v1".into(),
+                        kind: "Namespace".into(),
+                        name: namespace.clone(),
+                        uid: uid.clone(),
+                    },
+                    format!("namespace-{namespace}"),
+                )
+            }
+        };
+        let api = self.api(&namespace);
+        let existing = api
+            .list(
+                &ListParams::default()
+                    .labels(&format!("{OBJECT_UID_LABEL}={}", label_safe(&window_uid))),
+            )
+            .await?
+            .items
+            .into_iter()
+            .find(|r| phase_of(r) == Phase::Open && r.spec.scope == scope);
+
+        match verdict.rule {
+            Rule::BreakGlassClosed => {
+                if let Some(record) = existing {
+                    self.transition(
+                        &record,
+                        Phase::AwaitingBackport,
+                        "Closed",
+                        &format!("{} closed the window", decision.record.user),
+                        Vec::new(),
+                        now,
+                    )
+                    .await?;
+                }
+                Ok(())
+            }
+            Rule::BreakGlassOpened | Rule::BreakGlassExtended | Rule::BreakGlassAmended => {
+                let Some(window) = verdict.new_window.as_ref() else {
+                    return Ok(());
+                };
+                match existing {
+                    Some(record) => {
+                        let patch = json!({"spec": {"window": {
+                            "expiresAt": time(window.expires_at),
+                            "labelValue": window.label_value,
+                            "reason": window.reason,
+                        }}});
+                        api.patch(
+                            &record.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
+                        .await?;
+                        Ok(())
+                    }
+                    None => {
+                        let spec = BackportRequirementSpec {
+                            object: window_object,
+                            scope,
+                            window: RecordedWindow {
+                                opener: Some(decision.record.user.clone()),
+                                reason: window.reason.clone(),
+                                opened_at: Some(time(now)),
+                                expires_at: time(window.expires_at),
+                                label_value: window.label_value.clone(),
+                            },
+                            policy: verdict.policy.clone(),
+                            changes: Vec::new(),
+                        };
+                        self.create(&api, &window_uid, spec).await.map(|_| ())
+                    }
+                }
+            }
+            Rule::BreakGlassWindow => {
+                let Some(window) = verdict.window.as_ref() else {
+                    return Ok(());
+                };
+                let record = match existing {
+                    Some(record) => record,
+                    // The window was opened where driftgate could not see it (before it was
+                    // installed, or while the webhook was bypassed): record it now.
+                    None => {
+                        let spec = BackportRequirementSpec {
+                            object: window_object,
+                            scope,
+                            window: RecordedWindow {
+                                opener: None,
+                                reason: window.reason.clone(),
+                                opened_at: None,
+                                expires_at: time(window.expires_at),
+                                label_value: window.label_value.clone(),
+                            },
+                            policy: verdict.policy.clone(),
+                            changes: Vec::new(),
+                        };
+                        self.create(&api, &window_uid, spec).await?
+                    }
+                };
+                if record
+                    .spec
+                    .changes
+                    .iter()
+                    .any(|c| c.request_uid == request.uid)
+                {
+                    return Ok(());
+                }
+                let change = recorded_change(request, decision, scope, rules, now);
+                let patch = json!([{"op": "add", "path": "/spec/changes/-", "value": change}]);
+                let patch: json_patch::Patch =
+                    serde_json::from_value(patch).expect("a valid JSON patch");
+                api.patch(
+                    &record.name_any(),
+                    &PatchParams::default(),
+                    &Patch::<()>::Json(patch),
+                )
+                .await?;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn create(
+        &self,
+        api: &Api<BackportRequirement>,
+        window_uid: &str,
+        spec: BackportRequirementSpec,
+    ) -> Result<BackportRequirement, kube::Error> {
+        let name = record_name(
+            &spec.object.kind,
+            &spec.object.name,
+            window_uid,
+            &spec.window.label_value,
+        );
+        let mut record = BackportRequirement::new(&name, spec);
+        record.metadata.labels = Some(BTreeMap::from([(
+            OBJECT_UID_LABEL.to_owned(),
+            label_safe(window_uid),
+        )]));
+        match api
+            .create(
+                &PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                &record,
+            )
+            .await
+        {
+            Ok(created) => Ok(created),
+            // Another replica (or a retry of this request) recorded the same window.
+            Err(kube::Error::Api(status)) if status.code == 409 => api.get(&name).await,
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Moves a record to `phase`, conditioned on its resourceVersion. Returns whether this call
+    /// made the transition (false: somebody else did, or the record changed meanwhile).
+    async fn transition(
+        &self,
+        record: &BackportRequirement,
+        phase: Phase,
+        reason: &str,
+        message: &str,
+        reverted_fields: Vec<String>,
+        now: Timestamp,
+    ) -> Result<bool, kube::Error> {
+        let mut status = record.status.clone().unwrap_or_default();
+        status.phase = phase;
+        status.transitions.push(Transition {
+            phase,
+            time: time(now),
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        });
+        if !reverted_fields.is_empty() {
+            status.reverted_fields = reverted_fields;
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": record.metadata.resource_version},
+            "status": status,
+        });
+        let namespace = record.metadata.namespace.clone().unwrap_or_default();
+        match self
+            .api(&namespace)
+            .patch_status(
+                &record.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The controller's write, against records awaiting backport for this object. Returns a
+    /// refusal message when the policy refuses reverts and this write is one.
+    fn judge_controller_write(
+        self: &Arc<Self>,
+        request: &AdmissionRequest<DynamicObject>,
+        verdict: &PolicyVerdict,
+        rules: &BreakGlassRules,
+        now: Timestamp,
+    ) -> Option<String> {
+        let uid = object_uid(request);
+        if uid.is_empty() {
+            return None;
+        }
+        let namespace = request.namespace.clone().unwrap_or_default();
+        let awaiting: Vec<Arc<BackportRequirement>> = self
+            .store
+            .state()
+            .into_iter()
+            .filter(|r| r.metadata.namespace.as_deref() == Some(namespace.as_str()))
+            .filter(|r| phase_of(r) == Phase::AwaitingBackport)
+            .filter(|r| {
+                r.spec.object.uid == uid
+                    || r.spec
+                        .changes
+                        .iter()
+                        .any(|c| c.object.as_ref().is_some_and(|o| o.uid == uid))
+            })
+            .collect();
+        if awaiting.is_empty() {
+            return None;
+        }
+        let object = match (&request.operation, &request.object) {
+            (Operation::Delete, _) | (_, None) => None,
+            (_, Some(object)) => serde_json::to_value(object).ok(),
+        };
+        for record in awaiting {
+            let evidence = match &object {
+                Some(object) => judge(&record.spec, &uid, object),
+                None => Evidence::Reverted(vec!["(object deleted)".to_owned()]),
+            };
+            let reverted = matches!(evidence, Evidence::Reverted(_));
+            if reverted
+                && let Some(hold) = rules.refuse_reverts_for
+                && phase_since(&record).is_some_and(|since| {
+                    since
+                        .checked_add(hold.as_signed())
+                        .is_ok_and(|until| until > now)
+                })
+            {
+                let Evidence::Reverted(fields) = &evidence else {
+                    unreachable!()
+                };
+                return Some(format!(
+                    "Controller {} may not revert the emergency change recorded in BackportRequirement {}/{} (fields {}, opened by {}, reason \"{}\") (policy \"{}\", rule RevertRefused). \
+                     Backport the change to Git, or resolve the record: driftgate backlog resolve {} -n {} --note \"…\".",
+                    verdict.matched.as_deref().unwrap_or("?"),
+                    namespace,
+                    record.name_any(),
+                    fields.join(", "),
+                    record
+                        .spec
+                        .window
+                        .opener
+                        .as_deref()
+                        .unwrap_or("someone driftgate did not see"),
+                    record.spec.window.reason.as_deref().unwrap_or(""),
+                    verdict.policy,
+                    record.name_any(),
+                    namespace,
+                ));
+            }
+            if matches!(evidence, Evidence::Nothing) {
+                continue;
+            }
+            // The transition and its Event do not hold up the controller's write.
+            let this = self.clone();
+            let regarding = regarding_of(request);
+            let user = request.user_info.username.clone().unwrap_or_default();
+            tokio::spawn(async move {
+                this.settle(&record, evidence, regarding, &user, now).await;
+            });
+        }
+        None
+    }
+
+    async fn settle(
+        &self,
+        record: &BackportRequirement,
+        evidence: Evidence,
+        regarding: ObjectReference,
+        controller_user: &str,
+        now: Timestamp,
+    ) {
+        let opener = record
+            .spec
+            .window
+            .opener
+            .clone()
+            .unwrap_or_else(|| "someone driftgate did not see".into());
+        let reason = record.spec.window.reason.clone().unwrap_or_default();
+        let (phase, why, fields, event) = match evidence {
+            Evidence::Backported => (
+                Phase::Backported,
+                "ControllerCarriedChange",
+                Vec::new(),
+                PlannedEvent::new(
+                    EventReason::BackportConfirmed,
+                    format!(
+                        "The GitOps controller ({controller_user}) applied the values of the emergency change made under {opener}'s break-glass window (reason \"{reason}\"): Git has caught up. Record {}.",
+                        record.name_any()
+                    ),
+                    regarding,
+                ),
+            ),
+            Evidence::Reverted(fields) => (
+                Phase::Reverted,
+                "ControllerRevertedChange",
+                fields.clone(),
+                PlannedEvent::new(
+                    EventReason::EmergencyChangeReverted,
+                    format!(
+                        "The GitOps controller ({controller_user}) reverted the emergency change to {} made under {opener}'s break-glass window (reason \"{reason}\"): Git does not have it. Record {}.",
+                        fields.join(", "),
+                        record.name_any()
+                    ),
+                    regarding,
+                ),
+            ),
+            Evidence::Nothing => return,
+        };
+        match self
+            .transition(record, phase, why, &event.note, fields, now)
+            .await
+        {
+            Ok(true) => {
+                if phase == Phase::Reverted {
+                    self.metrics.emergency_changes_reverted.inc();
+                }
+                self.events.publish(event);
+            }
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(%error, record = %record.name_any(), "could not record the backport outcome")
+            }
+        }
+    }
+
+    /// Windows whose expiry passed move to AwaitingBackport, once, by whichever replica wins.
+    async fn expire_windows(&self) {
+        let now = Timestamp::now();
+        for record in self.store.state() {
+            if phase_of(&record) != Phase::Open || record.spec.window.expires_at.0 > now {
+                continue;
+            }
+            let message = format!(
+                "the window ended at {} with {} change(s) not yet seen in Git",
+                human_utc(record.spec.window.expires_at.0),
+                record.spec.changes.len()
+            );
+            match self
+                .transition(
+                    &record,
+                    Phase::AwaitingBackport,
+                    "Expired",
+                    &message,
+                    Vec::new(),
+                    now,
+                )
+                .await
+            {
+                Ok(true) => {
+                    let note = format!(
+                        "The break-glass window opened by {} (reason \"{}\") expired at {}; {} change(s) made in it must be backported to Git, or the controller will revert them. Record {}.",
+                        record
+                            .spec
+                            .window
+                            .opener
+                            .as_deref()
+                            .unwrap_or("someone driftgate did not see"),
+                        record.spec.window.reason.as_deref().unwrap_or(""),
+                        human_utc(record.spec.window.expires_at.0),
+                        record.spec.changes.len(),
+                        record.name_any(),
+                    );
+                    let regarding = ObjectReference {
+                        api_version: Some(record.spec.object.api_version.clone()),
+                        kind: Some(record.spec.object.kind.clone()),
+                        name: Some(record.spec.object.name.clone()),
+                        namespace: (record.spec.scope == RecordScope::Object)
+                            .then(|| record.metadata.namespace.clone())
+                            .flatten(),
+                        uid: Some(record.spec.object.uid.clone()).filter(|u| !u.is_empty()),
+                        ..ObjectReference::default()
+                    };
+                    self.events.publish(PlannedEvent::new(
+                        EventReason::BreakGlassExpired,
+                        note,
+                        regarding,
+                    ));
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%error, record = %record.name_any(), "could not mark an expired window")
+                }
+            }
+        }
+    }
+
+    fn refresh_gauges(&self) {
+        let now = Timestamp::now();
+        let records = self.store.state();
+        let open = records
+            .iter()
+            .filter(|r| phase_of(r) == Phase::Open && r.spec.window.expires_at.0 > now)
+            .count();
+        let pending: Vec<_> = records
+            .iter()
+            .filter(|r| phase_of(r) == Phase::AwaitingBackport)
+            .collect();
+        let oldest = pending
+            .iter()
+            .filter_map(|r| phase_since(r))
+            .map(|since| (now - since).get_seconds() as f64)
+            .fold(0.0, f64::max);
+        self.metrics.break_glass_windows_open.set(open as i64);
+        self.metrics.backport_pending.set(pending.len() as i64);
+        self.metrics.backport_oldest_pending_seconds.set(oldest);
+    }
+}
+
+/// The Event's object for a controller's write: the object written.
+fn regarding_of(request: &AdmissionRequest<DynamicObject>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(api_version(&request.kind.group, &request.kind.version)),
+        kind: Some(request.kind.kind.clone()),
+        name: Some(request.name.clone()),
+        namespace: request.namespace.clone(),
+        uid: Some(object_uid(request)).filter(|u| !u.is_empty()),
+        ..ObjectReference::default()
+    }
+}
+
+/// Label values allow 63 characters of `[A-Za-z0-9._-]`; uids fit, namespace keys are trimmed.
+fn label_safe(value: &str) -> String {
+    let mut out: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    out.truncate(63);
+    out.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned()
+}
+
+/// What one admitted change under a window did, with digests of the new values.
+fn recorded_change(
+    request: &AdmissionRequest<DynamicObject>,
+    decision: &Decision,
+    scope: RecordScope,
+    rules: &BreakGlassRules,
+    now: Timestamp,
+) -> RecordedChange {
+    let object = &decision.record.object;
+    let new = request
+        .object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+        .unwrap_or(Value::Null);
+    let is_secret = object.group.is_empty() && object.kind == "Secret";
+    let fields = decision
+        .record
+        .changed_fields
+        .iter()
+        .filter_map(|path| {
+            let parsed = crate::fieldpath::FieldPath::parse(path).ok()?;
+            let value = value_at(&new, &parsed);
+            Some(RecordedField {
+                path: path.clone(),
+                digest: digest(value),
+                value: if rules.record_values && !is_secret {
+                    value.cloned()
+                } else {
+                    None
+                },
+            })
+        })
+        .collect();
+    RecordedChange {
+        time: time(now),
+        user: decision.record.user.clone(),
+        operation: decision.record.operation.clone(),
+        object: (scope == RecordScope::Namespace).then(|| RecordedObject {
+            api_version: api_version(&object.group, &object.version),
+            kind: object.kind.clone(),
+            name: object.name.clone(),
+            uid: object_uid(request),
+        }),
+        subresource: object.subresource.clone(),
+        request_uid: request.uid.clone(),
+        fields,
+    }
+}
+
+impl BackportStatus {
+    pub fn phase_word(&self) -> &'static str {
+        match self.phase {
+            Phase::Open => "Open",
+            Phase::AwaitingBackport => "AwaitingBackport",
+            Phase::Backported => "Backported",
+            Phase::Reverted => "Reverted",
+            Phase::Resolved => "Resolved",
+        }
+    }
+}
