@@ -11,6 +11,10 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
 
+# go.dev's tarball installs into /usr/local/go, which a non-login shell may not have on PATH.
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+  export PATH="/usr/local/go/bin:$PATH"
+fi
 if ! command -v go >/dev/null 2>&1; then
   echo "driftgate e2e: Go is missing: install Go >= 1.25 (apt-get install golang or from go.dev)" >&2
   exit 1
