@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod control_plane;
+pub mod driftgate;
 pub mod pki;
 pub mod process;
 pub mod testenv;
@@ -13,6 +14,8 @@ pub mod testenv;
 pub use control_plane::{
     ADMIN, ALICE, BOB, ControlPlane, DRIFTGATE, FLUX, HPA, Identity, KubectlOutput, control_plane,
 };
+#[allow(unused_imports)]
+pub use driftgate::{Driftgate, repo_path, shared, webhook_configuration};
 
 /// rustls needs a process-wide crypto provider before kube-rs builds a TLS client.
 pub fn install_crypto_provider() {
