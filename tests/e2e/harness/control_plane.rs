@@ -1,0 +1,492 @@
+//! etcd and kube-apiserver on loopback, shared by every test in the binary, with a client
+//! certificate and kubeconfig per test identity and the RBAC the scenarios need.
+//!
+//! No controller-manager or scheduler runs: Deployments get no ReplicaSets, a deleted Namespace
+//! stays Terminating, and the ServiceAccount admission plugin is off (nothing creates the
+//! `default` service accounts).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::pki::{self, Ca};
+use super::process::Guarded;
+use super::testenv::binaries;
+
+/// Who a request comes from: a client certificate with CN `user` and one O per group (at most
+/// two, see [`Ca::client`]). The API server adds `system:authenticated`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub user: &'static str,
+    pub groups: &'static [&'static str],
+}
+
+/// Bypasses RBAC (`system:masters`); sets the cluster up.
+pub const ADMIN: Identity = Identity {
+    user: "admin",
+    groups: &["system:masters"],
+};
+/// Flux's kustomize-controller, the example policy's controller; bound to cluster-admin.
+pub const FLUX: Identity = Identity {
+    user: "system:serviceaccount:flux-system:kustomize-controller",
+    groups: &[
+        "system:serviceaccounts",
+        "system:serviceaccounts:flux-system",
+    ],
+};
+/// The HPA controller, the example policy's `hpa` delegation: may scale workloads.
+pub const HPA: Identity = Identity {
+    user: "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+    groups: &[
+        "system:serviceaccounts",
+        "system:serviceaccounts:kube-system",
+    ],
+};
+/// An on-call engineer: a break-glass opener under the example policy; may edit workloads.
+pub const ALICE: Identity = Identity {
+    user: "alice",
+    groups: &["sre-oncall"],
+};
+/// An engineer in no special group; RBAC lets him edit workloads, driftgate should not.
+pub const BOB: Identity = Identity {
+    user: "bob",
+    groups: &[],
+};
+/// `driftgate serve`'s own identity: namespaces, parent objects, Events.
+pub const DRIFTGATE: Identity = Identity {
+    user: "system:serviceaccount:driftgate:driftgate",
+    groups: &["system:serviceaccounts", "system:serviceaccounts:driftgate"],
+};
+
+/// What the identities above may do. The example policy, not RBAC, is what the tests exercise,
+/// so alice and bob get the same generous role.
+const RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftgate-e2e-editor}
+rules:
+  - apiGroups: ["", apps, batch, autoscaling, policy, networking.k8s.io, events.k8s.io]
+    resources: ["*"]
+    verbs: ["*"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftgate-e2e-editor}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftgate-e2e-editor}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}
+  - {apiGroup: rbac.authorization.k8s.io, kind: Group, name: sre-oncall}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftgate-e2e-flux}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:flux-system:kustomize-controller"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftgate-e2e-hpa}
+rules:
+  - apiGroups: [apps]
+    resources: [deployments, statefulsets, replicasets]
+    verbs: [get, list, watch]
+  - apiGroups: [apps]
+    resources: [deployments/scale, statefulsets/scale, replicasets/scale]
+    verbs: [get, update, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftgate-e2e-hpa}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftgate-e2e-hpa}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:kube-system:horizontal-pod-autoscaler"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftgate-e2e-driftgate}
+rules:
+  - apiGroups: [""]
+    resources: [namespaces]
+    verbs: [get, list, watch]
+  - apiGroups: [apps]
+    resources: [deployments, deployments/scale, statefulsets, statefulsets/scale, replicasets, replicasets/scale]
+    verbs: [get]
+  - apiGroups: [events.k8s.io]
+    resources: [events]
+    verbs: [create, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftgate-e2e-driftgate}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftgate-e2e-driftgate}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:driftgate:driftgate"}
+"#;
+
+pub struct ControlPlane {
+    /// Scratch directory: certificates, kubeconfigs, etcd's data, logs. Removed when etcd exits.
+    dir: PathBuf,
+    url: String,
+    ca: Ca,
+    ca_pem: String,
+    kubeconfigs: Mutex<HashMap<Identity, PathBuf>>,
+    processes: Mutex<Vec<Guarded>>,
+}
+
+/// The control plane, started by the first test that asks for it. It lives as long as the test
+/// binary: etcd and kube-apiserver run under [`Guarded`], so they exit with it.
+pub fn control_plane() -> &'static ControlPlane {
+    static CONTROL_PLANE: LazyLock<ControlPlane> = LazyLock::new(ControlPlane::start);
+    &CONTROL_PLANE
+}
+
+/// A TCP port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a loopback port binds")
+        .port()
+}
+
+fn write(path: &Path, contents: &str) {
+    std::fs::write(path, contents)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+/// The result of one kubectl run.
+#[derive(Debug)]
+pub struct KubectlOutput {
+    pub args: Vec<String>,
+    /// The exit code; None when killed by a signal.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl KubectlOutput {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// Panics, showing the command and its stderr, unless it succeeded.
+    #[track_caller]
+    pub fn ok(self) -> KubectlOutput {
+        assert!(
+            self.success(),
+            "kubectl {} failed ({:?}):\n{}",
+            self.args.join(" "),
+            self.code,
+            self.stderr
+        );
+        self
+    }
+
+    /// Panics, showing the command and its output, unless it failed.
+    #[track_caller]
+    pub fn failed(self) -> KubectlOutput {
+        assert!(
+            !self.success(),
+            "kubectl {} succeeded but should not have:\n{}",
+            self.args.join(" "),
+            self.stdout
+        );
+        self
+    }
+}
+
+impl ControlPlane {
+    fn start() -> ControlPlane {
+        let started = Instant::now();
+        let bins = binaries();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default();
+        let dir =
+            std::env::temp_dir().join(format!("driftgate-e2e-{}-{nanos:08x}", std::process::id()));
+        std::fs::create_dir_all(dir.join("etcd")).expect("the scratch directory is created");
+
+        let ca = Ca::new();
+        let ca_pem = ca.cert_pem();
+        write(&dir.join("ca.crt"), &ca_pem);
+        let serving = ca.serving("kube-apiserver");
+        write(&dir.join("apiserver.crt"), &serving.cert);
+        write(&dir.join("apiserver.key"), &serving.key);
+        let service_account = pki::service_account_key();
+        write(&dir.join("sa.pub"), &service_account.cert);
+        write(&dir.join("sa.key"), &service_account.key);
+
+        let etcd_port = free_port();
+        let peer_port = free_port();
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let mut etcd = Command::new(bins.etcd());
+        etcd.arg(format!("--data-dir={}", dir.join("etcd").display()))
+            .arg(format!("--listen-client-urls={etcd_url}"))
+            .arg(format!("--advertise-client-urls={etcd_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=default={peer_url}"))
+            // A test cluster's data is thrown away: fsync only costs time.
+            .arg("--unsafe-no-fsync=true")
+            .arg("--log-level=warn");
+        // etcd's guard removes the whole scratch directory once etcd (the only process
+        // writing into it) has exited.
+        let etcd = Guarded::spawn(
+            "etcd",
+            &etcd,
+            &dir.join("etcd.log"),
+            Some(&dir),
+            Duration::from_secs(10),
+        );
+        let mut processes = vec![etcd];
+        wait_for(
+            &mut processes,
+            "etcd to listen",
+            Duration::from_secs(30),
+            || TcpStream::connect(("127.0.0.1", etcd_port)).is_ok(),
+        );
+
+        let port = free_port();
+        let url = format!("https://127.0.0.1:{port}");
+        let path = |name: &str| dir.join(name).display().to_string();
+        let mut apiserver = Command::new(bins.kube_apiserver());
+        apiserver
+            .arg(format!("--etcd-servers={etcd_url}"))
+            .arg(format!("--cert-dir={}", path("apiserver-certs")))
+            .arg(format!("--tls-cert-file={}", path("apiserver.crt")))
+            .arg(format!("--tls-private-key-file={}", path("apiserver.key")))
+            .arg(format!("--client-ca-file={}", path("ca.crt")))
+            .arg(format!("--secure-port={port}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            .arg(format!("--service-account-key-file={}", path("sa.pub")))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                path("sa.key")
+            ))
+            .arg("--authorization-mode=RBAC")
+            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            // Nothing creates service accounts without a controller-manager.
+            .arg("--disable-admission-plugins=ServiceAccount")
+            .arg("--enable-admission-plugins=ValidatingAdmissionWebhook")
+            .arg("--allow-privileged=true");
+        processes.push(Guarded::spawn(
+            "kube-apiserver",
+            &apiserver,
+            &dir.join("kube-apiserver.log"),
+            None,
+            // Both stop together when the test binary exits; with etcd gone, kube-apiserver's
+            // graceful shutdown (removing its endpoint from the `kubernetes` Service) retries
+            // for minutes. Its state is thrown away anyway.
+            Duration::from_secs(2),
+        ));
+
+        let control_plane = ControlPlane {
+            dir,
+            url,
+            ca,
+            ca_pem,
+            kubeconfigs: Mutex::default(),
+            processes: Mutex::new(Vec::new()),
+        };
+        wait_for(
+            &mut processes,
+            "kube-apiserver's /readyz",
+            Duration::from_secs(120),
+            || {
+                control_plane
+                    .kubectl(ADMIN, &["get", "--raw=/readyz"])
+                    .success()
+            },
+        );
+        *control_plane.lock_processes() = processes;
+        control_plane.apply(ADMIN, RBAC);
+        eprintln!(
+            "driftgate e2e: control plane at {} ready in {:.1}s (scratch {})",
+            control_plane.url,
+            started.elapsed().as_secs_f64(),
+            control_plane.dir.display()
+        );
+        control_plane
+    }
+
+    fn lock_processes(&self) -> std::sync::MutexGuard<'_, Vec<Guarded>> {
+        self.processes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Panics with the log tail of etcd or kube-apiserver if either has exited.
+    pub fn assert_running(&self) {
+        for process in self.lock_processes().iter_mut() {
+            process.assert_running();
+        }
+    }
+
+    /// `https://127.0.0.1:PORT`
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The CA that signed the API server's serving certificate and every client certificate.
+    pub fn ca_pem(&self) -> &[u8] {
+        self.ca_pem.as_bytes()
+    }
+
+    /// The scratch directory; gone when the test binary has exited.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A kubeconfig file for `who`, made (certificate and all) on first use. Identities other
+    /// than the constants above get no RBAC unless a test grants it.
+    pub fn kubeconfig(&self, who: Identity) -> PathBuf {
+        let mut kubeconfigs = self.kubeconfigs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(path) = kubeconfigs.get(&who) {
+            return path.clone();
+        }
+        let file_name: String = who
+            .user
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let base = self.dir.join("users").join(&file_name);
+        std::fs::create_dir_all(&base).expect("the users directory is created");
+        let pair = self.ca.client(who.user, who.groups);
+        write(&base.join("client.crt"), &pair.cert);
+        write(&base.join("client.key"), &pair.key);
+        let kubeconfig = format!(
+            r#"apiVersion: v1
+kind: Config
+clusters:
+  - name: e2e
+    cluster:
+      server: {url}
+      certificate-authority: {ca}
+users:
+  - name: {user:?}
+    user:
+      client-certificate: {cert}
+      client-key: {key}
+contexts:
+  - name: e2e
+    context: {{cluster: e2e, user: {user:?}}}
+current-context: e2e
+"#,
+            url = self.url,
+            ca = self.dir.join("ca.crt").display(),
+            user = who.user,
+            cert = base.join("client.crt").display(),
+            key = base.join("client.key").display(),
+        );
+        let path = base.join("kubeconfig");
+        write(&path, &kubeconfig);
+        kubeconfigs.insert(who, path.clone());
+        path
+    }
+
+    /// A kube-rs client for `who`, from its kubeconfig file.
+    pub async fn client(&self, who: Identity) -> kube::Client {
+        let path = self.kubeconfig(who);
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        kube::Client::try_from(config).expect("a kube client builds")
+    }
+
+    /// Runs kubectl as `who`.
+    pub fn kubectl(&self, who: Identity, args: &[&str]) -> KubectlOutput {
+        self.kubectl_with_stdin(who, args, None)
+    }
+
+    /// Runs kubectl as `who` with `stdin` (for `-f -`).
+    pub fn kubectl_with_stdin(
+        &self,
+        who: Identity,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> KubectlOutput {
+        let mut command = Command::new(binaries().kubectl());
+        command
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig(who))
+            .args(args)
+            .env_remove("KUBECONFIG")
+            // Discovery cache in the scratch directory, not the developer's ~/.kube.
+            .env("KUBECACHEDIR", self.dir.join("kube-cache"))
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("kubectl starts");
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().expect("kubectl's stdin is piped");
+            pipe.write_all(input.as_bytes())
+                .expect("kubectl reads its stdin");
+        }
+        let out = child.wait_with_output().expect("kubectl runs");
+        KubectlOutput {
+            args: args.iter().map(|s| (*s).to_owned()).collect(),
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// `kubectl apply --server-side -f -` as `who`, which must succeed.
+    #[track_caller]
+    pub fn apply(&self, who: Identity, manifest: &str) -> KubectlOutput {
+        self.kubectl_with_stdin(
+            who,
+            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            Some(manifest),
+        )
+        .ok()
+    }
+}
+
+/// Polls `ready` every 100 ms until it holds, failing early (with the log) when a process exits.
+fn wait_for(
+    processes: &mut [Guarded],
+    what: &str,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for process in processes.iter_mut() {
+            process.assert_running();
+        }
+        if ready() {
+            return;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = processes
+                .iter()
+                .map(|p| {
+                    format!(
+                        "== {} ({}):\n{}",
+                        p.name(),
+                        p.log_path().display(),
+                        p.log_tail(30)
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                logs.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,339 @@
+//! `driftgate serve` as a real process against the test control plane, and its registration as
+//! a validating webhook.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::prelude::{BASE64_STANDARD, Engine as _};
+use serde_json::{Value, json};
+
+use super::control_plane::{ADMIN, DRIFTGATE, Identity, control_plane, free_port};
+use super::process::Guarded;
+
+const BIN: &str = env!("CARGO_BIN_EXE_driftgate");
+
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// A running `driftgate serve`, with the webhook configurations it registered. Dropping it
+/// deletes those configurations first (a `failurePolicy: Fail` webhook that no longer answers
+/// would refuse every write it matches), then stops the process.
+pub struct Driftgate {
+    name: String,
+    process: Mutex<Guarded>,
+    dir: PathBuf,
+    webhook: SocketAddr,
+    admin: SocketAddr,
+    ca_pem: String,
+    registered: Mutex<Vec<String>>,
+}
+
+/// The example policy's driftgate, started and registered with [`webhook_configuration`] by the
+/// first test that asks for it, for the rest of the test binary.
+///
+/// Its webhook sees every write outside kube-system. A test that runs its own driftgate (another
+/// policy) should register it with a `namespaceSelector` that matches only that test's
+/// namespaces, and use namespaces the example policy does not guard (not `prod-*`, `payments`
+/// or `staging-*`): this one then admits them as out of scope.
+pub fn shared() -> &'static Driftgate {
+    static SHARED: LazyLock<Driftgate> = LazyLock::new(|| {
+        let driftgate = Driftgate::start("shared", &repo_path("policies/example.yaml"), &[]);
+        driftgate.register(webhook_configuration(
+            "driftgate-e2e-shared",
+            &driftgate.webhook_url(),
+            driftgate.ca_pem(),
+        ));
+        driftgate
+    });
+    &SHARED
+}
+
+/// The ValidatingWebhookConfiguration the Helm chart is meant to install, written by hand until
+/// the harness renders the chart's: every write (and `scale`) outside kube-system, dry runs
+/// included, failing closed.
+pub fn webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "validate.driftgate.dev",
+            "clientConfig": {"url": url, "caBundle": BASE64_STANDARD.encode(ca_pem)},
+            "rules": [{
+                "apiGroups": ["*"],
+                "apiVersions": ["*"],
+                "resources": ["*", "*/scale"],
+                "operations": ["CREATE", "UPDATE", "DELETE"],
+                "scope": "*",
+            }],
+            "namespaceSelector": {"matchExpressions": [{
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system"],
+            }]},
+            "sideEffects": "NoneOnDryRun",
+            "timeoutSeconds": 5,
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "admissionReviewVersions": ["v1"],
+        }],
+    })
+}
+
+impl Driftgate {
+    /// Starts `driftgate serve --policy POLICY` on loopback with fresh certificates from
+    /// `driftgate certs dev`, as the [`DRIFTGATE`] identity, and waits for `/readyz` (which
+    /// needs the namespace cache synced). `extra_args` go last (e.g. `--request-timeout 1s`).
+    pub fn start(name: &str, policy: &Path, extra_args: &[&str]) -> Driftgate {
+        Self::start_as(name, policy, DRIFTGATE, extra_args)
+    }
+
+    /// [`Driftgate::start`] with another identity for its kubeconfig.
+    pub fn start_as(name: &str, policy: &Path, who: Identity, extra_args: &[&str]) -> Driftgate {
+        let control_plane = control_plane();
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let dir = control_plane.dir().join(format!(
+            "driftgate-{name}-{}",
+            STARTED.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("driftgate's directory is created");
+        let certs = dir.join("certs");
+        let out = Command::new(BIN)
+            .args(["certs", "dev", "--out"])
+            .arg(&certs)
+            .stdin(Stdio::null())
+            .output()
+            .expect("driftgate certs dev runs");
+        assert!(
+            out.status.success(),
+            "driftgate certs dev failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ca_pem = std::fs::read_to_string(certs.join("ca.crt")).expect("ca.crt reads");
+        let webhook: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let mut serve = Command::new(BIN);
+        serve
+            .arg("serve")
+            .arg("--policy")
+            .arg(policy)
+            .arg("--tls-cert")
+            .arg(certs.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(certs.join("tls.key"))
+            .arg("--addr")
+            .arg(webhook.to_string())
+            .arg("--admin-addr")
+            .arg(admin.to_string())
+            .arg("--kubeconfig")
+            .arg(control_plane.kubeconfig(who))
+            .args(["--instance", &format!("driftgate-e2e-{name}")])
+            // Tests stop it; nothing routes to it that needs draining.
+            .args(["--shutdown-delay", "0s", "--shutdown-grace", "2s"])
+            .args(extra_args)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or("info".into()),
+            );
+        let process = Guarded::spawn(
+            &format!("driftgate serve ({name})"),
+            &serve,
+            &dir.join("serve.log"),
+            Some(&dir),
+            Duration::from_secs(5),
+        );
+        let driftgate = Driftgate {
+            name: name.to_owned(),
+            process: Mutex::new(process),
+            dir,
+            webhook,
+            admin,
+            ca_pem,
+            registered: Mutex::default(),
+        };
+        driftgate.wait_until("/readyz answers 200", Duration::from_secs(30), || {
+            driftgate
+                .admin_get("/readyz")
+                .is_ok_and(|(code, _)| code == 200)
+        });
+        driftgate
+    }
+
+    /// `https://127.0.0.1:PORT/validate`
+    pub fn webhook_url(&self) -> String {
+        format!("https://{}/validate", self.webhook)
+    }
+
+    /// The development CA that signed the serving certificate: the webhook's `caBundle`.
+    pub fn ca_pem(&self) -> &[u8] {
+        self.ca_pem.as_bytes()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The end of the process's log (`RUST_LOG`, default info: one line per review).
+    pub fn log_tail(&self, lines: usize) -> String {
+        self.lock_process().log_tail(lines)
+    }
+
+    fn lock_process(&self) -> std::sync::MutexGuard<'_, Guarded> {
+        self.process.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A plain HTTP/1.1 GET on the admin port: status and body.
+    pub fn admin_get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        let mut stream = TcpStream::connect_timeout(&self.admin, Duration::from_secs(2))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: driftgate\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text)?;
+        let code = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        Ok((code, body))
+    }
+
+    /// The Prometheus text from `/metrics`.
+    pub fn metrics(&self) -> String {
+        match self.admin_get("/metrics") {
+            Ok((200, body)) => body,
+            other => panic!("GET /metrics of driftgate {}: {other:?}", self.name),
+        }
+    }
+
+    /// The sum of a counter's samples whose labels contain every `label="value"` in `labels`.
+    pub fn counter(&self, name: &str, labels: &[&str]) -> f64 {
+        self.metrics()
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                let metric = series.split('{').next()?;
+                (metric == name && labels.iter().all(|l| series.contains(l)))
+                    .then(|| value.parse::<f64>().ok())
+                    .flatten()
+            })
+            .sum()
+    }
+
+    /// How many AdmissionReviews it has answered.
+    pub fn reviews(&self) -> f64 {
+        self.counter("driftgate_admission_reviews_total", &[])
+    }
+
+    /// Creates (or replaces) `configuration`, a ValidatingWebhookConfiguration pointing here,
+    /// and waits until the API server calls this webhook: a server-side dry-run ConfigMap
+    /// create by the admin in `default`, repeated until this driftgate has counted a review.
+    /// (A configuration whose selector leaves out `default` needs [`Driftgate::register_probing`].)
+    pub fn register(&self, configuration: Value) {
+        self.register_probing(configuration, "default");
+    }
+
+    /// [`Driftgate::register`], probing with a dry-run ConfigMap in `probe_namespace`.
+    pub fn register_probing(&self, configuration: Value, probe_namespace: &str) {
+        let name = configuration["metadata"]["name"]
+            .as_str()
+            .expect("the configuration has a name")
+            .to_owned();
+        let control_plane = control_plane();
+        control_plane.apply(ADMIN, &configuration.to_string());
+        self.registered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(name.clone());
+        let probe = format!("driftgate-e2e-probe-{}", self.name);
+        self.wait_until(
+            &format!("the API server calls webhook {name}"),
+            Duration::from_secs(30),
+            || {
+                let before = self.reviews();
+                // Fails (or succeeds) without this webhook until the API server's webhook
+                // informer has seen the configuration; only the count tells.
+                let _ = control_plane.kubectl(
+                    ADMIN,
+                    &[
+                        "create",
+                        "configmap",
+                        &probe,
+                        "-n",
+                        probe_namespace,
+                        "--dry-run=server",
+                    ],
+                );
+                self.reviews() > before
+            },
+        );
+    }
+
+    /// Deletes a ValidatingWebhookConfiguration this driftgate registered.
+    pub fn unregister(&self, name: &str) {
+        control_plane()
+            .kubectl(
+                ADMIN,
+                &[
+                    "delete",
+                    "validatingwebhookconfiguration",
+                    name,
+                    "--ignore-not-found",
+                ],
+            )
+            .ok();
+        self.registered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|n| n != name);
+    }
+
+    /// Polls `ready` every 100 ms, failing with driftgate's log if it exits or time runs out.
+    fn wait_until(&self, what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.lock_process().assert_running();
+            if ready() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "driftgate {}: timed out after {timeout:?} waiting until {what}; its log:\n{}",
+                self.name,
+                self.log_tail(40)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Driftgate {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut *self.registered.lock().unwrap_or_else(|e| e.into_inner()));
+        for name in names {
+            let _ = control_plane().kubectl(
+                ADMIN,
+                &[
+                    "delete",
+                    "validatingwebhookconfiguration",
+                    &name,
+                    "--ignore-not-found",
+                ],
+            );
+        }
+        self.lock_process().stop(Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,23 @@
+//! The e2e harness: a real etcd and kube-apiserver (one per test binary), test identities with
+//! client certificates and RBAC, kubectl and kube-rs clients as each of them, and `driftgate
+//! serve` as a real process registered as the API server's validating webhook.
+// Each test module uses a different subset of these helpers.
+#![allow(dead_code)]
+
+pub mod control_plane;
+pub mod driftgate;
+pub mod pki;
+pub mod process;
+pub mod testenv;
+
+#[allow(unused_imports)]
+pub use control_plane::{
+    ADMIN, ALICE, BOB, ControlPlane, DRIFTGATE, FLUX, HPA, Identity, KubectlOutput, control_plane,
+};
+#[allow(unused_imports)]
+pub use driftgate::{Driftgate, repo_path, shared, webhook_configuration};
+
+/// rustls needs a process-wide crypto provider before kube-rs builds a TLS client.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

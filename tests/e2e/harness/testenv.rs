@@ -1,0 +1,69 @@
+//! The control-plane binaries: kube-apiserver, etcd and kubectl, built from the Go module in
+//! `tests/e2e/testenv/` by its `build.sh` (once per machine; later runs find them cached).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+pub const GO_MISSING: &str = "driftgate e2e: Go is missing or older than 1.25: install Go >= 1.25 (from go.dev, or apt-get install golang where it is that new: Debian 12 has 1.19)";
+
+pub struct Binaries {
+    pub dir: PathBuf,
+}
+
+impl Binaries {
+    pub fn etcd(&self) -> PathBuf {
+        self.dir.join("etcd")
+    }
+    pub fn kube_apiserver(&self) -> PathBuf {
+        self.dir.join("kube-apiserver")
+    }
+    pub fn kubectl(&self) -> PathBuf {
+        self.dir.join("kubectl")
+    }
+}
+
+/// The binaries, built on first use (Go is needed only then). A cold build takes many minutes;
+/// `build.sh` reports its progress on stderr, which the test harness does not capture, so it
+/// shows while it runs.
+pub fn binaries() -> &'static Binaries {
+    static BINARIES: OnceLock<Binaries> = OnceLock::new();
+    BINARIES.get_or_init(build)
+}
+
+fn build() -> Binaries {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/testenv/build.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    // build.sh's exit code for "Go is missing or too old"; what it said is above.
+    if out.status.code() == Some(3) {
+        panic!("{GO_MISSING}");
+    }
+    assert!(
+        out.status.success(),
+        "{} failed ({}); its output is above",
+        script.display(),
+        out.status
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = PathBuf::from(
+        stdout
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("{} printed no directory", script.display()))
+            .trim(),
+    );
+    let binaries = Binaries { dir };
+    for binary in [
+        binaries.etcd(),
+        binaries.kube_apiserver(),
+        binaries.kubectl(),
+    ] {
+        assert!(binary.is_file(), "{} was not built", binary.display());
+    }
+    binaries
+}

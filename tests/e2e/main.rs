@@ -1,0 +1,7 @@
+//! End-to-end tests against a real control plane: etcd and kube-apiserver built from the
+//! Kubernetes release pinned in `tests/e2e/testenv/go.mod` (needs Go; the first run builds them,
+//! which takes many minutes), with `driftgate serve` registered as its validating webhook.
+
+mod harness;
+mod smoke;
+mod wiring;
