@@ -41,6 +41,8 @@ pub enum Command {
     /// Generate certificates.
     #[command(subcommand)]
     Certs(CertsCommand),
+    /// Print the BackportRequirement CustomResourceDefinition (YAML) that the ledger needs.
+    Crd,
 }
 
 #[derive(Debug, Args)]
@@ -103,6 +105,20 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::BreakGlass(command) => break_glass(&command, &mut out),
         Command::Certs(CertsCommand::Dev(args)) => certs_dev(&args, &mut out),
+        Command::Crd => {
+            use kube::CustomResourceExt;
+            let crd = crate::ledger::record::BackportRequirement::crd();
+            match serde_saphyr::to_string(&crd) {
+                Ok(yaml) => {
+                    let _ = write!(out, "{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("driftgate crd: {error}");
+                    ExitCode::from(1)
+                }
+            }
+        }
     }
 }
 

@@ -256,6 +256,17 @@ fn cases() -> Vec<Case> {
             Rule::OutOfScope,
         ),
         case(
+            "driftgate's own records are never guarded",
+            {
+                let mut r = Req::update("bob", plain(), edited());
+                r.kind = ("driftgate.dev", "BackportRequirement");
+                r.resource = ("driftgate.dev", "backportrequirements");
+                r
+            },
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
             "excluded kind",
             {
                 let mut r = Req::update("bob", plain(), edited());

@@ -21,7 +21,6 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Object","type":"string","jsonPath":".spec.object.name"}"#,
     printcolumn = r#"{"name":"Opener","type":"string","jsonPath":".spec.window.opener"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.window.reason"}"#,
-    printcolumn = r#"{"name":"Changes","type":"integer","jsonPath":".status.changeCount"}"#,
     printcolumn = r#"{"name":"Expires","type":"date","jsonPath":".spec.window.expiresAt"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -124,8 +123,6 @@ pub enum Phase {
 pub struct BackportStatus {
     #[serde(default)]
     pub phase: Phase,
-    #[serde(default)]
-    pub change_count: u32,
     /// Every phase change, oldest first.
     #[serde(default)]
     pub transitions: Vec<Transition>,

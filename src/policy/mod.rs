@@ -203,6 +203,14 @@ impl GatePolicy {
     /// `apps/Deployment` or `apps/deployments`. The core group is `core`.
     pub fn guards_resource(&self, group: &str, kind: &str, resource: &str) -> bool {
         let group = if group.is_empty() { "core" } else { group };
+        // Never guarded, whatever the policy says: Events are written by every controller
+        // (driftgate's own among them), and driftgate's backport records are written by
+        // driftgate while it answers a review; guarding them would refuse its own ledger.
+        if group == "driftgate.dev"
+            || (kind == "Event" && (group == "core" || group == "events.k8s.io"))
+        {
+            return false;
+        }
         let by_kind = format!("{group}/{kind}");
         let by_resource = format!("{group}/{resource}");
         let included = self.resource_include.is_match(&by_kind)

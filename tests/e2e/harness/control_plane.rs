@@ -119,6 +119,12 @@ rules:
   - apiGroups: [events.k8s.io]
     resources: [events]
     verbs: [create, patch]
+  - apiGroups: [driftgate.dev]
+    resources: [backportrequirements]
+    verbs: [get, list, watch, create, patch]
+  - apiGroups: [driftgate.dev]
+    resources: [backportrequirements/status]
+    verbs: [patch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -308,6 +314,27 @@ impl ControlPlane {
         );
         *control_plane.lock_processes() = processes;
         control_plane.apply(ADMIN, RBAC);
+        // The backport ledger's CRD, exactly as `driftgate crd` prints it (the chart ships the same).
+        let crd = std::process::Command::new(env!("CARGO_BIN_EXE_driftgate"))
+            .arg("crd")
+            .output()
+            .expect("driftgate crd runs");
+        assert!(crd.status.success(), "driftgate crd failed");
+        control_plane.apply(
+            ADMIN,
+            &String::from_utf8(crd.stdout).expect("the CRD is UTF-8"),
+        );
+        control_plane
+            .kubectl(
+                ADMIN,
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=30s",
+                    "crd/backportrequirements.driftgate.dev",
+                ],
+            )
+            .ok();
         eprintln!(
             "driftgate e2e: control plane at {} ready in {:.1}s (scratch {})",
             control_plane.url,
