@@ -36,6 +36,8 @@ pub enum Command {
     /// Open, close or list break-glass windows, with your own kubeconfig.
     #[command(subcommand)]
     BreakGlass(crate::tools::break_glass::BreakGlassCommand),
+    /// What must still be backported to Git (BackportRequirements), oldest first.
+    Backlog(crate::tools::backlog::BacklogArgs),
     /// Serve the admission webhook over TLS (with --dev: local defaults, no setup).
     Serve(crate::serve::ServeArgs),
     /// Generate certificates.
@@ -104,6 +106,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Policy(PolicyCommand::Test { path }) => policy_test(&path, &mut out),
         Command::Serve(args) => serve(args),
         Command::BreakGlass(command) => break_glass(&command, &mut out),
+        Command::Backlog(args) => backlog(&args, &mut out),
         Command::Certs(CertsCommand::Dev(args)) => certs_dev(&args, &mut out),
         Command::Crd => {
             use kube::CustomResourceExt;
@@ -148,6 +151,26 @@ fn break_glass(
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("driftgate break-glass: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn backlog(args: &crate::tools::backlog::BacklogArgs, out: &mut impl Write) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("driftgate backlog: cannot start the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(crate::tools::backlog::run(args, out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("driftgate backlog: {error}");
             ExitCode::from(1)
         }
     }

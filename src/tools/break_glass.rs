@@ -135,7 +135,7 @@ pub fn resolve_kind(discovery: &Discovery, kind: &str) -> Option<ApiResource> {
     found.into_iter().next()
 }
 
-async fn client(connection: &Connection) -> Result<kube::Client> {
+pub async fn client(connection: &Connection) -> Result<kube::Client> {
     let config = match &connection.kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)

@@ -1,3 +1,4 @@
 //! Commands for people on call: break-glass windows (and, with the ledger, the backport backlog).
 
+pub mod backlog;
 pub mod break_glass;
