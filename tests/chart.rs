@@ -82,9 +82,8 @@ fn helm() -> &'static Path {
             .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", script.display()));
         assert!(
             out.status.success(),
-            "the chart tests need helm, and {} could not provide it:\n{}\n\
-             Install Go (https://go.dev/doc/install; the script builds helm with `go install`), \
-             or set HELM=/path/to/helm (helm 3).",
+            "the chart tests need helm, and {} could not provide it (it builds helm with Go 1.21+, \
+             or uses HELM=/path/to/helm):\n{}",
             script.display(),
             text(&out.stderr)
         );

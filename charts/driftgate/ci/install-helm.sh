@@ -37,14 +37,21 @@ if [[ "$(installed_version)" == "$HELM_VERSION" ]]; then
   exit 0
 fi
 
-if ! command -v go >/dev/null 2>&1; then
+need_go() {
   cat >&2 <<MSG
-install-helm.sh: Go is not installed, and helm $HELM_VERSION is built from source with it.
-Install Go (https://go.dev/doc/install, or 'apt-get install golang-go'; an older go fetches the
-toolchain helm needs, go 1.26, through the module proxy by itself), or point HELM at a helm 3
-binary: HELM=/usr/local/bin/helm
+install-helm.sh: $1, and helm $HELM_VERSION is built from source with Go.
+Install Go 1.21 or newer (https://go.dev/doc/install; it fetches the go 1.26 toolchain that helm
+needs through the module proxy by itself; Debian 12's golang-go, 1.19, is too old), or point HELM
+at a helm 3 binary: HELM=/usr/local/bin/helm
 MSG
   exit 1
+}
+if ! command -v go >/dev/null 2>&1; then
+  need_go "Go is not installed"
+fi
+go_version="$(go env GOVERSION 2>/dev/null || true)"
+if [[ ! "$go_version" =~ ^go1\.([0-9]+) ]] || (( BASH_REMATCH[1] < 21 )); then
+  need_go "go is '${go_version:-unknown}', older than 1.21"
 fi
 
 mkdir -p "$bin"
