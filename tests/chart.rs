@@ -1,0 +1,1028 @@
+//! The Helm chart `charts/driftgate`, rendered by a real helm (built from source by
+//! `charts/driftgate/ci/install-helm.sh`): `helm lint` and `helm template` with every values file
+//! in `charts/driftgate/ci/`, and the properties of the rendered objects that keep the webhook
+//! safe to run: what the API server sends it, that it can never lock out its own namespace, a
+//! restricted pod, least-privilege RBAC, a policy driftgate accepts, and certificates that verify.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, OnceLock};
+
+use driftgate::metrics::{Metrics, ReasonLabels, ReviewLabels};
+use driftgate::server::tls::{TlsFiles, server_config};
+use k8s_openapi::ByteString;
+use rustls::RootCertStore;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::ServerCertVerifier;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use serde_json::{Value, json};
+
+const RELEASE: &str = "driftgate";
+const NAMESPACE: &str = "driftgate-system";
+
+/// The values files every test renders with; the chart's `ci/` folder must hold exactly these.
+const VALUES_FILES: &[&str] = &[
+    "cert-manager-issuer-values.yaml",
+    "cert-manager-values.yaml",
+    "default-values.yaml",
+    "existing-configmap-values.yaml",
+    "failure-ignore-values.yaml",
+    "monitoring-values.yaml",
+];
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn chart() -> PathBuf {
+    repo().join("charts/driftgate")
+}
+
+/// A values file of the chart's `ci/` folder, or any file given by an absolute path.
+fn values_file(name: &str) -> PathBuf {
+    chart().join("ci").join(name)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A directory under Cargo's per-target scratch space, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("chart-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The helm binary: the install script builds it once (minutes) and prints its path after that.
+fn helm() -> &'static Path {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        let script = chart().join("ci/install-helm.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "the chart tests need helm, and {} could not provide it (it builds helm with Go 1.21+, \
+             or uses HELM=/path/to/helm):\n{}",
+            script.display(),
+            text(&out.stderr)
+        );
+        let path = PathBuf::from(text(&out.stdout).trim());
+        assert!(
+            path.is_file(),
+            "install-helm.sh printed {path:?}, which is not a file"
+        );
+        path
+    })
+}
+
+/// Runs helm with its configuration, cache and data kept under the target directory.
+fn run_helm(args: &[&str]) -> Output {
+    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm-home");
+    Command::new(helm())
+        .args(args)
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env("KUBECONFIG", "/dev/null")
+        .current_dir(repo())
+        .output()
+        .expect("helm runs")
+}
+
+/// The objects `helm template` renders, parsed from its multi-document YAML.
+struct Manifests(Vec<Value>);
+
+impl Manifests {
+    fn all(&self, kind: &str) -> Vec<&Value> {
+        self.0.iter().filter(|o| o["kind"] == kind).collect()
+    }
+
+    fn one(&self, kind: &str) -> &Value {
+        let found = self.all(kind);
+        assert_eq!(
+            found.len(),
+            1,
+            "expected exactly one {kind}, found {found:?}"
+        );
+        found[0]
+    }
+
+    fn named(&self, kind: &str, name: &str) -> &Value {
+        self.0
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} named {name} among {:?}", self.kinds()))
+    }
+
+    fn kinds(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .map(|o| format!("{}/{}", str(&o["kind"]), str(&o["metadata"]["name"])))
+            .collect()
+    }
+
+    fn webhook(&self) -> &Value {
+        let vwc = self.one("ValidatingWebhookConfiguration");
+        let webhooks = vwc["webhooks"].as_array().expect("webhooks is a list");
+        assert_eq!(webhooks.len(), 1);
+        &webhooks[0]
+    }
+
+    fn container(&self) -> &Value {
+        let containers = self.one("Deployment")["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .expect("containers is a list");
+        assert_eq!(containers.len(), 1);
+        &containers[0]
+    }
+
+    /// The container port a probe or Service names (by name or number).
+    fn container_port(&self, port: &Value) -> u64 {
+        if let Some(number) = port.as_u64() {
+            return number;
+        }
+        self.container()["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == *port)
+            .unwrap_or_else(|| panic!("the container has no port named {port}"))["containerPort"]
+            .as_u64()
+            .unwrap()
+    }
+
+    fn volume(&self, name: &str) -> &Value {
+        self.one("Deployment")["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no volume {name}"))
+    }
+}
+
+fn str(value: &Value) -> &str {
+    value.as_str().unwrap_or_default()
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("{value} is not a list"))
+        .iter()
+        .map(|v| v.as_str().unwrap_or_else(|| panic!("{v} is not a string")))
+        .collect()
+}
+
+/// `helm template` of the chart as release `driftgate` in `namespace`, with values files from
+/// `ci/` and `--set` arguments.
+fn render_in(namespace: &str, files: &[&str], sets: &[&str]) -> Manifests {
+    let chart = chart();
+    let mut args = vec![
+        "template".to_owned(),
+        RELEASE.to_owned(),
+        chart.display().to_string(),
+        "--namespace".to_owned(),
+        namespace.to_owned(),
+    ];
+    for file in files {
+        args.push("--values".to_owned());
+        args.push(values_file(file).display().to_string());
+    }
+    for set in sets {
+        args.push("--set".to_owned());
+        args.push((*set).to_owned());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_helm(&args);
+    assert!(
+        out.status.success(),
+        "helm {args:?} failed:\n{}",
+        text(&out.stderr)
+    );
+    let yaml = text(&out.stdout);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&yaml)
+        .unwrap_or_else(|e| panic!("helm {args:?} rendered invalid YAML: {e}\n{yaml}"));
+    Manifests(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+fn render(files: &[&str], sets: &[&str]) -> Manifests {
+    render_in(NAMESPACE, files, sets)
+}
+
+fn decode(base64: &Value) -> Vec<u8> {
+    let bytes: ByteString = serde_json::from_value(base64.clone())
+        .unwrap_or_else(|e| panic!("{base64} is not base64: {e}"));
+    bytes.0
+}
+
+fn encode(bytes: &[u8]) -> String {
+    serde_json::to_value(ByteString(bytes.to_vec()))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn pem_certs(pem: &[u8]) -> Vec<CertificateDer<'static>> {
+    rustls_pemfile::certs(&mut &pem[..])
+        .collect::<Result<Vec<_>, _>>()
+        .expect("PEM certificates")
+}
+
+#[test]
+fn the_ci_folder_holds_the_values_files_the_tests_use() {
+    let mut found: Vec<String> = std::fs::read_dir(chart().join("ci"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with("-values.yaml"))
+        .collect();
+    found.sort();
+    assert_eq!(found, VALUES_FILES);
+}
+
+#[test]
+fn helm_lint_passes_with_every_values_file() {
+    let chart = chart().display().to_string();
+    for file in VALUES_FILES {
+        let values = values_file(file).display().to_string();
+        let out = run_helm(&[
+            "lint",
+            "--strict",
+            &chart,
+            "--namespace",
+            NAMESPACE,
+            "--values",
+            &values,
+        ]);
+        assert!(
+            out.status.success(),
+            "helm lint --strict with {file}:\n{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn every_values_file_renders_namespaced_objects_into_the_release_namespace() {
+    let cluster_scoped = [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingWebhookConfiguration",
+    ];
+    for file in VALUES_FILES {
+        let manifests = render(&[file], &[]);
+        let mut seen = BTreeSet::new();
+        for object in &manifests.0 {
+            let kind = str(&object["kind"]);
+            let name = str(&object["metadata"]["name"]);
+            assert!(!kind.is_empty() && !name.is_empty(), "{file}: {object}");
+            assert!(object["apiVersion"].is_string(), "{file}: {kind}/{name}");
+            assert!(seen.insert((kind, name)), "{file}: {kind}/{name} twice");
+            if cluster_scoped.contains(&kind) {
+                assert!(object["metadata"]["namespace"].is_null(), "{file}: {kind}");
+            } else {
+                assert_eq!(
+                    object["metadata"]["namespace"], NAMESPACE,
+                    "{file}: {kind}/{name} must name the release namespace, so that the \
+                     rendered manifests apply anywhere"
+                );
+            }
+        }
+        for kind in [
+            "Deployment",
+            "Service",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingWebhookConfiguration",
+            "PodDisruptionBudget",
+        ] {
+            manifests.one(kind);
+        }
+    }
+}
+
+#[test]
+fn the_webhook_defaults_are_safe() {
+    let manifests = render(&["default-values.yaml"], &[]);
+    let vwc = manifests.one("ValidatingWebhookConfiguration");
+    assert!(vwc["metadata"]["annotations"].is_null(), "{vwc}");
+    let webhook = manifests.webhook();
+    let name = str(&webhook["name"]);
+    assert!(name.split('.').count() >= 3, "{name}");
+    assert_eq!(webhook["admissionReviewVersions"], json!(["v1"]));
+    assert_eq!(webhook["sideEffects"], "NoneOnDryRun");
+    assert_eq!(webhook["timeoutSeconds"], 5);
+    assert_eq!(webhook["failurePolicy"], "Fail");
+    assert_eq!(webhook["matchPolicy"], "Equivalent");
+
+    // driftgate answers (408) before the API server gives up.
+    let args = strings(&manifests.container()["args"]);
+    let at = args.iter().position(|a| *a == "--request-timeout").unwrap();
+    assert_eq!(args[at + 1], "4s");
+
+    // The Service the API server calls, and the container port behind it.
+    let service = manifests.one("Service");
+    let client = &webhook["clientConfig"];
+    assert!(client["url"].is_null());
+    assert_eq!(client["service"]["name"], service["metadata"]["name"]);
+    assert_eq!(client["service"]["namespace"], NAMESPACE);
+    assert_eq!(client["service"]["path"], "/validate");
+    assert_eq!(client["service"]["port"], 443);
+    let port = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"] == 443)
+        .expect("the Service has port 443");
+    assert_eq!(manifests.container_port(&port["targetPort"]), 8443);
+    assert_eq!(
+        service["spec"]["selector"],
+        manifests.one("Deployment")["spec"]["selector"]["matchLabels"]
+    );
+
+    // `*` does not reach subresources; `*/scale` must be listed, `*/*` never.
+    let rules = webhook["rules"].as_array().unwrap();
+    let resources: Vec<&str> = rules
+        .iter()
+        .flat_map(|r| strings(&r["resources"]))
+        .collect();
+    assert!(resources.contains(&"*"), "{resources:?}");
+    assert!(resources.contains(&"*/scale"), "{resources:?}");
+    assert!(!resources.contains(&"*/*"), "{resources:?}");
+    let broad = &rules[0];
+    assert_eq!(broad["apiGroups"], json!(["*"]));
+    assert_eq!(broad["apiVersions"], json!(["*"]));
+    assert_eq!(broad["operations"], json!(["CREATE", "UPDATE", "DELETE"]));
+    assert_eq!(broad["resources"], json!(["*", "*/scale"]));
+    // Namespace objects carry namespace-wide break-glass windows: their writes are sent too.
+    assert!(
+        rules
+            .iter()
+            .any(|r| strings(&r["resources"]).contains(&"namespaces")
+                && r["apiGroups"] == json!([""])
+                && r["scope"] != "Namespaced"),
+        "{rules:?}"
+    );
+
+    assert_release_namespace_excluded(webhook, NAMESPACE);
+    assert!(webhook["objectSelector"].is_null());
+    // Leader election (Leases) never waits on the webhook.
+    let conditions = serde_json::to_string(&webhook["matchConditions"]).unwrap();
+    assert!(conditions.contains("leases"), "{conditions}");
+}
+
+/// The namespaceSelector keeps kube-system and the webhook's own namespace out, whatever else
+/// it holds: a webhook that guards its own namespace cannot recreate its pods when it is down.
+fn assert_release_namespace_excluded(webhook: &Value, namespace: &str) {
+    let expressions = webhook["namespaceSelector"]["matchExpressions"]
+        .as_array()
+        .expect("namespaceSelector.matchExpressions");
+    let exclusion = expressions
+        .iter()
+        .find(|e| e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn")
+        .unwrap_or_else(|| panic!("no NotIn on kubernetes.io/metadata.name: {expressions:?}"));
+    let excluded = strings(&exclusion["values"]);
+    assert!(excluded.contains(&"kube-system"), "{excluded:?}");
+    assert!(excluded.contains(&namespace), "{excluded:?}");
+}
+
+#[test]
+fn the_release_namespace_is_excluded_wherever_the_chart_is_installed() {
+    for namespace in ["gitops-guard", "kube-system"] {
+        let manifests = render_in(namespace, &["failure-ignore-values.yaml"], &[]);
+        let webhook = manifests.webhook();
+        assert_release_namespace_excluded(webhook, namespace);
+        assert_eq!(webhook["clientConfig"]["service"]["namespace"], namespace);
+        let excluded = &webhook["namespaceSelector"]["matchExpressions"][0]["values"];
+        let unique: BTreeSet<&str> = strings(excluded).into_iter().collect();
+        assert_eq!(unique.len(), strings(excluded).len(), "{excluded}");
+    }
+}
+
+#[test]
+fn failure_policy_ignore_and_narrowed_selectors() {
+    let manifests = render(&["failure-ignore-values.yaml"], &[]);
+    let webhook = manifests.webhook();
+    assert_eq!(webhook["failurePolicy"], "Ignore");
+    assert_eq!(webhook["sideEffects"], "NoneOnDryRun");
+    assert_eq!(webhook["timeoutSeconds"], 5);
+    assert_eq!(webhook["matchPolicy"], "Equivalent");
+    assert_release_namespace_excluded(webhook, NAMESPACE);
+
+    // The values' extra conditions come after the exclusion, which they cannot replace.
+    let selector = &webhook["namespaceSelector"];
+    assert_eq!(
+        selector["matchLabels"],
+        json!({"driftgate.dev/enforce": "true"})
+    );
+    let expressions = selector["matchExpressions"].as_array().unwrap();
+    assert_eq!(
+        strings(&expressions[0]["values"]),
+        ["kube-system", NAMESPACE, "flux-system"]
+    );
+    assert_eq!(
+        expressions[1],
+        json!({"key": "environment", "operator": "In", "values": ["production", "staging"]})
+    );
+    assert_eq!(
+        webhook["objectSelector"],
+        json!({"matchExpressions": [{"key": "driftgate.dev/ignore", "operator": "DoesNotExist"}]})
+    );
+
+    let resources: Vec<&str> = webhook["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| strings(&r["resources"]))
+        .collect();
+    assert!(resources.contains(&"deployments/scale"), "{resources:?}");
+    assert!(
+        !resources.iter().any(|r| r.ends_with("/*")),
+        "{resources:?}"
+    );
+}
+
+#[test]
+fn the_values_schema_refuses_unsafe_values() {
+    let chart = chart().display().to_string();
+    for (set, complaint) in [
+        ("webhook.failurePolicy=Maybe", "failurePolicy"),
+        ("webhook.rules[0].resources={*/*}", "rules"),
+        ("webhook.name=gate.dev", "name"),
+        ("webhook.timeoutSeconds=60", "timeoutSeconds"),
+    ] {
+        let out = run_helm(&["template", RELEASE, &chart, "--set", set]);
+        assert!(!out.status.success(), "--set {set} rendered");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(complaint), "--set {set}: {stderr}");
+    }
+}
+
+#[test]
+fn the_deployment_runs_restricted_with_probes_on_the_admin_port() {
+    let manifests = render(&["default-values.yaml"], &[]);
+    let deployment = manifests.one("Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    let labels = &deployment["spec"]["selector"]["matchLabels"];
+    for (key, value) in labels.as_object().unwrap() {
+        assert_eq!(
+            &deployment["spec"]["template"]["metadata"]["labels"][key], value,
+            "the pods carry the selector's labels"
+        );
+    }
+
+    let pdb = manifests.one("PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(pdb["spec"]["selector"]["matchLabels"], *labels);
+
+    let preferred =
+        pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .expect("a preferred pod anti-affinity");
+    let term = &preferred[0]["podAffinityTerm"];
+    assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(term["labelSelector"]["matchLabels"], *labels);
+    assert!(
+        pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            .is_null()
+    );
+
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let container = manifests.container();
+    let security = &container["securityContext"];
+    assert_eq!(security["runAsNonRoot"], true);
+    assert_eq!(security["runAsUser"], 65532);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+    assert!(security["capabilities"]["add"].is_null());
+    assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault");
+
+    for key in ["requests", "limits"] {
+        assert!(
+            container["resources"][key]["memory"].is_string(),
+            "resources.{key}.memory: {container}"
+        );
+    }
+    assert!(container["resources"]["requests"]["cpu"].is_string());
+
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert_eq!(manifests.container_port(&get["port"]), 8080, "{probe}");
+        assert!(
+            get["scheme"].is_null() || get["scheme"] == "HTTP",
+            "{probe}"
+        );
+    }
+    let ports: BTreeSet<u64> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ports, BTreeSet::from([8080, 8443]));
+
+    let args = strings(&container["args"]);
+    assert_eq!(
+        args[..10],
+        [
+            "serve",
+            "--policy",
+            "/etc/driftgate/policies",
+            "--tls-cert",
+            "/etc/driftgate/tls/tls.crt",
+            "--tls-key",
+            "/etc/driftgate/tls/tls.key",
+            "--log-format",
+            "json",
+            "--request-timeout",
+        ]
+    );
+    assert!(
+        !args.contains(&"--dev") && !args.contains(&"--no-kube"),
+        "{args:?}"
+    );
+    let pod_name = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "POD_NAME")
+        .expect("POD_NAME");
+    assert_eq!(
+        pod_name["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+
+    // Both volumes are mounted whole and read-only: a subPath mount never sees updates.
+    let mounts: BTreeMap<&str, &Value> = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (str(&m["name"]), m))
+        .collect();
+    for (volume, path) in [
+        ("policies", "/etc/driftgate/policies"),
+        ("tls", "/etc/driftgate/tls"),
+    ] {
+        let mount = mounts[volume];
+        assert_eq!(mount["mountPath"], path);
+        assert_eq!(mount["readOnly"], true);
+        assert!(mount["subPath"].is_null(), "{mount}");
+    }
+    let configmap = manifests.one("ConfigMap");
+    assert_eq!(
+        manifests.volume("policies")["configMap"]["name"],
+        configmap["metadata"]["name"]
+    );
+    assert!(manifests.volume("policies")["configMap"]["items"].is_null());
+    let secret = manifests.one("Secret");
+    let tls = &manifests.volume("tls")["secret"];
+    assert_eq!(tls["secretName"], secret["metadata"]["name"]);
+    assert_eq!(tls["defaultMode"], 0o440, "0440: owner and group read");
+
+    assert_eq!(
+        pod["serviceAccountName"],
+        manifests.one("ServiceAccount")["metadata"]["name"]
+    );
+    assert_eq!(
+        container["image"],
+        format!("ghcr.io/driftgate/driftgate:{}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn one_replica_gets_no_disruption_budget() {
+    let manifests = render(&[], &["replicaCount=1"]);
+    assert!(manifests.all("PodDisruptionBudget").is_empty());
+}
+
+#[test]
+fn rbac_grants_exactly_what_driftgate_calls() {
+    for file in VALUES_FILES {
+        let manifests = render(&[file], &[]);
+        let role = manifests.one("ClusterRole");
+        let mut granted = BTreeSet::new();
+        for rule in role["rules"].as_array().unwrap() {
+            assert!(rule["resourceNames"].is_null() && rule["nonResourceURLs"].is_null());
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        granted.insert(format!("{group}/{resource}:{verb}"));
+                    }
+                }
+            }
+        }
+        let expected: BTreeSet<String> = [
+            "/namespaces:list",
+            "/namespaces:watch",
+            "events.k8s.io/events:create",
+            "events.k8s.io/events:patch",
+            "apps/deployments:get",
+            "apps/statefulsets:get",
+            "apps/replicasets:get",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        assert_eq!(granted, expected, "{file}");
+        assert!(!granted.iter().any(|g| g.contains('*')), "{file}");
+        assert!(manifests.all("Role").is_empty() && manifests.all("RoleBinding").is_empty());
+
+        let binding = manifests.one("ClusterRoleBinding");
+        assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+        assert_eq!(
+            binding["subjects"],
+            json!([{
+                "kind": "ServiceAccount",
+                "name": manifests.one("ServiceAccount")["metadata"]["name"],
+                "namespace": NAMESPACE,
+            }])
+        );
+    }
+}
+
+/// `driftgate policy check` on every file of the rendered policy ConfigMap.
+fn policy_check(configmap: &Value, name: &str) -> Output {
+    let dir = TempDir::new(name);
+    let data = configmap["data"]
+        .as_object()
+        .expect("the ConfigMap has data");
+    assert!(!data.is_empty());
+    for (key, value) in data {
+        std::fs::write(dir.path().join(key), str(value)).unwrap();
+    }
+    Command::new(env!("CARGO_BIN_EXE_driftgate"))
+        .args(["policy", "check"])
+        .arg(dir.path())
+        .output()
+        .expect("the driftgate binary runs")
+}
+
+#[test]
+fn the_policy_configmap_holds_a_policy_driftgate_accepts() {
+    let mut checked = 0;
+    for file in VALUES_FILES {
+        let manifests = render(&[file], &[]);
+        for configmap in manifests.all("ConfigMap") {
+            let out = policy_check(configmap, file);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{file}: driftgate policy check refused the rendered policy:\n{}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(
+        checked,
+        VALUES_FILES.len() - 1,
+        "all but existing-configmap"
+    );
+
+    // The default is the example policy, byte for byte (values.yaml must not drift from it).
+    let manifests = render(&[], &[]);
+    let example = std::fs::read_to_string(repo().join("policies/example.yaml")).unwrap();
+    assert_eq!(
+        manifests.one("ConfigMap")["data"],
+        json!({"policy.yaml": example})
+    );
+
+    // Structured values: one document per list element.
+    let manifests = render(&["failure-ignore-values.yaml"], &[]);
+    let policy = str(&manifests.one("ConfigMap")["data"]["policy.yaml"]);
+    assert_eq!(policy.matches("kind: GatePolicy").count(), 2, "{policy}");
+
+    // And the check is a real one: a broken policy renders, and is refused.
+    let dir = TempDir::new("broken-policy-values");
+    let broken = dir.path().join("values.yaml");
+    std::fs::write(
+        &broken,
+        "policy: |\n  apiVersion: driftgate.dev/v1alpha1\n  kind: GatePolicy\n  \
+         metadata: {name: x}\n  spec: {namespaces: {include: [a]}, colour: blue}\n",
+    )
+    .unwrap();
+    let manifests = render(&[broken.to_str().unwrap()], &[]);
+    let out = policy_check(manifests.one("ConfigMap"), "broken");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+}
+
+#[test]
+fn an_existing_policy_configmap_is_mounted_and_none_is_created() {
+    let manifests = render(&["existing-configmap-values.yaml"], &[]);
+    assert!(manifests.all("ConfigMap").is_empty());
+    assert_eq!(
+        manifests.volume("policies")["configMap"]["name"],
+        "gitops-gate-policies"
+    );
+}
+
+#[test]
+fn generated_certificates_are_served_by_driftgate_and_verify_for_the_service() {
+    let manifests = render(&["default-values.yaml"], &[]);
+    let secret = manifests.one("Secret");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    let service = str(&manifests.one("Service")["metadata"]["name"]).to_owned();
+    let ca_pem = decode(&secret["data"]["ca.crt"]);
+    let webhook = manifests.webhook();
+    assert_eq!(
+        decode(&webhook["clientConfig"]["caBundle"]),
+        ca_pem,
+        "the webhook trusts the CA that signed the Secret"
+    );
+
+    // driftgate loads the pair as it would from the mounted Secret.
+    let dir = TempDir::new("generated-certs");
+    let files = TlsFiles {
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+    };
+    std::fs::write(&files.cert, decode(&secret["data"]["tls.crt"])).unwrap();
+    std::fs::write(&files.key, decode(&secret["data"]["tls.key"])).unwrap();
+    server_config(&files).expect("driftgate accepts the generated pair");
+
+    // The API server dials <service>.<namespace>.svc and verifies against caBundle.
+    let mut roots = RootCertStore::empty();
+    for cert in pem_certs(&ca_pem) {
+        roots.add(cert).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .unwrap();
+    let chain = pem_certs(&decode(&secret["data"]["tls.crt"]));
+    for host in [
+        format!("{service}.{NAMESPACE}.svc"),
+        format!("{service}.{NAMESPACE}.svc.cluster.local"),
+    ] {
+        let name = ServerName::try_from(host.clone()).unwrap();
+        verifier
+            .verify_server_cert(&chain[0], &chain[1..], &name, &[], UnixTime::now())
+            .unwrap_or_else(|e| panic!("{host}: {e}"));
+    }
+    let other = ServerName::try_from(format!("{service}.elsewhere.svc")).unwrap();
+    assert!(
+        verifier
+            .verify_server_cert(&chain[0], &chain[1..], &other, &[], UnixTime::now())
+            .is_err()
+    );
+
+    // `helm template` cannot look up the existing Secret, so each run makes a new CA (helm
+    // upgrade reuses the Secret through lookup; see the chart's README).
+    let again = render(&["default-values.yaml"], &[]);
+    assert_ne!(decode(&again.one("Secret")["data"]["ca.crt"]), ca_pem);
+}
+
+#[test]
+fn cert_manager_mode_injects_the_ca_and_generates_no_secret() {
+    let manifests = render(&["cert-manager-values.yaml"], &[]);
+    assert!(
+        manifests.all("Secret").is_empty(),
+        "{:?}",
+        manifests.kinds()
+    );
+    let vwc = manifests.one("ValidatingWebhookConfiguration");
+    let inject = str(&vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]);
+    let (namespace, certificate) = inject.split_once('/').expect("namespace/name");
+    assert_eq!(namespace, NAMESPACE);
+    assert!(
+        manifests.webhook()["clientConfig"]["caBundle"].is_null(),
+        "the injector fills caBundle"
+    );
+
+    let serving = manifests.named("Certificate", certificate);
+    assert_eq!(serving["metadata"]["namespace"], NAMESPACE);
+    let service = str(&manifests.one("Service")["metadata"]["name"]).to_owned();
+    let dns_names = strings(&serving["spec"]["dnsNames"]);
+    assert!(
+        dns_names.contains(&format!("{service}.{NAMESPACE}.svc").as_str()),
+        "{dns_names:?}"
+    );
+    assert_eq!(
+        manifests.volume("tls")["secret"]["secretName"],
+        serving["spec"]["secretName"]
+    );
+    assert!(serving["spec"]["isCA"].is_null() || serving["spec"]["isCA"] == false);
+
+    // The bootstrap: selfSigned Issuer -> CA Certificate -> CA Issuer -> serving Certificate.
+    let ca_issuer = manifests.named("Issuer", str(&serving["spec"]["issuerRef"]["name"]));
+    assert_eq!(serving["spec"]["issuerRef"]["kind"], "Issuer");
+    let ca_secret = str(&ca_issuer["spec"]["ca"]["secretName"]);
+    let ca = manifests
+        .all("Certificate")
+        .into_iter()
+        .find(|c| c["spec"]["secretName"] == ca_secret)
+        .expect("a Certificate makes the CA's Secret");
+    assert_eq!(ca["spec"]["isCA"], true);
+    let self_signed = manifests.named("Issuer", str(&ca["spec"]["issuerRef"]["name"]));
+    assert_eq!(self_signed["spec"]["selfSigned"], json!({}));
+
+    // With an issuer of one's own, nothing is bootstrapped.
+    let manifests = render(&["cert-manager-issuer-values.yaml"], &[]);
+    assert!(manifests.all("Secret").is_empty());
+    assert!(manifests.all("Issuer").is_empty());
+    let serving = manifests.one("Certificate");
+    assert_eq!(
+        serving["spec"]["issuerRef"],
+        json!({"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "internal-ca"})
+    );
+    let vwc = manifests.one("ValidatingWebhookConfiguration");
+    assert_eq!(
+        vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        format!("{NAMESPACE}/{}", str(&serving["metadata"]["name"]))
+    );
+}
+
+#[test]
+fn an_out_of_cluster_url_replaces_the_service() {
+    // As the chart's README tells a kube-apiserver test harness to render it.
+    let dir = TempDir::new("url-mode");
+    let out = Command::new(env!("CARGO_BIN_EXE_driftgate"))
+        .args(["certs", "dev", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ca = std::fs::read(dir.path().join("ca.crt")).unwrap();
+    let ca_bundle = encode(&ca);
+    let set_bundle = format!("webhook.caBundle={ca_bundle}");
+    for file in ["default-values.yaml", "cert-manager-values.yaml"] {
+        let manifests = render(
+            &[file],
+            &["webhook.url=https://127.0.0.1:8443/validate", &set_bundle],
+        );
+        let vwc = manifests.one("ValidatingWebhookConfiguration");
+        let client = &manifests.webhook()["clientConfig"];
+        assert_eq!(client["url"], "https://127.0.0.1:8443/validate", "{file}");
+        assert!(client["service"].is_null(), "{file}");
+        assert_eq!(decode(&client["caBundle"]), ca, "{file}");
+        assert!(
+            vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_null(),
+            "{file}: the injector would overwrite the explicit caBundle"
+        );
+    }
+}
+
+/// The metric names driftgate exports (counters with their `_total` suffix).
+fn exported_metrics() -> BTreeSet<String> {
+    let metrics = Metrics::new();
+    // A labelled family is exposed from its first sample on.
+    metrics
+        .reviews
+        .get_or_create(&ReviewLabels {
+            decision: "denied".into(),
+            rule: "NotPermitted".into(),
+            policy: "production".into(),
+            operation: "UPDATE".into(),
+        })
+        .inc();
+    metrics
+        .events_published
+        .get_or_create(&ReasonLabels {
+            reason: "WriteDenied".into(),
+        })
+        .inc();
+    let mut names = BTreeSet::new();
+    for line in metrics.encode().lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split_whitespace();
+            let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+                continue;
+            };
+            names.insert(name.to_owned());
+            if kind == "counter" {
+                names.insert(format!("{name}_total"));
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
+    let manifests = render(&["monitoring-values.yaml"], &[]);
+    let service = manifests.one("Service");
+    let monitor = manifests.one("ServiceMonitor");
+    assert_eq!(
+        monitor["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    for (key, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&service["metadata"]["labels"][key], value);
+    }
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["path"], "/metrics");
+    let port = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == endpoint["port"])
+        .expect("the ServiceMonitor's port is the Service's");
+    assert_eq!(manifests.container_port(&port["targetPort"]), 8080);
+
+    let exported = exported_metrics();
+    assert!(
+        exported.contains("driftgate_admission_reviews_total"),
+        "{exported:?}"
+    );
+    let rule = manifests.one("PrometheusRule");
+    let alerts: BTreeMap<&str, &Value> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (str(&r["alert"]), r))
+        .collect();
+    assert_eq!(
+        alerts.keys().copied().collect::<Vec<_>>(),
+        [
+            "DriftgateBreakGlassWindowOpenTooLong",
+            "DriftgateDenialsSpiking",
+            "DriftgatePolicyReloadFailed",
+            "DriftgateTLSReloadFailed",
+            "DriftgateUnavailable",
+        ]
+    );
+    for (name, alert) in &alerts {
+        let expr = str(&alert["expr"]);
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("driftgate_") {
+                assert!(exported.contains(word), "{name}: {word} is not exported");
+            }
+        }
+        assert!(alert["labels"]["severity"].is_string(), "{name}");
+        assert_eq!(alert["labels"]["team"], "platform", "{name}");
+        assert!(alert["annotations"]["summary"].is_string(), "{name}");
+    }
+    let expr = |name: &str| str(&alerts[name]["expr"]).to_owned();
+    let unavailable = expr("DriftgateUnavailable");
+    assert!(unavailable.contains("up{"), "{unavailable}");
+    assert!(unavailable.contains("absent(up{"), "{unavailable}");
+    assert!(
+        unavailable.contains("kube_deployment_status_replicas_available"),
+        "{unavailable}"
+    );
+    assert!(unavailable.contains(&format!("job=\"{}\"", str(&service["metadata"]["name"]))));
+    assert!(
+        expr("DriftgateBreakGlassWindowOpenTooLong").contains("driftgate_break_glass_windows_open")
+    );
+    assert_eq!(alerts["DriftgateBreakGlassWindowOpenTooLong"]["for"], "6h");
+    assert!(expr("DriftgateDenialsSpiking").contains("decision=\"denied\""));
+    assert!(
+        expr("DriftgateDenialsSpiking")
+            .trim_end()
+            .ends_with("> 0.5")
+    );
+    assert!(expr("DriftgatePolicyReloadFailed").contains("driftgate_policy_reloads_total"));
+    assert!(expr("DriftgatePolicyReloadFailed").contains("result=\"failure\""));
+    assert!(expr("DriftgateTLSReloadFailed").contains("driftgate_tls_reloads_total"));
+
+    // The default threshold, and nothing of this without the values.
+    let manifests = render(&[], &["metrics.prometheusRule.enabled=true"]);
+    let rules = &manifests.one("PrometheusRule")["spec"]["groups"][0]["rules"];
+    let open_too_long = rules
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alert"] == "DriftgateBreakGlassWindowOpenTooLong")
+        .unwrap();
+    assert_eq!(open_too_long["for"], "4h");
+    let manifests = render(&["default-values.yaml"], &[]);
+    assert!(manifests.all("ServiceMonitor").is_empty());
+    assert!(manifests.all("PrometheusRule").is_empty());
+}
