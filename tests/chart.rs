@@ -651,6 +651,12 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             "apps/deployments:get",
             "apps/statefulsets:get",
             "apps/replicasets:get",
+            "driftgate.dev/backportrequirements:get",
+            "driftgate.dev/backportrequirements:list",
+            "driftgate.dev/backportrequirements:watch",
+            "driftgate.dev/backportrequirements:create",
+            "driftgate.dev/backportrequirements:patch",
+            "driftgate.dev/backportrequirements/status:patch",
         ]
         .into_iter()
         .map(str::to_owned)
@@ -931,6 +937,10 @@ fn exported_metrics() -> BTreeSet<String> {
     names
 }
 
+fn expr_of(alerts: &BTreeMap<&str, &Value>, name: &str) -> String {
+    str(&alerts[name]["expr"]).to_owned()
+}
+
 #[test]
 fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
     let manifests = render(&["monitoring-values.yaml"], &[]);
@@ -971,12 +981,23 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
     assert_eq!(
         alerts.keys().copied().collect::<Vec<_>>(),
         [
+            "DriftgateBackportPendingTooLong",
             "DriftgateBreakGlassWindowOpenTooLong",
             "DriftgateDenialsSpiking",
+            "DriftgateEmergencyChangeReverted",
             "DriftgatePolicyReloadFailed",
             "DriftgateTLSReloadFailed",
             "DriftgateUnavailable",
+            "DriftgateWindowBeyondMaxDuration",
         ]
+    );
+    assert!(expr_of(&alerts, "DriftgateBackportPendingTooLong").contains("> 86400"));
+    assert!(
+        expr_of(&alerts, "DriftgateEmergencyChangeReverted")
+            .contains("driftgate_emergency_changes_reverted_total")
+    );
+    assert!(
+        expr_of(&alerts, "DriftgateWindowBeyondMaxDuration").contains("rule=\"WindowTooLong\"")
     );
     for (name, alert) in &alerts {
         let expr = str(&alert["expr"]);
@@ -1025,4 +1046,21 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
     let manifests = render(&["default-values.yaml"], &[]);
     assert!(manifests.all("ServiceMonitor").is_empty());
     assert!(manifests.all("PrometheusRule").is_empty());
+}
+
+#[test]
+fn the_chart_ships_the_crd_driftgate_prints() {
+    let shipped =
+        std::fs::read_to_string(chart().join("crds/backportrequirements.driftgate.dev.yaml"))
+            .expect("the chart ships the BackportRequirement CRD");
+    let out = Command::new(env!("CARGO_BIN_EXE_driftgate"))
+        .arg("crd")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        shipped,
+        text(&out.stdout),
+        "charts/driftgate/crds is stale: regenerate it with `driftgate crd > charts/driftgate/crds/backportrequirements.driftgate.dev.yaml`"
+    );
 }

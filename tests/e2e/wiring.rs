@@ -72,7 +72,7 @@ fn flux_apply_is_admitted_and_bobs_scale_is_denied_with_driftgates_message() {
         scaled.stderr
     );
     assert!(
-        scaled.stderr.contains("validate.driftgate.dev"),
+        scaled.stderr.contains("gate.driftgate.dev"),
         "the denial names the webhook: {}",
         scaled.stderr
     );

@@ -105,33 +105,6 @@ metadata: {name: driftgate-e2e-hpa}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftgate-e2e-hpa}
 subjects:
   - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:kube-system:horizontal-pod-autoscaler"}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: driftgate-e2e-driftgate}
-rules:
-  - apiGroups: [""]
-    resources: [namespaces]
-    verbs: [get, list, watch]
-  - apiGroups: [apps]
-    resources: [deployments, deployments/scale, statefulsets, statefulsets/scale, replicasets, replicasets/scale]
-    verbs: [get]
-  - apiGroups: [events.k8s.io]
-    resources: [events]
-    verbs: [create, patch]
-  - apiGroups: [driftgate.dev]
-    resources: [backportrequirements]
-    verbs: [get, list, watch, create, patch]
-  - apiGroups: [driftgate.dev]
-    resources: [backportrequirements/status]
-    verbs: [patch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: driftgate-e2e-driftgate}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftgate-e2e-driftgate}
-subjects:
-  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:driftgate:driftgate"}
 "#;
 
 pub struct ControlPlane {
@@ -314,6 +287,9 @@ impl ControlPlane {
         );
         *control_plane.lock_processes() = processes;
         control_plane.apply(ADMIN, RBAC);
+        // driftgate's own permissions are the chart's, so the tests prove the chart grants
+        // enough (the chart tests prove it grants no more).
+        control_plane.apply(ADMIN, &super::chart::rbac_manifest());
         // The backport ledger's CRD, exactly as `driftgate crd` prints it (the chart ships the same).
         let crd = std::process::Command::new(env!("CARGO_BIN_EXE_driftgate"))
             .arg("crd")

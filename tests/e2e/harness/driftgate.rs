@@ -54,36 +54,11 @@ pub fn shared() -> &'static Driftgate {
     &SHARED
 }
 
-/// The ValidatingWebhookConfiguration the Helm chart is meant to install, written by hand until
-/// the harness renders the chart's: every write (and `scale`) outside kube-system, dry runs
-/// included, failing closed.
+/// The ValidatingWebhookConfiguration the Helm chart installs (rendered by helm), pointed at a
+/// loopback driftgate: every write (and `scale`) outside kube-system and driftgate's namespace,
+/// dry runs included, failing closed.
 pub fn webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
-    json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [{
-            "name": "validate.driftgate.dev",
-            "clientConfig": {"url": url, "caBundle": BASE64_STANDARD.encode(ca_pem)},
-            "rules": [{
-                "apiGroups": ["*"],
-                "apiVersions": ["*"],
-                "resources": ["*", "*/scale"],
-                "operations": ["CREATE", "UPDATE", "DELETE"],
-                "scope": "*",
-            }],
-            "namespaceSelector": {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name",
-                "operator": "NotIn",
-                "values": ["kube-system"],
-            }]},
-            "sideEffects": "NoneOnDryRun",
-            "timeoutSeconds": 5,
-            "failurePolicy": "Fail",
-            "matchPolicy": "Equivalent",
-            "admissionReviewVersions": ["v1"],
-        }],
-    })
+    super::chart::webhook_configuration(name, url, ca_pem)
 }
 
 impl Driftgate {

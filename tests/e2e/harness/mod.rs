@@ -4,6 +4,7 @@
 // Each test module uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod chart;
 pub mod control_plane;
 pub mod driftgate;
 pub mod pki;

@@ -1,0 +1,100 @@
+//! The Helm chart, rendered by a real helm, as the source of what the tests install: the
+//! ValidatingWebhookConfiguration (pointed at a loopback driftgate through `webhook.url`, as
+//! controller-runtime's envtest does) and driftgate's RBAC.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use base64::Engine;
+use base64::prelude::BASE64_STANDARD;
+use serde_json::Value;
+
+use super::repo_path;
+
+/// The release the harness renders: driftgate's identity in the harness is
+/// `system:serviceaccount:driftgate:driftgate`, which is this release's ServiceAccount.
+pub const RELEASE: &str = "driftgate";
+pub const NAMESPACE: &str = "driftgate";
+
+fn helm() -> &'static PathBuf {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        let script = repo_path("charts/driftgate/ci/install-helm.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "the e2e tests render the Helm chart and need helm; {} could not provide it \
+             (it builds helm with Go, or set HELM=/path/to/helm):\n{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+}
+
+/// Every object of `helm template` with these `--set` values.
+pub fn render(sets: &[String]) -> Vec<Value> {
+    let mut command = Command::new(helm());
+    command
+        .args(["template", RELEASE])
+        .arg(repo_path("charts/driftgate"))
+        .args(["--namespace", NAMESPACE]);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let scratch = std::env::temp_dir().join(format!("driftgate-e2e-helm-{}", std::process::id()));
+    command
+        .env("HELM_CONFIG_HOME", scratch.join("config"))
+        .env("HELM_CACHE_HOME", scratch.join("cache"))
+        .env("HELM_DATA_HOME", scratch.join("data"));
+    let out = command.output().expect("helm runs");
+    assert!(
+        out.status.success(),
+        "helm template failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout))
+        .expect("helm renders YAML")
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn one(objects: &[Value], kind: &str) -> Value {
+    let mut found = objects.iter().filter(|o| o["kind"] == kind);
+    let object = found
+        .next()
+        .unwrap_or_else(|| panic!("the chart renders no {kind}"));
+    assert!(found.next().is_none(), "the chart renders several {kind}");
+    object.clone()
+}
+
+/// The chart's ValidatingWebhookConfiguration, named `name`, calling `url` and trusting `ca_pem`.
+pub fn webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
+    let objects = render(&[
+        format!("webhook.url={url}"),
+        format!("webhook.caBundle={}", BASE64_STANDARD.encode(ca_pem)),
+    ]);
+    let mut configuration = one(&objects, "ValidatingWebhookConfiguration");
+    configuration["metadata"] = serde_json::json!({"name": name});
+    configuration
+}
+
+/// The chart's ClusterRole and ClusterRoleBinding for driftgate, as one JSON list manifest.
+pub fn rbac_manifest() -> String {
+    let objects = render(&[]);
+    let items: Vec<Value> = ["ClusterRole", "ClusterRoleBinding"]
+        .iter()
+        .map(|kind| {
+            let mut object = one(&objects, kind);
+            // Helm's bookkeeping labels are not needed to apply it.
+            object["metadata"] = serde_json::json!({"name": object["metadata"]["name"]});
+            object
+        })
+        .collect();
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+}
