@@ -167,7 +167,7 @@ mod tests {
         assert_eq!(
             columns,
             [
-                "Phase", "Kind", "Object", "Opener", "Reason", "Changes", "Expires", "Age"
+                "Phase", "Kind", "Object", "Opener", "Reason", "Expires", "Age"
             ]
         );
         assert!(version.subresources.as_ref().unwrap().status.is_some());

@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use base64::prelude::{BASE64_STANDARD, Engine as _};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::control_plane::{ADMIN, DRIFTGATE, Identity, control_plane, free_port};
 use super::process::Guarded;
