@@ -72,6 +72,14 @@ rules:
   - apiGroups: ["", apps, batch, autoscaling, policy, networking.k8s.io, events.k8s.io]
     resources: ["*"]
     verbs: ["*"]
+  # What on-call engineers need for `driftgate backlog` and `backlog resolve` (the chart
+  # README gives the same role).
+  - apiGroups: [driftgate.dev]
+    resources: [backportrequirements]
+    verbs: [get, list, watch]
+  - apiGroups: [driftgate.dev]
+    resources: [backportrequirements/status]
+    verbs: [patch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
