@@ -3,5 +3,6 @@
 //! which takes many minutes), with `driftgate serve` registered as its validating webhook.
 
 mod harness;
+mod scenarios;
 mod smoke;
 mod wiring;
