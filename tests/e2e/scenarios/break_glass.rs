@@ -438,7 +438,7 @@ async fn a_namespace_wide_window_admits_alices_edit_of_a_configmap_from_flux() {
     );
     assert!(
         bob.stderr
-            .contains("the break-glass window on the namespace"),
+            .contains("rule NotPermitted). The break-glass window on the namespace (until"),
         "{}",
         bob.stderr
     );
