@@ -109,11 +109,14 @@ pub fn kubectl_edit(who: Identity, target: &str, namespace: &str, sed: &str) -> 
         .expect("the editor script is made executable");
     let editor = script.to_str().expect("the scratch path is UTF-8");
     assert!(!editor.contains(' '), "kubectl would split {editor}");
+    // A refused edit is saved in a temporary file "to try again": keep those in the scratch
+    // directory, which goes when the test binary exits.
+    let tmp = dir.to_str().expect("the scratch path is UTF-8");
     show(control_plane.kubectl_with_env(
         who,
         &["edit", target, "-n", namespace],
         None,
-        &[("KUBE_EDITOR", editor)],
+        &[("KUBE_EDITOR", editor), ("TMPDIR", tmp)],
     ))
 }
 
