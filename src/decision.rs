@@ -822,7 +822,7 @@ fn not_permitted(
     let how = match (&policy.break_glass, window) {
         (Some(rules), Some(window)) => format!(
             "{} is open, but only {} may use it. Change it in Git, or ask an opener",
-            describe_window(window),
+            capitalized(&describe_window(window)),
             rules.openers.describe()
         ),
         (Some(rules), None) => format!(
@@ -843,6 +843,15 @@ fn not_permitted(
             owner_suffix(policy),
         ),
     )
+}
+
+/// `text` with its first letter upper-cased, to start a sentence.
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 fn is_break_glass_path(path: &FieldPath, rules: &BreakGlassRules) -> bool {

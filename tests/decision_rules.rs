@@ -573,7 +573,7 @@ fn cases() -> Vec<Case> {
             false,
             Rule::NotPermitted,
         )
-        .says("only"),
+        .says("rule NotPermitted). The break-glass window on the object (until"),
         case(
             "window expired",
             Req::update("alice", open(), open_edited()),

@@ -42,6 +42,11 @@ impl Drop for Server {
 }
 
 fn start(name: &str) -> Server {
+    start_logging(name, "warn")
+}
+
+/// [`start`] with `RUST_LOG` set to `filter`; stderr is a pipe (`server.child.stderr`).
+fn start_logging(name: &str, filter: &str) -> Server {
     let dir = std::env::temp_dir().join(format!("driftgate-serve-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("policies")).unwrap();
@@ -81,7 +86,7 @@ fn start(name: &str) -> Server {
             "--shutdown-delay",
             "1s",
         ])
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", filter)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -380,6 +385,40 @@ async fn sigterm_lets_an_in_flight_review_finish() {
     .await
     .unwrap();
     assert!(exit.0.success(), "exit {:?}; stderr:\n{}", exit.0, exit.1);
+}
+
+/// In a pod stderr is a pipe to the container runtime, not a terminal: the review lines must be
+/// plain text, or `namespace=prod-payments` is no longer in them for anyone searching the logs.
+#[tokio::test]
+async fn log_lines_written_to_a_pipe_carry_no_terminal_colour_codes() {
+    use std::io::Read;
+    install_provider();
+    let mut server = start_logging("plain-logs", "info");
+    let mut stream = connect(&server).await;
+    let (status, _) = send_review(&mut stream, &fixture("kubectl-edit.json"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    drop(stream);
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let mut stderr = String::new();
+    server
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let review = stderr
+        .lines()
+        .find(|l| l.contains(" review "))
+        .unwrap_or_else(|| panic!("no review line in:\n{stderr}"));
+    assert!(!review.contains('\u{1b}'), "{review:?}");
+    assert!(
+        review.contains("namespace=prod-payments name=api user=bob"),
+        "{review:?}"
+    );
 }
 
 #[tokio::test]

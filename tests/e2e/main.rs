@@ -4,5 +4,6 @@
 
 mod harness;
 mod plugin;
+mod scenarios;
 mod smoke;
 mod wiring;

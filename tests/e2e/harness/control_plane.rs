@@ -145,9 +145,12 @@ fn write(path: &Path, contents: &str) {
         .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
 }
 
-/// The result of one kubectl run.
+/// The result of one kubectl run (or of another command line run as a test identity, such as
+/// `driftgate break-glass`).
 #[derive(Debug)]
 pub struct KubectlOutput {
+    /// "kubectl", or the other program's name.
+    pub program: &'static str,
     pub args: Vec<String>,
     /// The exit code; None when killed by a signal.
     pub code: Option<i32>,
@@ -165,7 +168,8 @@ impl KubectlOutput {
     pub fn ok(self) -> KubectlOutput {
         assert!(
             self.success(),
-            "kubectl {} failed ({:?}):\n{}",
+            "{} {} failed ({:?}):\n{}",
+            self.program,
             self.args.join(" "),
             self.code,
             self.stderr
@@ -178,7 +182,8 @@ impl KubectlOutput {
     pub fn failed(self) -> KubectlOutput {
         assert!(
             !self.success(),
-            "kubectl {} succeeded but should not have:\n{}",
+            "{} {} succeeded but should not have:\n{}",
+            self.program,
             self.args.join(" "),
             self.stdout
         );
@@ -424,12 +429,27 @@ current-context: e2e
         args: &[&str],
         stdin: Option<&str>,
     ) -> KubectlOutput {
+        self.kubectl_with_env(who, args, stdin, &[])
+    }
+
+    /// Runs kubectl as `who` with `stdin` and extra environment variables (e.g. `KUBE_EDITOR`
+    /// for a non-interactive `kubectl edit`).
+    pub fn kubectl_with_env(
+        &self,
+        who: Identity,
+        args: &[&str],
+        stdin: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> KubectlOutput {
         let mut command = Command::new(binaries().kubectl());
         command
             .arg("--kubeconfig")
             .arg(self.kubeconfig(who))
             .args(args)
             .env_remove("KUBECONFIG")
+            .env_remove("KUBE_EDITOR")
+            .env_remove("EDITOR")
+            .envs(env.iter().copied())
             // Discovery cache in the scratch directory, not the developer's ~/.kube.
             .env("KUBECACHEDIR", self.dir.join("kube-cache"))
             .stdin(if stdin.is_some() {
@@ -447,6 +467,7 @@ current-context: e2e
         }
         let out = child.wait_with_output().expect("kubectl runs");
         KubectlOutput {
+            program: "kubectl",
             args: args.iter().map(|s| (*s).to_owned()).collect(),
             code: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -11,10 +11,30 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::control_plane::{ADMIN, DRIFTGATE, Identity, control_plane, free_port};
+use super::control_plane::{ADMIN, DRIFTGATE, Identity, KubectlOutput, control_plane, free_port};
 use super::process::Guarded;
 
 const BIN: &str = env!("CARGO_BIN_EXE_driftgate");
+
+/// Runs the driftgate binary as `who` (`break-glass open …`), with that identity's kubeconfig
+/// as `--kubeconfig` after `args`.
+pub fn driftgate_cli(who: Identity, args: &[&str]) -> KubectlOutput {
+    let out = Command::new(BIN)
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(control_plane().kubeconfig(who))
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the driftgate binary runs");
+    KubectlOutput {
+        program: "driftgate",
+        args: args.iter().map(|s| (*s).to_owned()).collect(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
 
 pub fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
@@ -222,17 +242,37 @@ impl Driftgate {
 
     /// [`Driftgate::register`], probing with a dry-run ConfigMap in `probe_namespace`.
     pub fn register_probing(&self, configuration: Value, probe_namespace: &str) {
+        let control_plane = control_plane();
+        let probe = format!("driftgate-e2e-probe-{}", self.name);
+        self.register_with_probe(configuration, || {
+            control_plane.kubectl(
+                ADMIN,
+                &[
+                    "create",
+                    "configmap",
+                    &probe,
+                    "-n",
+                    probe_namespace,
+                    "--dry-run=server",
+                ],
+            );
+        });
+    }
+
+    /// [`Driftgate::register`] for a configuration that a plain ConfigMap would not match (an
+    /// `objectSelector`, say): `probe` makes one write (a server-side dry run, so nothing is
+    /// left behind) that the configuration does match, and is repeated until this driftgate
+    /// has counted a review.
+    pub fn register_with_probe(&self, configuration: Value, mut probe: impl FnMut()) {
         let name = configuration["metadata"]["name"]
             .as_str()
             .expect("the configuration has a name")
             .to_owned();
-        let control_plane = control_plane();
-        control_plane.apply(ADMIN, &configuration.to_string());
+        control_plane().apply(ADMIN, &configuration.to_string());
         self.registered
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(name.clone());
-        let probe = format!("driftgate-e2e-probe-{}", self.name);
         self.wait_until(
             &format!("the API server calls webhook {name}"),
             Duration::from_secs(30),
@@ -240,17 +280,7 @@ impl Driftgate {
                 let before = self.reviews();
                 // Fails (or succeeds) without this webhook until the API server's webhook
                 // informer has seen the configuration; only the count tells.
-                let _ = control_plane.kubectl(
-                    ADMIN,
-                    &[
-                        "create",
-                        "configmap",
-                        &probe,
-                        "-n",
-                        probe_namespace,
-                        "--dry-run=server",
-                    ],
-                );
+                probe();
                 self.reviews() > before
             },
         );
