@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// How often the policy and certificate files are checked for changes.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub reload_interval: Duration,
+    /// How often the backport records are checked for break-glass windows that expired; an
+    /// expiry is noticed (record AwaitingBackport, BreakGlassExpired Event) within this time.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    pub expiry_check_interval: Duration,
     /// How many Events may wait for the API server before new ones are dropped.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub event_queue: usize,
@@ -114,6 +118,14 @@ fn parse_duration(value: &str) -> std::result::Result<Duration, String> {
     crate::timefmt::WindowDuration::parse(value)
         .map(|d| d.as_signed().unsigned_abs())
         .map_err(|e| e.to_string())
+}
+
+/// A duration that must not be zero (an interval).
+fn parse_positive_duration(value: &str) -> std::result::Result<Duration, String> {
+    match parse_duration(value)? {
+        Duration::ZERO => Err("must be longer than 0s".to_owned()),
+        duration => Ok(duration),
+    }
 }
 
 /// The settings after `--dev` defaults are applied.
@@ -246,6 +258,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 client.clone(),
                 events.clone(),
                 metrics.clone(),
+                args.expiry_check_interval,
                 shutdown.clone(),
             );
             tasks.extend(ledger_tasks);

@@ -42,8 +42,9 @@ use crate::timefmt::human_utc;
 pub const OBJECT_UID_LABEL: &str = "driftgate.dev/object-uid";
 pub const FIELD_MANAGER: &str = "driftgate";
 
-/// How often the expiry task looks at the records. Expiry is noticed within this time.
-const EXPIRY_TICK: Duration = Duration::from_secs(10);
+/// How often the expiry task looks at the records by default (`serve --expiry-check-interval`).
+/// Expiry is noticed within this time.
+pub const DEFAULT_EXPIRY_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
 #[derive(Clone)]
 pub struct Ledger {
@@ -107,11 +108,13 @@ impl Ledger {
         }
     }
 
-    /// Starts the record cache and the expiry task.
+    /// Starts the record cache and the expiry task, which looks at the records every
+    /// `expiry_interval`.
     pub fn spawn(
         client: kube::Client,
         events: EventSink,
         metrics: Arc<Metrics>,
+        expiry_interval: Duration,
         shutdown: CancellationToken,
     ) -> (Ledger, Vec<JoinHandle<()>>) {
         let (store, writer) = reflector::store();
@@ -153,7 +156,9 @@ impl Ledger {
         });
         let expiry = connected.clone();
         let expiry_task = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(EXPIRY_TICK);
+            let mut ticker = tokio::time::interval(expiry_interval);
+            // A tick missed while a check ran long is not made up in a burst.
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
