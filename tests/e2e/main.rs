@@ -3,5 +3,6 @@
 //! which takes many minutes), with `driftgate serve` registered as its validating webhook.
 
 mod harness;
+mod ledger;
 mod smoke;
 mod wiring;

@@ -1,0 +1,413 @@
+//! The backport ledger against a real API server: a break-glass change is recorded in a
+//! `BackportRequirement` before it is admitted, the window's expiry moves the record to
+//! `AwaitingBackport`, and the GitOps controller's next write settles it (`Backported` or
+//! `Reverted`), each with its Event, exactly once even with two replicas.
+//!
+//! Every test has its own namespace (`ledger-*`, which the shared driftgate's example policy
+//! does not guard), its own policy (tests/e2e/ledger-policy.yaml for that namespace alone) and
+//! its own driftgate(s), registered for that namespace only, so tests run in parallel without
+//! seeing each other's records, Events or metrics.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::{
+    ADMIN, ALICE, Driftgate, FLUX, KubectlOutput, control_plane, repo_path, webhook_configuration,
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_driftgate");
+
+/// The expiry check interval of the tests' driftgates: expiry is noticed within a second.
+const TICK: &[&str] = &["--expiry-check-interval", "1s"];
+
+/// How long after a window's end its record must be `AwaitingBackport`: a few expiry checks,
+/// with room for a loaded machine.
+const EXPIRY_NOTICED_WITHIN: Duration = Duration::from_secs(15);
+
+/// One test's namespace and policy.
+struct Scene {
+    ns: String,
+    policy: PathBuf,
+}
+
+impl Scene {
+    /// Creates namespace `ns` (before any webhook guards it) and writes its policy, the template
+    /// with `break_glass_extra` (lines of YAML) added to `spec.breakGlass`.
+    fn new(ns: &str, break_glass_extra: &[&str]) -> Scene {
+        let control_plane = control_plane();
+        control_plane
+            .kubectl(ADMIN, &["create", "namespace", ns])
+            .ok();
+        let template = std::fs::read_to_string(repo_path("tests/e2e/ledger-policy.yaml"))
+            .expect("the ledger policy template reads");
+        let extra: String = break_glass_extra
+            .iter()
+            .map(|line| format!("    {line}\n"))
+            .collect();
+        let policy_text = template
+            .replace("__NAMESPACE__", ns)
+            .replace("__NAME__", ns)
+            .replace("    # __BREAK_GLASS_EXTRA__\n", &extra);
+        let policy = control_plane.dir().join(format!("{ns}-policy.yaml"));
+        std::fs::write(&policy, policy_text).expect("the policy is written");
+        Scene {
+            ns: ns.to_owned(),
+            policy,
+        }
+    }
+
+    /// A driftgate with this scene's policy, registered (configuration `driftgate-e2e-NAME`)
+    /// for this namespace only.
+    fn start(&self, name: &str, extra_args: &[&str]) -> Driftgate {
+        let driftgate = Driftgate::start(name, &self.policy, extra_args);
+        self.register(&driftgate, name);
+        driftgate
+    }
+
+    fn register(&self, driftgate: &Driftgate, name: &str) {
+        let mut configuration = webhook_configuration(
+            &format!("driftgate-e2e-{name}"),
+            &driftgate.webhook_url(),
+            driftgate.ca_pem(),
+        );
+        configuration["webhooks"][0]["namespaceSelector"] =
+            json!({"matchLabels": {"kubernetes.io/metadata.name": self.ns}});
+        driftgate.register_probing(configuration, &self.ns);
+    }
+
+    /// Flux's server-side apply of Deployment `api` with `replicas`, as kustomize-controller
+    /// sends it; `extra` such as `--force-conflicts` or `--dry-run=server`.
+    fn flux_apply(&self, replicas: u32, extra: &[&str]) -> KubectlOutput {
+        let manifest = format!(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api
+  namespace: {ns}
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels: {{app: api}}
+  template:
+    metadata:
+      labels: {{app: api}}
+    spec:
+      containers:
+        - name: api
+          image: registry.example/payments-api:1.4.2
+"#,
+            ns = self.ns
+        );
+        let mut args = vec![
+            "apply",
+            "--server-side",
+            "--field-manager=kustomize-controller",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["-f", "-"]);
+        control_plane().kubectl_with_stdin(FLUX, &args, Some(&manifest))
+    }
+
+    /// `driftgate break-glass open deployment/api` as alice, which must succeed.
+    fn open_window(&self, duration: &str, reason: &str) {
+        let out = Command::new(BIN)
+            .args(["break-glass", "open", "deployment/api", "-n", &self.ns])
+            .args(["--for", duration, "--reason", reason])
+            .arg("--kubeconfig")
+            .arg(control_plane().kubeconfig(ALICE))
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("driftgate break-glass runs");
+        assert!(
+            out.status.success(),
+            "driftgate break-glass open failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `kubectl scale deployment/api --replicas=N` as alice.
+    fn alice_scale(&self, replicas: u32, extra: &[&str]) -> KubectlOutput {
+        let replicas = format!("--replicas={replicas}");
+        let mut args = vec!["scale", "deployment/api", "-n", &self.ns, &replicas];
+        args.extend_from_slice(extra);
+        control_plane().kubectl(ALICE, &args)
+    }
+
+    fn replicas(&self) -> String {
+        control_plane()
+            .kubectl(
+                ADMIN,
+                &[
+                    "get",
+                    "deployment/api",
+                    "-n",
+                    &self.ns,
+                    "-o",
+                    "jsonpath={.spec.replicas}",
+                ],
+            )
+            .ok()
+            .stdout
+    }
+
+    /// Every BackportRequirement in the namespace.
+    fn records(&self) -> Vec<Value> {
+        let out = control_plane()
+            .kubectl(
+                ADMIN,
+                &["get", "backportrequirements", "-n", &self.ns, "-o", "json"],
+            )
+            .ok();
+        let list: Value = serde_json::from_str(&out.stdout).expect("a list as JSON");
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The namespace's only record.
+    #[track_caller]
+    fn record(&self) -> Value {
+        let mut records = self.records();
+        assert_eq!(records.len(), 1, "one record expected: {records:#?}");
+        records.remove(0)
+    }
+
+    /// Events (events.k8s.io) about Deployment `api` with `reason`.
+    fn events(&self, reason: &str) -> Vec<Value> {
+        let out = control_plane()
+            .kubectl(
+                ADMIN,
+                &["get", "events.events.k8s.io", "-n", &self.ns, "-o", "json"],
+            )
+            .ok();
+        let list: Value = serde_json::from_str(&out.stdout).expect("a list as JSON");
+        list["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| {
+                e["reason"] == reason
+                    && e["regarding"]["kind"] == "Deployment"
+                    && e["regarding"]["name"] == "api"
+            })
+            .collect()
+    }
+
+    /// Waits for the namespace's record to reach `phase`, and returns it.
+    fn wait_for_phase(&self, phase: &str, timeout: Duration, driftgates: &[&Driftgate]) -> Value {
+        wait_for(
+            &format!("the record in {} to be {phase}", self.ns),
+            timeout,
+            driftgates,
+            || {
+                let records = self.records();
+                records
+                    .iter()
+                    .any(|r| r["status"]["phase"] == phase)
+                    .then(|| {
+                        assert_eq!(records.len(), 1, "one record expected: {records:#?}");
+                        records[0].clone()
+                    })
+            },
+        )
+    }
+
+    /// Waits until one Event of `reason` about Deployment `api` exists, and returns it.
+    fn wait_for_event(&self, reason: &str, driftgates: &[&Driftgate]) -> Value {
+        wait_for(
+            &format!("a {reason} Event on deployment {}/api", self.ns),
+            Duration::from_secs(15),
+            driftgates,
+            || self.events(reason).into_iter().next(),
+        )
+    }
+}
+
+/// Polls `probe` every 100 ms until it gives a value; on timeout panics with the driftgates'
+/// logs.
+#[track_caller]
+fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    driftgates: &[&Driftgate],
+    mut probe: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = driftgates.iter().map(|d| d.log_tail(30)).collect();
+            panic!(
+                "timed out after {timeout:?} waiting for {what}; driftgate's log:\n{}",
+                logs.join("\n-----\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The phases of a record's `status.transitions`, with their reasons.
+fn transitions(record: &Value) -> Vec<(String, String)> {
+    record["status"]["transitions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            (
+                t["phase"].as_str().unwrap_or_default().to_owned(),
+                t["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+/// The seed scenario: Flux's Deployment, alice's window and scale, the window's expiry, and
+/// Flux re-applying the old replica count from Git.
+#[test]
+fn an_emergency_change_flux_reverts_is_recorded_expired_and_reported_reverted() {
+    let scene = Scene::new("ledger-seed", &[]);
+    let driftgate = scene.start("ledger-seed", TICK);
+    let dg = &[&driftgate];
+    scene.flux_apply(2, &[]).ok();
+
+    let reason = "INC-1: api saturated, scaling out";
+    scene.open_window("20s", reason);
+    let opened = Instant::now();
+    let scaled = scene.alice_scale(5, &[]).ok();
+    assert!(
+        scaled.stderr.contains("backport it to Git"),
+        "alice is warned: {}",
+        scaled.stderr
+    );
+
+    let record = scene.record();
+    let spec = &record["spec"];
+    assert_eq!(spec["window"]["opener"], "alice", "{record:#}");
+    assert_eq!(spec["window"]["reason"], reason, "{record:#}");
+    assert_eq!(spec["object"]["kind"], "Deployment", "{record:#}");
+    assert_eq!(spec["object"]["name"], "api", "{record:#}");
+    let changes = spec["changes"].as_array().expect("changes");
+    assert_eq!(changes.len(), 1, "{record:#}");
+    assert_eq!(changes[0]["user"], "alice", "{record:#}");
+    assert_eq!(changes[0]["subresource"], "scale", "{record:#}");
+    assert_eq!(
+        changes[0]["fields"][0]["path"], "spec.replicas",
+        "{record:#}"
+    );
+    assert!(
+        changes[0]["fields"][0]["digest"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:")),
+        "{record:#}"
+    );
+    assert!(
+        record["status"]["phase"].is_null() || record["status"]["phase"] == "Open",
+        "{record:#}"
+    );
+
+    let awaiting = scene.wait_for_phase(
+        "AwaitingBackport",
+        Duration::from_secs(20) + EXPIRY_NOTICED_WITHIN
+            - opened.elapsed().min(Duration::from_secs(20)),
+        dg,
+    );
+    assert_eq!(
+        transitions(&awaiting),
+        pairs(&[("AwaitingBackport", "Expired")]),
+        "{awaiting:#}"
+    );
+    let expired = scene.wait_for_event("BreakGlassExpired", dg);
+    assert_eq!(expired["type"], "Normal", "{expired:#}");
+    assert!(
+        expired["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("alice"),
+        "{expired:#}"
+    );
+
+    // Git still says 2: Flux takes spec.replicas back, as it does, by force.
+    scene.flux_apply(2, &["--force-conflicts"]).ok();
+    assert_eq!(scene.replicas(), "2");
+    let reverted = scene.wait_for_phase("Reverted", Duration::from_secs(15), dg);
+    assert_eq!(
+        reverted["status"]["revertedFields"],
+        json!(["spec.replicas"]),
+        "{reverted:#}"
+    );
+    assert_eq!(
+        transitions(&reverted),
+        pairs(&[
+            ("AwaitingBackport", "Expired"),
+            ("Reverted", "ControllerRevertedChange")
+        ]),
+        "{reverted:#}"
+    );
+    let event = scene.wait_for_event("EmergencyChangeReverted", dg);
+    assert_eq!(event["type"], "Warning", "{event:#}");
+    let note = event["note"].as_str().unwrap_or_default();
+    for words in ["spec.replicas", "alice", reason] {
+        assert!(note.contains(words), "the note names {words:?}: {note}");
+    }
+    assert_eq!(
+        driftgate.counter("driftgate_emergency_changes_reverted_total", &[]),
+        1.0
+    );
+}
+
+/// `breakGlass.refuseRevertsFor`: while the record is young, Flux may not undo the change,
+/// neither for real nor in its server-side dry run; carrying it is admitted.
+#[test]
+fn refuse_reverts_for_refuses_flux_undoing_a_young_emergency_change() {
+    let scene = Scene::new("ledger-refuse", &["refuseRevertsFor: 1h"]);
+    let driftgate = scene.start("ledger-refuse", TICK);
+    let dg = &[&driftgate];
+    scene.flux_apply(2, &[]).ok();
+    scene.open_window("20s", "INC-3: api saturated, scaling out");
+    let opened = Instant::now();
+    scene.alice_scale(5, &[]).ok();
+    scene.wait_for_phase(
+        "AwaitingBackport",
+        Duration::from_secs(20) + EXPIRY_NOTICED_WITHIN
+            - opened.elapsed().min(Duration::from_secs(20)),
+        dg,
+    );
+
+    for extra in [
+        &["--force-conflicts"][..],
+        &["--force-conflicts", "--dry-run=server"],
+    ] {
+        let refused = scene.flux_apply(2, extra).failed();
+        for words in [
+            "may not revert the emergency change recorded in BackportRequirement",
+            "spec.replicas",
+            "alice",
+            "rule RevertRefused",
+        ] {
+            assert!(
+                refused.stderr.contains(words),
+                "{extra:?}: the refusal says {words:?}:\n{}",
+                refused.stderr
+            );
+        }
+    }
+    assert_eq!(scene.replicas(), "5");
+    assert_eq!(scene.record()["status"]["phase"], "AwaitingBackport");
+
+    scene.flux_apply(5, &["--force-conflicts"]).ok();
+    scene.wait_for_phase("Backported", Duration::from_secs(15), dg);
+}
