@@ -402,7 +402,14 @@ impl Connected {
                             policy: verdict.policy.clone(),
                             changes: Vec::new(),
                         };
-                        self.create(&api, &window_uid, spec).await.map(|_| ())
+                        let opened = format!(
+                            "{} opened the window until {}",
+                            decision.record.user,
+                            human_utc(window.expires_at)
+                        );
+                        self.create(&api, &window_uid, spec, "Opened", &opened, now)
+                            .await
+                            .map(|_| ())
                     }
                 }
             }
@@ -428,7 +435,13 @@ impl Connected {
                             policy: verdict.policy.clone(),
                             changes: Vec::new(),
                         };
-                        self.create(&api, &window_uid, spec).await?
+                        let found = format!(
+                            "{} changed the object under a window (until {}) that was opened where driftgate did not see it",
+                            decision.record.user,
+                            human_utc(window.expires_at)
+                        );
+                        self.create(&api, &window_uid, spec, "WindowFound", &found, now)
+                            .await?
                     }
                 };
                 if record
@@ -455,11 +468,17 @@ impl Connected {
         }
     }
 
+    /// Creates the record of a window, in phase Open with its first transition (`reason`,
+    /// `message`); a record of the same window that exists already (another replica, or a retry
+    /// of this request) is returned as it is.
     async fn create(
         &self,
         api: &Api<BackportRequirement>,
         window_uid: &str,
         spec: BackportRequirementSpec,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
     ) -> Result<BackportRequirement, kube::Error> {
         let name = record_name(
             &spec.object.kind,
@@ -482,11 +501,52 @@ impl Connected {
             )
             .await
         {
-            Ok(created) => Ok(created),
+            Ok(created) => Ok(self.mark_open(api, created, reason, message, now).await),
             // Another replica (or a retry of this request) recorded the same window.
             Err(kube::Error::Api(status)) if status.code == 409 => api.get(&name).await,
             Err(error) => Err(error),
         }
+    }
+
+    /// Writes a new record's status, phase Open: the API server ignores the status of a create
+    /// (it is a subresource), and without it `kubectl get backportrequirements` shows no phase.
+    /// Retried when the record changed meanwhile (another replica appended a change); a failure
+    /// is only logged, since the record itself exists and reads as Open without a status.
+    async fn mark_open(
+        &self,
+        api: &Api<BackportRequirement>,
+        mut record: BackportRequirement,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
+    ) -> BackportRequirement {
+        for _ in 0..3 {
+            if record
+                .status
+                .as_ref()
+                .is_some_and(|s| !s.transitions.is_empty())
+            {
+                return record;
+            }
+            match self
+                .transition(&record, Phase::Open, reason, message, Vec::new(), now)
+                .await
+            {
+                Ok(true) => return record,
+                Ok(false) => match api.get(&record.name_any()).await {
+                    Ok(latest) => record = latest,
+                    Err(error) => {
+                        tracing::warn!(%error, record = %record.name_any(), "could not read a new record back");
+                        return record;
+                    }
+                },
+                Err(error) => {
+                    tracing::warn!(%error, record = %record.name_any(), "could not write a new record's status");
+                    return record;
+                }
+            }
+        }
+        record
     }
 
     /// Moves a record to `phase`, conditioned on its resourceVersion. Returns whether this call

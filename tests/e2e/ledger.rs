@@ -314,8 +314,9 @@ fn an_emergency_change_flux_reverts_is_recorded_expired_and_reported_reverted() 
             .is_some_and(|d| d.starts_with("sha256:")),
         "{record:#}"
     );
-    assert!(
-        record["status"]["phase"].is_null() || record["status"]["phase"] == "Open",
+    assert_eq!(
+        transitions(&record),
+        pairs(&[("Open", "Opened")]),
         "{record:#}"
     );
 
@@ -327,7 +328,7 @@ fn an_emergency_change_flux_reverts_is_recorded_expired_and_reported_reverted() 
     );
     assert_eq!(
         transitions(&awaiting),
-        pairs(&[("AwaitingBackport", "Expired")]),
+        pairs(&[("Open", "Opened"), ("AwaitingBackport", "Expired")]),
         "{awaiting:#}"
     );
     let expired = scene.wait_for_event("BreakGlassExpired", dg);
@@ -352,6 +353,7 @@ fn an_emergency_change_flux_reverts_is_recorded_expired_and_reported_reverted() 
     assert_eq!(
         transitions(&reverted),
         pairs(&[
+            ("Open", "Opened"),
             ("AwaitingBackport", "Expired"),
             ("Reverted", "ControllerRevertedChange")
         ]),
@@ -366,6 +368,86 @@ fn an_emergency_change_flux_reverts_is_recorded_expired_and_reported_reverted() 
     assert_eq!(
         driftgate.counter("driftgate_emergency_changes_reverted_total", &[]),
         1.0
+    );
+}
+
+/// Git caught up: Flux applies the fixed replica count, and the record is `Backported`.
+/// `kubectl get backportrequirements -A` shows the columns an on-call engineer needs.
+#[test]
+fn an_emergency_change_git_caught_up_with_is_confirmed_backported() {
+    let scene = Scene::new("ledger-backport", &[]);
+    let driftgate = scene.start("ledger-backport", TICK);
+    let dg = &[&driftgate];
+    scene.flux_apply(2, &[]).ok();
+    let reason = "INC-2: api saturated, scaling out";
+    scene.open_window("20s", reason);
+    let opened = Instant::now();
+    scene.alice_scale(5, &[]).ok();
+
+    let table = control_plane()
+        .kubectl(ADMIN, &["get", "backportrequirements", "-A"])
+        .ok()
+        .stdout;
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAMESPACE",
+            "NAME",
+            "PHASE",
+            "KIND",
+            "OBJECT",
+            "OPENER",
+            "REASON",
+            "EXPIRES",
+            "AGE"
+        ],
+        "{table}"
+    );
+    let row = lines
+        .find(|l| l.starts_with("ledger-backport "))
+        .unwrap_or_else(|| panic!("a row for ledger-backport:\n{table}"));
+    let expires = scene.record()["spec"]["window"]["expiresAt"]
+        .as_str()
+        .expect("an expiry")
+        .to_owned();
+    for words in ["Open", "Deployment", "api", "alice", reason, &expires] {
+        assert!(row.contains(words), "the row shows {words:?}:\n{table}");
+    }
+    assert!(
+        !row.contains("<invalid>") && !row.contains("<none>"),
+        "every column has a value:\n{table}"
+    );
+
+    scene.wait_for_phase(
+        "AwaitingBackport",
+        Duration::from_secs(20) + EXPIRY_NOTICED_WITHIN
+            - opened.elapsed().min(Duration::from_secs(20)),
+        dg,
+    );
+    // The fix was merged in Git: Flux applies 5.
+    scene.flux_apply(5, &["--force-conflicts"]).ok();
+    let backported = scene.wait_for_phase("Backported", Duration::from_secs(15), dg);
+    assert_eq!(
+        transitions(&backported),
+        pairs(&[
+            ("Open", "Opened"),
+            ("AwaitingBackport", "Expired"),
+            ("Backported", "ControllerCarriedChange")
+        ]),
+        "{backported:#}"
+    );
+    let event = scene.wait_for_event("BackportConfirmed", dg);
+    assert_eq!(event["type"], "Normal", "{event:#}");
+    assert!(scene.events("EmergencyChangeReverted").is_empty());
+    assert_eq!(
+        driftgate.counter("driftgate_emergency_changes_reverted_total", &[]),
+        0.0
     );
 }
 
