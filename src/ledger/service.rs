@@ -662,7 +662,11 @@ impl Connected {
                     namespace,
                 ));
             }
-            if matches!(evidence, Evidence::Nothing) {
+            // A dry run writes nothing, so it settles nothing: Flux dry-runs every object on
+            // every reconcile, and its dry run of Git's values says nothing about what it
+            // will write (the webhook promises `sideEffects: NoneOnDryRun`, too). It is
+            // refused above like the real write, so that Flux reports the refusal.
+            if request.dry_run || matches!(evidence, Evidence::Nothing) {
                 continue;
             }
             // The transition and its Event do not hold up the controller's write.

@@ -493,3 +493,68 @@ fn refuse_reverts_for_refuses_flux_undoing_a_young_emergency_change() {
     scene.flux_apply(5, &["--force-conflicts"]).ok();
     scene.wait_for_phase("Backported", Duration::from_secs(15), dg);
 }
+
+/// A dry run under a window changes nothing, so nothing is recorded; a controller's dry run
+/// settles nothing either.
+#[test]
+fn dry_runs_record_and_settle_nothing() {
+    let scene = Scene::new("ledger-dry-run", &[]);
+    let driftgate = scene.start("ledger-dry-run", TICK);
+    let dg = &[&driftgate];
+    scene.flux_apply(2, &[]).ok();
+    scene.open_window("20s", "INC-6: api saturated, scaling out");
+    let opened = Instant::now();
+    let changes = || {
+        scene.record()["spec"]["changes"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    assert_eq!(changes(), 0);
+
+    scene.alice_scale(7, &["--dry-run=server"]).ok();
+    control_plane()
+        .kubectl(
+            ALICE,
+            &[
+                "patch",
+                "deployment/api",
+                "-n",
+                &scene.ns,
+                "--dry-run=server",
+                "-p",
+                r#"{"spec":{"minReadySeconds":30}}"#,
+            ],
+        )
+        .ok();
+    assert_eq!(changes(), 0, "dry runs are not recorded");
+    scene.alice_scale(5, &[]).ok();
+    assert_eq!(changes(), 1);
+    scene.alice_scale(9, &["--dry-run=server"]).ok();
+    assert_eq!(changes(), 1, "dry runs are not recorded");
+    assert_eq!(scene.replicas(), "5");
+
+    scene.wait_for_phase(
+        "AwaitingBackport",
+        Duration::from_secs(20) + EXPIRY_NOTICED_WITHIN
+            - opened.elapsed().min(Duration::from_secs(20)),
+        dg,
+    );
+    // Flux's dry run with the fixed count would confirm the backport, and its real apply of the
+    // old count reverts it: only the real write counts.
+    scene
+        .flux_apply(5, &["--force-conflicts", "--dry-run=server"])
+        .ok();
+    scene.flux_apply(2, &["--force-conflicts"]).ok();
+    let settled = scene.wait_for_phase("Reverted", Duration::from_secs(15), dg);
+    assert_eq!(
+        transitions(&settled),
+        pairs(&[
+            ("Open", "Opened"),
+            ("AwaitingBackport", "Expired"),
+            ("Reverted", "ControllerRevertedChange")
+        ]),
+        "{settled:#}"
+    );
+    scene.wait_for_event("EmergencyChangeReverted", dg);
+    assert!(scene.events("BackportConfirmed").is_empty());
+}
