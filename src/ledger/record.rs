@@ -83,6 +83,11 @@ pub struct RecordedChange {
     pub subresource: String,
     /// The admission request's uid, so a change is recorded once even if retried.
     pub request_uid: String,
+    /// The object's resourceVersion before the change (none for a CREATE). Every webhook the
+    /// API server calls for one write gets its own request uid; with the object this names the
+    /// write, so that replicas that each review it record it once.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource_version: String,
     #[serde(default)]
     pub fields: Vec<RecordedField>,
 }

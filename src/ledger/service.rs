@@ -444,28 +444,51 @@ impl Connected {
                             .await?
                     }
                 };
-                if record
-                    .spec
-                    .changes
-                    .iter()
-                    .any(|c| c.request_uid == request.uid)
-                {
-                    return Ok(());
-                }
                 let change = recorded_change(request, decision, scope, rules, now);
-                let patch = json!([{"op": "add", "path": "/spec/changes/-", "value": change}]);
-                let patch: json_patch::Patch =
-                    serde_json::from_value(patch).expect("a valid JSON patch");
-                api.patch(
+                self.append(&api, record, change).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Appends `change` to `record` unless it holds the change already (by request uid). The
+    /// append is conditioned on the record's resourceVersion, and on a conflict the record is
+    /// read again and checked again: several replicas called for the same request (the API
+    /// server calls validating webhooks in parallel), or a retry of a request whose answer was
+    /// lost, record the change once.
+    async fn append(
+        &self,
+        api: &Api<BackportRequirement>,
+        mut record: BackportRequirement,
+        change: RecordedChange,
+    ) -> Result<(), kube::Error> {
+        const ATTEMPTS: usize = 5;
+        for attempt in 1..=ATTEMPTS {
+            if record.spec.changes.iter().any(|c| same_write(c, &change)) {
+                return Ok(());
+            }
+            let patch = json!([
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": record.metadata.resource_version},
+                {"op": "add", "path": "/spec/changes/-", "value": change},
+            ]);
+            let patch: json_patch::Patch =
+                serde_json::from_value(patch).expect("a valid JSON patch");
+            match api
+                .patch(
                     &record.name_any(),
                     &PatchParams::default(),
                     &Patch::<()>::Json(patch),
                 )
-                .await?;
-                Ok(())
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {
+                    record = api.get(&record.name_any()).await?;
+                }
+                Err(error) => return Err(error),
             }
-            _ => Ok(()),
         }
+        unreachable!("the last attempt returns")
     }
 
     /// Creates the record of a window, in phase Open with its first transition (`reason`,
@@ -854,6 +877,18 @@ fn label_safe(value: &str) -> String {
         .to_owned()
 }
 
+/// Whether two recorded changes are one write: one request (retried), or one write reviewed by
+/// several webhooks (each call has its own request uid, but the same object and the same
+/// resourceVersion before the change).
+fn same_write(a: &RecordedChange, b: &RecordedChange) -> bool {
+    a.request_uid == b.request_uid
+        || (!a.resource_version.is_empty()
+            && a.resource_version == b.resource_version
+            && a.operation == b.operation
+            && a.subresource == b.subresource
+            && a.object.as_ref().map(|o| &o.uid) == b.object.as_ref().map(|o| &o.uid))
+}
+
 /// What one admitted change under a window did, with digests of the new values.
 fn recorded_change(
     request: &AdmissionRequest<DynamicObject>,
@@ -899,6 +934,14 @@ fn recorded_change(
         }),
         subresource: object.subresource.clone(),
         request_uid: request.uid.clone(),
+        resource_version: match request.operation {
+            Operation::Create => String::new(),
+            _ => request
+                .old_object
+                .as_ref()
+                .and_then(|o| o.metadata.resource_version.clone())
+                .unwrap_or_default(),
+        },
         fields,
     }
 }
@@ -912,5 +955,58 @@ impl BackportStatus {
             Phase::Reverted => "Reverted",
             Phase::Resolved => "Resolved",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(request_uid: &str, resource_version: &str, subresource: &str) -> RecordedChange {
+        RecordedChange {
+            time: time(Timestamp::UNIX_EPOCH),
+            user: "alice".into(),
+            operation: "UPDATE".into(),
+            object: None,
+            subresource: subresource.into(),
+            request_uid: request_uid.into(),
+            resource_version: resource_version.into(),
+            fields: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn one_write_reviewed_by_two_webhooks_is_one_change() {
+        // A retry of one request.
+        assert!(same_write(&change("r1", "", ""), &change("r1", "", "")));
+        // Two webhooks, one write: their own request uids, the same object version.
+        assert!(same_write(
+            &change("r1", "41", "scale"),
+            &change("r2", "41", "scale")
+        ));
+        // Two writes.
+        assert!(!same_write(
+            &change("r1", "41", "scale"),
+            &change("r2", "42", "scale")
+        ));
+        assert!(!same_write(
+            &change("r1", "41", ""),
+            &change("r2", "41", "scale")
+        ));
+        // CREATEs have no version before them: only the request uid tells.
+        assert!(!same_write(&change("r1", "", ""), &change("r2", "", "")));
+        let mut other_object = change("r2", "41", "");
+        other_object.object = Some(RecordedObject {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "b".into(),
+            uid: "u2".into(),
+        });
+        let mut one_object = change("r1", "41", "");
+        one_object.object = Some(RecordedObject {
+            uid: "u1".into(),
+            ..other_object.object.clone().unwrap()
+        });
+        assert!(!same_write(&one_object, &other_object));
     }
 }

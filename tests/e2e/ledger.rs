@@ -558,3 +558,109 @@ fn dry_runs_record_and_settle_nothing() {
     scene.wait_for_event("EmergencyChangeReverted", dg);
     assert!(scene.events("BackportConfirmed").is_empty());
 }
+
+/// The Events of `reason` about Deployment `api`, each once: one Event object, not a series.
+#[track_caller]
+fn assert_one_event(scene: &Scene, reason: &str) {
+    let events = scene.events(reason);
+    assert_eq!(events.len(), 1, "one {reason} Event: {events:#?}");
+    assert!(
+        events[0]["series"].is_null() && events[0]["deprecatedCount"].as_i64().unwrap_or(1) <= 1,
+        "published once, not repeated: {events:#?}"
+    );
+}
+
+/// The sum of a metric over several driftgates.
+fn total(driftgates: &[&Driftgate], name: &str, labels: &[&str]) -> f64 {
+    driftgates.iter().map(|d| d.counter(name, labels)).sum()
+}
+
+/// Two replicas against one API server, both called for every write (one webhook
+/// configuration each) and both running the expiry check: the change is recorded once, and
+/// each transition and each Event happens once.
+#[test]
+fn two_replicas_record_transition_and_report_each_thing_once() {
+    let scene = Scene::new("ledger-replicas", &[]);
+    let a = Driftgate::start("ledger-replicas-a", &scene.policy, TICK);
+    let b = Driftgate::start("ledger-replicas-b", &scene.policy, TICK);
+    scene.register(&a, "ledger-replicas-a");
+    scene.register(&b, "ledger-replicas-b");
+    let both = &[&a, &b];
+    scene.flux_apply(2, &[]).ok();
+    scene.open_window("20s", "INC-4: api saturated, scaling out");
+    let opened = Instant::now();
+    scene.alice_scale(5, &[]).ok();
+
+    let record = scene.record();
+    let changes = record["spec"]["changes"].as_array().expect("changes");
+    assert_eq!(changes.len(), 1, "recorded once: {record:#}");
+    assert_eq!(
+        transitions(&record),
+        pairs(&[("Open", "Opened")]),
+        "{record:#}"
+    );
+
+    scene.wait_for_phase(
+        "AwaitingBackport",
+        Duration::from_secs(20) + EXPIRY_NOTICED_WITHIN
+            - opened.elapsed().min(Duration::from_secs(20)),
+        both,
+    );
+    // Both have run an expiry check that saw the record awaiting backport: neither will try to
+    // expire it again.
+    wait_for(
+        "both replicas to count the record as awaiting backport",
+        Duration::from_secs(10),
+        both,
+        || {
+            both.iter()
+                .all(|d| d.counter("driftgate_backport_pending", &[]) == 1.0)
+                .then_some(())
+        },
+    );
+    scene.wait_for_event("BreakGlassExpired", both);
+    // A second Event would already be queued; give it a few ticks to show.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_one_event(&scene, "BreakGlassExpired");
+    assert_eq!(
+        total(
+            both,
+            "driftgate_events_published_total",
+            &["reason=\"BreakGlassExpired\""]
+        ),
+        1.0
+    );
+
+    scene.flux_apply(2, &["--force-conflicts"]).ok();
+    let reverted = scene.wait_for_phase("Reverted", Duration::from_secs(15), both);
+    scene.wait_for_event("EmergencyChangeReverted", both);
+    // Both replicas judged the write; the loser's conditioned patch fails at once.
+    std::thread::sleep(Duration::from_secs(2));
+    let reverted_now = scene.record();
+    assert_eq!(
+        reverted_now, reverted,
+        "nothing changed the record after it was settled"
+    );
+    assert_eq!(
+        transitions(&reverted),
+        pairs(&[
+            ("Open", "Opened"),
+            ("AwaitingBackport", "Expired"),
+            ("Reverted", "ControllerRevertedChange")
+        ]),
+        "{reverted:#}"
+    );
+    assert_one_event(&scene, "EmergencyChangeReverted");
+    assert_eq!(
+        total(both, "driftgate_emergency_changes_reverted_total", &[]),
+        1.0
+    );
+    assert_eq!(
+        total(
+            both,
+            "driftgate_events_published_total",
+            &["reason=\"EmergencyChangeReverted\""]
+        ),
+        1.0
+    );
+}
