@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::harness::proxy::{Mode, Proxy};
 use crate::harness::{
-    ADMIN, ALICE, Driftgate, FLUX, KubectlOutput, control_plane, repo_path, webhook_configuration,
+    ADMIN, ALICE, DRIFTGATE, Driftgate, FLUX, KubectlOutput, control_plane, repo_path,
+    webhook_configuration,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_driftgate");
@@ -662,5 +664,80 @@ fn two_replicas_record_transition_and_report_each_thing_once() {
             &["reason=\"EmergencyChangeReverted\""]
         ),
         1.0
+    );
+}
+
+/// The API server unreachable for driftgate (but not for anyone else) while alice changes the
+/// object under an open window: driftgate cannot record the change, so it refuses it, saying
+/// so and to retry; once driftgate reaches the API server again, the same change is admitted
+/// and recorded.
+#[test]
+fn a_break_glass_change_that_cannot_be_recorded_is_refused_until_it_can() {
+    let scene = Scene::new("ledger-unreachable", &[]);
+    let proxy = Proxy::to_api_server();
+    let driftgate = Driftgate::start_with_kubeconfig(
+        "ledger-unreachable",
+        &scene.policy,
+        &proxy.kubeconfig_for(DRIFTGATE),
+        TICK,
+    );
+    scene.register(&driftgate, "ledger-unreachable");
+    let dg = &[&driftgate];
+    scene.flux_apply(2, &[]).ok();
+    scene.open_window("90s", "INC-5: api saturated, scaling out");
+
+    let patch = |replicas: u32| {
+        control_plane().kubectl(
+            ALICE,
+            &[
+                "patch",
+                "deployment/api",
+                "-n",
+                &scene.ns,
+                "-p",
+                &format!(r#"{{"spec":{{"replicas":{replicas}}}}}"#),
+            ],
+        )
+    };
+    for mode in [Mode::Refuse] {
+        proxy.set(mode);
+        let refused = patch(4).failed();
+        for words in [
+            "could not record this break-glass change",
+            "so it was not made",
+            "Retry",
+        ] {
+            assert!(
+                refused.stderr.contains(words),
+                "{mode:?}: the refusal says {words:?}:\n{}\ndriftgate's log:\n{}",
+                refused.stderr,
+                driftgate.log_tail(10)
+            );
+        }
+        let refused = scene.alice_scale(5, &[]).failed();
+        assert!(
+            refused.stderr.contains("Retry") || refused.stderr.contains("retry"),
+            "{mode:?}: the refusal of the scale says to retry:\n{}",
+            refused.stderr
+        );
+    }
+    assert_eq!(scene.replicas(), "2", "nothing was admitted unrecorded");
+    assert_eq!(scene.record()["spec"]["changes"], json!([]));
+
+    proxy.set(Mode::Forward);
+    // As the refusal says: retry in a moment.
+    wait_for(
+        "alice's scale to be admitted once driftgate reaches the API server",
+        Duration::from_secs(20),
+        dg,
+        || scene.alice_scale(5, &[]).success().then_some(()),
+    );
+    assert_eq!(scene.replicas(), "5");
+    let record = scene.record();
+    let changes = record["spec"]["changes"].as_array().expect("changes");
+    assert_eq!(changes.len(), 1, "{record:#}");
+    assert_eq!(
+        changes[0]["fields"][0]["path"], "spec.replicas",
+        "{record:#}"
     );
 }

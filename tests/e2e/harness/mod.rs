@@ -8,6 +8,7 @@ pub mod control_plane;
 pub mod driftgate;
 pub mod pki;
 pub mod process;
+pub mod proxy;
 pub mod testenv;
 
 #[allow(unused_imports)]
