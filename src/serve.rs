@@ -120,6 +120,14 @@ fn parse_duration(value: &str) -> std::result::Result<Duration, String> {
         .map_err(|e| e.to_string())
 }
 
+/// How long recording a break-glass change may take: a second less than the request timeout
+/// (which bounds the whole review), at least half of it.
+pub fn ledger_write_timeout(request_timeout: Duration) -> Duration {
+    request_timeout
+        .saturating_sub(Duration::from_secs(1))
+        .max(request_timeout / 2)
+}
+
 /// A duration that must not be zero (an interval).
 fn parse_positive_duration(value: &str) -> std::result::Result<Duration, String> {
     match parse_duration(value)? {
@@ -262,7 +270,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 shutdown.clone(),
             );
             tasks.extend(ledger_tasks);
-            ledger
+            // Recording gives up in time for driftgate's own refusal to reach the person.
+            ledger.with_write_timeout(ledger_write_timeout(args.request_timeout))
         }
         None => Ledger::disabled(metrics.clone()),
     };
@@ -387,5 +396,22 @@ async fn wait_for_signal(force_reload: Arc<Notify>) {
                 force_reload.notify_one();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recording_gives_up_before_the_review_times_out() {
+        assert_eq!(
+            ledger_write_timeout(Duration::from_secs(4)),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            ledger_write_timeout(Duration::from_secs(1)),
+            Duration::from_millis(500)
+        );
     }
 }

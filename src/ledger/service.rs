@@ -46,10 +46,15 @@ pub const FIELD_MANAGER: &str = "driftgate";
 /// Expiry is noticed within this time.
 pub const DEFAULT_EXPIRY_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
+/// How long recording one break-glass change may take by default; see
+/// [`Ledger::with_write_timeout`].
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(3);
+
 #[derive(Clone)]
 pub struct Ledger {
     inner: Option<Arc<Connected>>,
     metrics: Arc<Metrics>,
+    write_timeout: Duration,
 }
 
 struct Connected {
@@ -105,7 +110,17 @@ impl Ledger {
         Ledger {
             inner: None,
             metrics,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
         }
+    }
+
+    /// Recording a break-glass change (a few API calls) gives up after `timeout`, and the
+    /// change is refused with driftgate's own message. Keep it below the request timeout: a
+    /// hung API server would otherwise make the review time out, and the person would read
+    /// only that the webhook failed.
+    pub fn with_write_timeout(mut self, timeout: Duration) -> Ledger {
+        self.write_timeout = timeout;
+        self
     }
 
     /// Starts the record cache and the expiry task, which looks at the records every
@@ -174,6 +189,7 @@ impl Ledger {
             Ledger {
                 inner: Some(connected),
                 metrics,
+                write_timeout: DEFAULT_WRITE_TIMEOUT,
             },
             vec![watcher_task, expiry_task],
         )
@@ -237,7 +253,19 @@ impl Ledger {
             if request.dry_run || !is_break_glass_write(verdict.rule) {
                 continue;
             }
-            if let Err(error) = inner.record(request, decision, verdict, rules, now).await {
+            let recorded = tokio::time::timeout(
+                self.write_timeout,
+                inner.record(request, decision, verdict, rules, now),
+            )
+            .await
+            .map_err(|_| {
+                format!(
+                    "the API server did not answer within {:?}",
+                    self.write_timeout
+                )
+            })
+            .and_then(|written| written.map_err(|e| e.to_string()));
+            if let Err(error) = recorded {
                 Metrics::count_result(&self.metrics.ledger_writes, false);
                 tracing::warn!(%error, uid = %request.uid, "could not write the backport record; refusing the break-glass change");
                 refuse(

@@ -699,7 +699,7 @@ fn a_break_glass_change_that_cannot_be_recorded_is_refused_until_it_can() {
             ],
         )
     };
-    for mode in [Mode::Refuse] {
+    for mode in [Mode::Refuse, Mode::Hang] {
         proxy.set(mode);
         let refused = patch(4).failed();
         for words in [
