@@ -266,6 +266,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 client.clone(),
                 events.clone(),
                 metrics.clone(),
+                policies.clone(),
+                namespaces.clone(),
                 args.expiry_check_interval,
                 shutdown.clone(),
             );

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -29,14 +30,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::{Decision, PolicyVerdict, Rule, WindowScope};
 use crate::events::{EventReason, EventSink, PlannedEvent};
+use crate::kube_state::NamespaceCache;
 use crate::ledger::evidence::{Evidence, digest, judge, value_at};
 use crate::ledger::record::{
     BackportRequirement, BackportRequirementSpec, BackportStatus, Phase, RecordScope,
     RecordedChange, RecordedField, RecordedObject, RecordedWindow, Transition,
 };
 use crate::metrics::Metrics;
-use crate::policy::{BreakGlassRules, PolicySet};
+use crate::policy::{BreakGlassRules, NamespaceLabels, PolicySet};
 use crate::timefmt::human_utc;
+
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 /// Labels on every record, so that the records of one object are one LIST away.
 pub const OBJECT_UID_LABEL: &str = "driftgate.dev/object-uid";
@@ -63,6 +67,10 @@ struct Connected {
     ready: AtomicBool,
     events: EventSink,
     metrics: Arc<Metrics>,
+    /// The policies being served: the expiry check and the gauges look only at records in
+    /// namespaces they guard.
+    policies: Arc<ArcSwap<PolicySet>>,
+    namespaces: NamespaceCache,
 }
 
 fn time(at: Timestamp) -> Time {
@@ -125,10 +133,16 @@ impl Ledger {
 
     /// Starts the record cache and the expiry task, which looks at the records every
     /// `expiry_interval`.
+    ///
+    /// Records are watched in every namespace, but the expiry check and the gauges consider
+    /// only those in namespaces that `policies` guard (with break-glass rules): another
+    /// driftgate installation's records are its own business.
     pub fn spawn(
         client: kube::Client,
         events: EventSink,
         metrics: Arc<Metrics>,
+        policies: Arc<ArcSwap<PolicySet>>,
+        namespaces: NamespaceCache,
         expiry_interval: Duration,
         shutdown: CancellationToken,
     ) -> (Ledger, Vec<JoinHandle<()>>) {
@@ -139,6 +153,8 @@ impl Ledger {
             ready: AtomicBool::new(false),
             events,
             metrics: metrics.clone(),
+            policies,
+            namespaces,
         });
         let api: Api<BackportRequirement> = Api::all(client);
         let watch = connected.clone();
@@ -794,9 +810,37 @@ impl Connected {
     }
 
     /// Windows whose expiry passed move to AwaitingBackport, once, by whichever replica wins.
+    /// The records this driftgate looks after: those in namespaces its policies guard.
+    fn managed_records(&self) -> Vec<Arc<BackportRequirement>> {
+        let policies = self.policies.load();
+        let guarding: Vec<_> = policies
+            .policies()
+            .iter()
+            .filter(|p| p.break_glass.is_some())
+            .collect();
+        self.store
+            .state()
+            .into_iter()
+            .filter(|record| {
+                let Some(namespace) = record.metadata.namespace.as_deref() else {
+                    return false;
+                };
+                let known = self.namespaces.get(namespace);
+                let labels = match known.as_ref().map(|ns| &ns.metadata.labels) {
+                    Some(Some(labels)) => NamespaceLabels::Known(labels),
+                    Some(None) => NamespaceLabels::Known(&NO_LABELS),
+                    None => NamespaceLabels::Unknown,
+                };
+                guarding
+                    .iter()
+                    .any(|p| p.guards_namespace(namespace, labels))
+            })
+            .collect()
+    }
+
     async fn expire_windows(&self) {
         let now = Timestamp::now();
-        for record in self.store.state() {
+        for record in self.managed_records() {
             if phase_of(&record) != Phase::Open || record.spec.window.expires_at.0 > now {
                 continue;
             }
@@ -856,7 +900,7 @@ impl Connected {
 
     fn refresh_gauges(&self) {
         let now = Timestamp::now();
-        let records = self.store.state();
+        let records = self.managed_records();
         let open = records
             .iter()
             .filter(|r| phase_of(r) == Phase::Open && r.spec.window.expires_at.0 > now)

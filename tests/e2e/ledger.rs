@@ -741,3 +741,51 @@ fn a_break_glass_change_that_cannot_be_recorded_is_refused_until_it_can() {
         "{record:#}"
     );
 }
+
+/// Sleeps until `record`'s window has ended, plus `after`.
+fn sleep_past_expiry(record: &Value, after: Duration) {
+    let expires: jiff::Timestamp = record["spec"]["window"]["expiresAt"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("the record has an expiry");
+    let wait = expires.duration_since(jiff::Timestamp::now());
+    if wait.is_positive() {
+        std::thread::sleep(Duration::try_from(wait).expect("a positive duration"));
+    }
+    std::thread::sleep(after);
+}
+
+/// Driftgate looks after the records of the namespaces its policies guard, not those of
+/// another installation (or another test's driftgate), and Flux writing between a window's end
+/// and the next expiry check is judged all the same (`refuseRevertsFor` included).
+#[test]
+fn a_window_ends_for_its_own_driftgate_and_for_no_other() {
+    let scene = Scene::new("ledger-own", &["refuseRevertsFor: 1h"]);
+    // Its expiry check never comes round during the test.
+    let driftgate = scene.start("ledger-own", &["--expiry-check-interval", "1h"]);
+    let other_scene = Scene::new("ledger-other", &[]);
+    let other = Driftgate::start("ledger-other", &other_scene.policy, TICK);
+    scene.flux_apply(2, &[]).ok();
+    scene.open_window("5s", "INC-7: api saturated, scaling out");
+    scene.alice_scale(5, &[]).ok();
+
+    // The other driftgate checks expiry every second; a few checks pass after the window ends.
+    sleep_past_expiry(&scene.record(), Duration::from_secs(3));
+    let record = scene.record();
+    assert_eq!(
+        transitions(&record),
+        pairs(&[("Open", "Opened")]),
+        "another namespace's driftgate left the record alone: {record:#}"
+    );
+    assert!(scene.events("BreakGlassExpired").is_empty());
+    assert_eq!(
+        total(&[&other], "driftgate_events_published_total", &[]),
+        0.0
+    );
+    assert_eq!(
+        other.counter("driftgate_break_glass_windows_open", &[])
+            + other.counter("driftgate_backport_pending", &[]),
+        0.0,
+        "its gauges count only its own namespaces"
+    );
+}
