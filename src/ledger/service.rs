@@ -101,6 +101,20 @@ pub fn phase_of(record: &BackportRequirement) -> Phase {
     record.status.as_ref().map(|s| s.phase).unwrap_or_default()
 }
 
+/// Since when a record has awaited the controller: since its transition to AwaitingBackport,
+/// or, for an Open record whose window has ended before the expiry check noticed, since the
+/// end of its window. None while the window is open or once the record is settled.
+pub fn awaiting_since(record: &BackportRequirement, now: Timestamp) -> Option<Timestamp> {
+    match phase_of(record) {
+        Phase::AwaitingBackport => phase_since(record),
+        Phase::Open => {
+            let ended = record.spec.window.expires_at.0;
+            (ended <= now).then_some(ended)
+        }
+        _ => None,
+    }
+}
+
 /// When the record last changed phase (its creation, if never).
 pub fn phase_since(record: &BackportRequirement) -> Option<Timestamp> {
     record
@@ -599,8 +613,8 @@ impl Connected {
                 .transition(&record, Phase::Open, reason, message, Vec::new(), now)
                 .await
             {
-                Ok(true) => return record,
-                Ok(false) => match api.get(&record.name_any()).await {
+                Ok(Some(written)) => return written,
+                Ok(None) => match api.get(&record.name_any()).await {
                     Ok(latest) => record = latest,
                     Err(error) => {
                         tracing::warn!(%error, record = %record.name_any(), "could not read a new record back");
@@ -616,8 +630,9 @@ impl Connected {
         record
     }
 
-    /// Moves a record to `phase`, conditioned on its resourceVersion. Returns whether this call
-    /// made the transition (false: somebody else did, or the record changed meanwhile).
+    /// Moves a record to `phase`, conditioned on its resourceVersion. Returns the record as
+    /// written when this call made the transition, None when it did not (somebody else did, or
+    /// the record changed meanwhile).
     async fn transition(
         &self,
         record: &BackportRequirement,
@@ -626,7 +641,7 @@ impl Connected {
         message: &str,
         reverted_fields: Vec<String>,
         now: Timestamp,
-    ) -> Result<bool, kube::Error> {
+    ) -> Result<Option<BackportRequirement>, kube::Error> {
         let mut status = record.status.clone().unwrap_or_default();
         status.phase = phase;
         status.transitions.push(Transition {
@@ -652,8 +667,8 @@ impl Connected {
             )
             .await
         {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Ok(written) => Ok(Some(written)),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
             Err(error) => Err(error),
         }
     }
@@ -677,7 +692,7 @@ impl Connected {
             .state()
             .into_iter()
             .filter(|r| r.metadata.namespace.as_deref() == Some(namespace.as_str()))
-            .filter(|r| phase_of(r) == Phase::AwaitingBackport)
+            .filter(|r| awaiting_since(r, now).is_some())
             .filter(|r| {
                 r.spec.object.uid == uid
                     || r.spec
@@ -701,7 +716,7 @@ impl Connected {
             let reverted = matches!(evidence, Evidence::Reverted(_));
             if reverted
                 && let Some(hold) = rules.refuse_reverts_for
-                && phase_since(&record).is_some_and(|since| {
+                && awaiting_since(&record, now).is_some_and(|since| {
                     since
                         .checked_add(hold.as_signed())
                         .is_ok_and(|until| until > now)
@@ -792,24 +807,51 @@ impl Connected {
             ),
             Evidence::Nothing => return,
         };
-        match self
-            .transition(record, phase, why, &event.note, fields, now)
-            .await
-        {
-            Ok(true) => {
-                if phase == Phase::Reverted {
-                    self.metrics.emergency_changes_reverted.inc();
+        // A record whose window ended since the last expiry check is expired first (with its
+        // Event), then settled; each step is conditioned on the record's resourceVersion, and
+        // a conflict is read again: another replica may have made the step already.
+        let api = self.api(record.metadata.namespace.as_deref().unwrap_or_default());
+        let mut record = record.clone();
+        for _ in 0..4 {
+            let step = match phase_of(&record) {
+                Phase::Open if record.spec.window.expires_at.0 <= now => {
+                    self.expire(&record, now).await
                 }
-                self.events.publish(event);
-            }
-            Ok(false) => {}
-            Err(error) => {
-                tracing::warn!(%error, record = %record.name_any(), "could not record the backport outcome")
-            }
+                Phase::AwaitingBackport => {
+                    match self
+                        .transition(&record, phase, why, &event.note, fields.clone(), now)
+                        .await
+                    {
+                        Ok(Some(_)) => {
+                            if phase == Phase::Reverted {
+                                self.metrics.emergency_changes_reverted.inc();
+                            }
+                            self.events.publish(event);
+                            return;
+                        }
+                        other => other,
+                    }
+                }
+                // Settled already, or the window was extended meanwhile.
+                _ => return,
+            };
+            record = match step {
+                Ok(Some(written)) => written,
+                Ok(None) => match api.get(&record.name_any()).await {
+                    Ok(latest) => latest,
+                    Err(error) => {
+                        tracing::warn!(%error, record = %record.name_any(), "could not read a record back");
+                        return;
+                    }
+                },
+                Err(error) => {
+                    tracing::warn!(%error, record = %record.name_any(), "could not record the backport outcome");
+                    return;
+                }
+            };
         }
     }
 
-    /// Windows whose expiry passed move to AwaitingBackport, once, by whichever replica wins.
     /// The records this driftgate looks after: those in namespaces its policies guard.
     fn managed_records(&self) -> Vec<Arc<BackportRequirement>> {
         let policies = self.policies.load();
@@ -838,64 +880,73 @@ impl Connected {
             .collect()
     }
 
+    /// Windows whose expiry passed move to AwaitingBackport, once, by whichever replica wins.
     async fn expire_windows(&self) {
         let now = Timestamp::now();
         for record in self.managed_records() {
             if phase_of(&record) != Phase::Open || record.spec.window.expires_at.0 > now {
                 continue;
             }
-            let message = format!(
-                "the window ended at {} with {} change(s) not yet seen in Git",
-                human_utc(record.spec.window.expires_at.0),
-                record.spec.changes.len()
-            );
-            match self
-                .transition(
-                    &record,
-                    Phase::AwaitingBackport,
-                    "Expired",
-                    &message,
-                    Vec::new(),
-                    now,
-                )
-                .await
-            {
-                Ok(true) => {
-                    let note = format!(
-                        "The break-glass window opened by {} (reason \"{}\") expired at {}; {} change(s) made in it must be backported to Git, or the controller will revert them. Record {}.",
-                        record
-                            .spec
-                            .window
-                            .opener
-                            .as_deref()
-                            .unwrap_or("someone driftgate did not see"),
-                        record.spec.window.reason.as_deref().unwrap_or(""),
-                        human_utc(record.spec.window.expires_at.0),
-                        record.spec.changes.len(),
-                        record.name_any(),
-                    );
-                    let regarding = ObjectReference {
-                        api_version: Some(record.spec.object.api_version.clone()),
-                        kind: Some(record.spec.object.kind.clone()),
-                        name: Some(record.spec.object.name.clone()),
-                        namespace: (record.spec.scope == RecordScope::Object)
-                            .then(|| record.metadata.namespace.clone())
-                            .flatten(),
-                        uid: Some(record.spec.object.uid.clone()).filter(|u| !u.is_empty()),
-                        ..ObjectReference::default()
-                    };
-                    self.events.publish(PlannedEvent::new(
-                        EventReason::BreakGlassExpired,
-                        note,
-                        regarding,
-                    ));
-                }
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::warn!(%error, record = %record.name_any(), "could not mark an expired window")
-                }
+            if let Err(error) = self.expire(&record, now).await {
+                tracing::warn!(%error, record = %record.name_any(), "could not mark an expired window");
             }
         }
+    }
+
+    /// Moves an Open record whose window has ended to AwaitingBackport and publishes its
+    /// BreakGlassExpired Event. Returns the record as written, or None when this call did not
+    /// make the transition (another replica did, or the record changed meanwhile).
+    async fn expire(
+        &self,
+        record: &BackportRequirement,
+        now: Timestamp,
+    ) -> Result<Option<BackportRequirement>, kube::Error> {
+        let message = format!(
+            "the window ended at {} with {} change(s) not yet seen in Git",
+            human_utc(record.spec.window.expires_at.0),
+            record.spec.changes.len()
+        );
+        let written = self
+            .transition(
+                record,
+                Phase::AwaitingBackport,
+                "Expired",
+                &message,
+                Vec::new(),
+                now,
+            )
+            .await?;
+        if written.is_some() {
+            let note = format!(
+                "The break-glass window opened by {} (reason \"{}\") expired at {}; {} change(s) made in it must be backported to Git, or the controller will revert them. Record {}.",
+                record
+                    .spec
+                    .window
+                    .opener
+                    .as_deref()
+                    .unwrap_or("someone driftgate did not see"),
+                record.spec.window.reason.as_deref().unwrap_or(""),
+                human_utc(record.spec.window.expires_at.0),
+                record.spec.changes.len(),
+                record.name_any(),
+            );
+            let regarding = ObjectReference {
+                api_version: Some(record.spec.object.api_version.clone()),
+                kind: Some(record.spec.object.kind.clone()),
+                name: Some(record.spec.object.name.clone()),
+                namespace: (record.spec.scope == RecordScope::Object)
+                    .then(|| record.metadata.namespace.clone())
+                    .flatten(),
+                uid: Some(record.spec.object.uid.clone()).filter(|u| !u.is_empty()),
+                ..ObjectReference::default()
+            };
+            self.events.publish(PlannedEvent::new(
+                EventReason::BreakGlassExpired,
+                note,
+                regarding,
+            ));
+        }
+        Ok(written)
     }
 
     fn refresh_gauges(&self) {

@@ -756,7 +756,7 @@ fn sleep_past_expiry(record: &Value, after: Duration) {
 }
 
 /// Driftgate looks after the records of the namespaces its policies guard, not those of
-/// another installation (or another test's driftgate), and Flux writing between a window's end
+/// another installation (or another test's driftgate); and Flux writing between a window's end
 /// and the next expiry check is judged all the same (`refuseRevertsFor` included).
 #[test]
 fn a_window_ends_for_its_own_driftgate_and_for_no_other() {
@@ -788,4 +788,31 @@ fn a_window_ends_for_its_own_driftgate_and_for_no_other() {
         0.0,
         "its gauges count only its own namespaces"
     );
+
+    // Flux writes before its own driftgate's next expiry check: the record is judged all the
+    // same, so the revert is refused (refuseRevertsFor), and the backport is recorded with the
+    // window's expiry first.
+    let dg = &[&driftgate];
+    let refused = scene.flux_apply(2, &["--force-conflicts"]).failed();
+    assert!(
+        refused.stderr.contains("rule RevertRefused"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(scene.replicas(), "5");
+    scene.flux_apply(5, &["--force-conflicts"]).ok();
+    let backported = scene.wait_for_phase("Backported", Duration::from_secs(15), dg);
+    assert_eq!(
+        transitions(&backported),
+        pairs(&[
+            ("Open", "Opened"),
+            ("AwaitingBackport", "Expired"),
+            ("Backported", "ControllerCarriedChange")
+        ]),
+        "{backported:#}"
+    );
+    scene.wait_for_event("BreakGlassExpired", dg);
+    scene.wait_for_event("BackportConfirmed", dg);
+    assert_one_event(&scene, "BreakGlassExpired");
+    assert_one_event(&scene, "BackportConfirmed");
 }
