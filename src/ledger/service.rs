@@ -402,7 +402,7 @@ impl Connected {
             }
         };
         let api = self.api(&namespace);
-        let existing = api
+        let open = api
             .list(
                 &ListParams::default()
                     .labels(&format!("{OBJECT_UID_LABEL}={}", label_safe(&window_uid))),
@@ -410,7 +410,17 @@ impl Connected {
             .await?
             .items
             .into_iter()
-            .find(|r| phase_of(r) == Phase::Open && r.spec.scope == scope);
+            .filter(|r| phase_of(r) == Phase::Open && r.spec.scope == scope);
+        // A record is one window. One whose window has ended, and which the expiry check has
+        // not got to yet, is expired now: a window opened after it gets a record of its own.
+        let mut existing = None;
+        for record in open {
+            if record.spec.window.expires_at.0 > now {
+                existing = existing.or(Some(record));
+            } else if let Err(error) = self.expire(&record, now).await {
+                tracing::warn!(%error, record = %record.name_any(), "could not mark an expired window");
+            }
+        }
 
         match verdict.rule {
             Rule::BreakGlassClosed => {

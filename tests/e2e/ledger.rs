@@ -816,3 +816,43 @@ fn a_window_ends_for_its_own_driftgate_and_for_no_other() {
     assert_one_event(&scene, "BreakGlassExpired");
     assert_one_event(&scene, "BackportConfirmed");
 }
+
+/// A window opened again after the last one ended (before the expiry check noticed) is a new
+/// record; the old one is expired then, with its Event.
+#[test]
+fn a_window_opened_after_the_last_one_ended_has_its_own_record() {
+    let scene = Scene::new("ledger-reopen", &[]);
+    let driftgate = scene.start("ledger-reopen", &["--expiry-check-interval", "1h"]);
+    let dg = &[&driftgate];
+    scene.flux_apply(2, &[]).ok();
+    scene.open_window("5s", "INC-8: api saturated, scaling out");
+    scene.alice_scale(5, &[]).ok();
+    sleep_past_expiry(&scene.record(), Duration::from_millis(500));
+    scene.open_window("30s", "INC-8: still saturated, scaling out more");
+    scene.alice_scale(6, &[]).ok();
+
+    let mut records = scene.records();
+    assert_eq!(records.len(), 2, "one record per window: {records:#?}");
+    records.sort_by_key(|r| r["spec"]["window"]["expiresAt"].as_str().map(str::to_owned));
+    let (first, second) = (&records[0], &records[1]);
+    assert_eq!(
+        transitions(first),
+        pairs(&[("Open", "Opened"), ("AwaitingBackport", "Expired")]),
+        "{first:#}"
+    );
+    assert_eq!(
+        transitions(second),
+        pairs(&[("Open", "Opened")]),
+        "{second:#}"
+    );
+    for (record, reason) in [
+        (first, "INC-8: api saturated, scaling out"),
+        (second, "INC-8: still saturated, scaling out more"),
+    ] {
+        assert_eq!(record["spec"]["window"]["reason"], reason, "{record:#}");
+        let changes = record["spec"]["changes"].as_array().expect("changes");
+        assert_eq!(changes.len(), 1, "{record:#}");
+    }
+    scene.wait_for_event("BreakGlassExpired", dg);
+    assert_one_event(&scene, "BreakGlassExpired");
+}
