@@ -29,6 +29,10 @@ const TICK: &[&str] = &["--expiry-check-interval", "1s"];
 /// with room for a loaded machine.
 const EXPIRY_NOTICED_WITHIN: Duration = Duration::from_secs(15);
 
+/// The window of most tests (the seed scenario's is 20s): long enough for alice's change on a
+/// loaded machine, short because the tests wait for it to end.
+const WINDOW: &str = "8s";
+
 /// One test's namespace and policy.
 struct Scene {
     ns: String,
@@ -218,6 +222,13 @@ spec:
         )
     }
 
+    /// Waits until the namespace's record is `AwaitingBackport`, at most
+    /// [`EXPIRY_NOTICED_WITHIN`] after its window ended, and returns it.
+    fn wait_for_expiry(&self, driftgates: &[&Driftgate]) -> Value {
+        let left = until_expiry(&self.record());
+        self.wait_for_phase("AwaitingBackport", left + EXPIRY_NOTICED_WITHIN, driftgates)
+    }
+
     /// Waits until one Event of `reason` about Deployment `api` exists, and returns it.
     fn wait_for_event(&self, reason: &str, driftgates: &[&Driftgate]) -> Value {
         wait_for(
@@ -254,6 +265,15 @@ fn wait_for<T>(
     }
 }
 
+/// How long until `record`'s window ends (zero once it has).
+fn until_expiry(record: &Value) -> Duration {
+    let expires: jiff::Timestamp = record["spec"]["window"]["expiresAt"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("the record has an expiry");
+    Duration::try_from(expires.duration_since(jiff::Timestamp::now())).unwrap_or_default()
+}
+
 /// The phases of a record's `status.transitions`, with their reasons.
 fn transitions(record: &Value) -> Vec<(String, String)> {
     record["status"]["transitions"]
@@ -288,7 +308,6 @@ fn an_emergency_change_flux_reverts_is_recorded_expired_and_reported_reverted() 
 
     let reason = "INC-1: api saturated, scaling out";
     scene.open_window("20s", reason);
-    let opened = Instant::now();
     let scaled = scene.alice_scale(5, &[]).ok();
     assert!(
         scaled.stderr.contains("backport it to Git"),
@@ -322,12 +341,7 @@ fn an_emergency_change_flux_reverts_is_recorded_expired_and_reported_reverted() 
         "{record:#}"
     );
 
-    let awaiting = scene.wait_for_phase(
-        "AwaitingBackport",
-        Duration::from_secs(20) + EXPIRY_NOTICED_WITHIN
-            - opened.elapsed().min(Duration::from_secs(20)),
-        dg,
-    );
+    let awaiting = scene.wait_for_expiry(dg);
     assert_eq!(
         transitions(&awaiting),
         pairs(&[("Open", "Opened"), ("AwaitingBackport", "Expired")]),
@@ -382,8 +396,7 @@ fn an_emergency_change_git_caught_up_with_is_confirmed_backported() {
     let dg = &[&driftgate];
     scene.flux_apply(2, &[]).ok();
     let reason = "INC-2: api saturated, scaling out";
-    scene.open_window("20s", reason);
-    let opened = Instant::now();
+    scene.open_window(WINDOW, reason);
     scene.alice_scale(5, &[]).ok();
 
     let table = control_plane()
@@ -426,12 +439,7 @@ fn an_emergency_change_git_caught_up_with_is_confirmed_backported() {
         "every column has a value:\n{table}"
     );
 
-    scene.wait_for_phase(
-        "AwaitingBackport",
-        Duration::from_secs(20) + EXPIRY_NOTICED_WITHIN
-            - opened.elapsed().min(Duration::from_secs(20)),
-        dg,
-    );
+    scene.wait_for_expiry(dg);
     // The fix was merged in Git: Flux applies 5.
     scene.flux_apply(5, &["--force-conflicts"]).ok();
     let backported = scene.wait_for_phase("Backported", Duration::from_secs(15), dg);
@@ -461,15 +469,9 @@ fn refuse_reverts_for_refuses_flux_undoing_a_young_emergency_change() {
     let driftgate = scene.start("ledger-refuse", TICK);
     let dg = &[&driftgate];
     scene.flux_apply(2, &[]).ok();
-    scene.open_window("20s", "INC-3: api saturated, scaling out");
-    let opened = Instant::now();
+    scene.open_window(WINDOW, "INC-3: api saturated, scaling out");
     scene.alice_scale(5, &[]).ok();
-    scene.wait_for_phase(
-        "AwaitingBackport",
-        Duration::from_secs(20) + EXPIRY_NOTICED_WITHIN
-            - opened.elapsed().min(Duration::from_secs(20)),
-        dg,
-    );
+    scene.wait_for_expiry(dg);
 
     for extra in [
         &["--force-conflicts"][..],
@@ -504,8 +506,7 @@ fn dry_runs_record_and_settle_nothing() {
     let driftgate = scene.start("ledger-dry-run", TICK);
     let dg = &[&driftgate];
     scene.flux_apply(2, &[]).ok();
-    scene.open_window("20s", "INC-6: api saturated, scaling out");
-    let opened = Instant::now();
+    scene.open_window(WINDOW, "INC-6: api saturated, scaling out");
     let changes = || {
         scene.record()["spec"]["changes"]
             .as_array()
@@ -535,12 +536,7 @@ fn dry_runs_record_and_settle_nothing() {
     assert_eq!(changes(), 1, "dry runs are not recorded");
     assert_eq!(scene.replicas(), "5");
 
-    scene.wait_for_phase(
-        "AwaitingBackport",
-        Duration::from_secs(20) + EXPIRY_NOTICED_WITHIN
-            - opened.elapsed().min(Duration::from_secs(20)),
-        dg,
-    );
+    scene.wait_for_expiry(dg);
     // Flux's dry run with the fixed count would confirm the backport, and its real apply of the
     // old count reverts it: only the real write counts.
     scene
@@ -589,8 +585,7 @@ fn two_replicas_record_transition_and_report_each_thing_once() {
     scene.register(&b, "ledger-replicas-b");
     let both = &[&a, &b];
     scene.flux_apply(2, &[]).ok();
-    scene.open_window("20s", "INC-4: api saturated, scaling out");
-    let opened = Instant::now();
+    scene.open_window(WINDOW, "INC-4: api saturated, scaling out");
     scene.alice_scale(5, &[]).ok();
 
     let record = scene.record();
@@ -602,12 +597,7 @@ fn two_replicas_record_transition_and_report_each_thing_once() {
         "{record:#}"
     );
 
-    scene.wait_for_phase(
-        "AwaitingBackport",
-        Duration::from_secs(20) + EXPIRY_NOTICED_WITHIN
-            - opened.elapsed().min(Duration::from_secs(20)),
-        both,
-    );
+    scene.wait_for_expiry(both);
     // Both have run an expiry check that saw the record awaiting backport: neither will try to
     // expire it again.
     wait_for(
@@ -744,15 +734,7 @@ fn a_break_glass_change_that_cannot_be_recorded_is_refused_until_it_can() {
 
 /// Sleeps until `record`'s window has ended, plus `after`.
 fn sleep_past_expiry(record: &Value, after: Duration) {
-    let expires: jiff::Timestamp = record["spec"]["window"]["expiresAt"]
-        .as_str()
-        .and_then(|t| t.parse().ok())
-        .expect("the record has an expiry");
-    let wait = expires.duration_since(jiff::Timestamp::now());
-    if wait.is_positive() {
-        std::thread::sleep(Duration::try_from(wait).expect("a positive duration"));
-    }
-    std::thread::sleep(after);
+    std::thread::sleep(until_expiry(record) + after);
 }
 
 /// Driftgate looks after the records of the namespaces its policies guard, not those of
