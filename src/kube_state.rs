@@ -161,7 +161,7 @@ async fn drive(
 #[derive(Debug)]
 pub enum Parent {
     /// The parent as stored.
-    Found(DynamicObject),
+    Found(Box<DynamicObject>),
     /// No parent: not a subresource request, no cluster, or the object does not exist.
     Absent,
     /// The parent could not be read (API error, timeout): whether a window is open on it is
@@ -196,7 +196,7 @@ impl ParentLookup {
     /// Requests without a subresource have no parent: None, and nothing is counted or sent.
     pub async fn fetch(&self, request: &AdmissionRequest<DynamicObject>) -> Option<DynamicObject> {
         match self.lookup(request).await {
-            Parent::Found(parent) => Some(parent),
+            Parent::Found(parent) => Some(*parent),
             Parent::Absent | Parent::Unreadable(_) => None,
         }
     }
@@ -237,7 +237,7 @@ impl ParentLookup {
                     if self.lock_throttle().success() {
                         tracing::info!("parent lookups succeed again");
                     }
-                    return Parent::Found(parent);
+                    return Parent::Found(Box::new(parent));
                 }
                 Ok(Err(kube::Error::Api(status))) if status.code == 404 => {
                     Metrics::count_result(&self.metrics.parent_lookups, false);
