@@ -157,6 +157,18 @@ async fn drive(
     set(false);
 }
 
+/// What a parent lookup found.
+#[derive(Debug)]
+pub enum Parent {
+    /// The parent as stored.
+    Found(Box<DynamicObject>),
+    /// No parent: not a subresource request, no cluster, or the object does not exist.
+    Absent,
+    /// The parent could not be read (API error, timeout): whether a window is open on it is
+    /// unknown.
+    Unreadable(String),
+}
+
 /// GETs the parent of a subresource request through the request's own resource
 /// (group/version/plural), so no discovery round trip is needed.
 #[derive(Clone)]
@@ -183,8 +195,21 @@ impl ParentLookup {
     ///
     /// Requests without a subresource have no parent: None, and nothing is counted or sent.
     pub async fn fetch(&self, request: &AdmissionRequest<DynamicObject>) -> Option<DynamicObject> {
-        let subresource = request.sub_resource.as_deref().filter(|s| !s.is_empty())?;
-        let client = self.client.clone()?;
+        match self.lookup(request).await {
+            Parent::Found(parent) => Some(*parent),
+            Parent::Absent | Parent::Unreadable(_) => None,
+        }
+    }
+
+    /// [`ParentLookup::fetch`], telling a parent that does not exist (or a request without
+    /// one) from one that could not be read.
+    pub async fn lookup(&self, request: &AdmissionRequest<DynamicObject>) -> Parent {
+        let Some(subresource) = request.sub_resource.as_deref().filter(|s| !s.is_empty()) else {
+            return Parent::Absent;
+        };
+        let Some(client) = self.client.clone() else {
+            return Parent::Absent;
+        };
         let gvr = &request.resource;
         let resource = ApiResource {
             group: gvr.group.clone(),
@@ -212,7 +237,11 @@ impl ParentLookup {
                     if self.lock_throttle().success() {
                         tracing::info!("parent lookups succeed again");
                     }
-                    return Some(parent);
+                    return Parent::Found(Box::new(parent));
+                }
+                Ok(Err(kube::Error::Api(status))) if status.code == 404 => {
+                    Metrics::count_result(&self.metrics.parent_lookups, false);
+                    return Parent::Absent;
                 }
                 Ok(Err(error)) => error.to_string(),
                 Err(_) => format!("no answer within {:?}", self.timeout),
@@ -236,7 +265,7 @@ impl ParentLookup {
             ),
             None => tracing::debug!(%error, parent, subresource, "parent lookup failed"),
         }
-        None
+        Parent::Unreadable(error)
     }
 
     fn lock_throttle(&self) -> std::sync::MutexGuard<'_, Throttle> {

@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// How often the policy and certificate files are checked for changes.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub reload_interval: Duration,
+    /// How often the backport records are checked for break-glass windows that expired; an
+    /// expiry is noticed (record AwaitingBackport, BreakGlassExpired Event) within this time.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    pub expiry_check_interval: Duration,
     /// How many Events may wait for the API server before new ones are dropped.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub event_queue: usize,
@@ -117,6 +121,22 @@ fn parse_duration(value: &str) -> std::result::Result<Duration, String> {
     crate::timefmt::WindowDuration::parse(value)
         .map(|d| d.as_signed().unsigned_abs())
         .map_err(|e| e.to_string())
+}
+
+/// How long recording a break-glass change may take: a second less than the request timeout
+/// (which bounds the whole review), at least half of it.
+pub fn ledger_write_timeout(request_timeout: Duration) -> Duration {
+    request_timeout
+        .saturating_sub(Duration::from_secs(1))
+        .max(request_timeout / 2)
+}
+
+/// A duration that must not be zero (an interval).
+fn parse_positive_duration(value: &str) -> std::result::Result<Duration, String> {
+    match parse_duration(value)? {
+        Duration::ZERO => Err("must be longer than 0s".to_owned()),
+        duration => Ok(duration),
+    }
 }
 
 /// The settings after `--dev` defaults are applied.
@@ -249,10 +269,14 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 client.clone(),
                 events.clone(),
                 metrics.clone(),
+                policies.clone(),
+                namespaces.clone(),
+                args.expiry_check_interval,
                 shutdown.clone(),
             );
             tasks.extend(ledger_tasks);
-            ledger
+            // Recording gives up in time for driftgate's own refusal to reach the person.
+            ledger.with_write_timeout(ledger_write_timeout(args.request_timeout))
         }
         None => Ledger::disabled(metrics.clone()),
     };
@@ -377,5 +401,22 @@ async fn wait_for_signal(force_reload: Arc<Notify>) {
                 force_reload.notify_one();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recording_gives_up_before_the_review_times_out() {
+        assert_eq!(
+            ledger_write_timeout(Duration::from_secs(4)),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            ledger_write_timeout(Duration::from_secs(1)),
+            Duration::from_millis(500)
+        );
     }
 }

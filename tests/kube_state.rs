@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use driftgate::decision::Rule;
-use driftgate::kube_state::{NamespaceCache, ParentLookup};
+use driftgate::kube_state::{NamespaceCache, Parent, ParentLookup};
 use driftgate::metrics::{Metrics, ResultLabels};
 use driftgate::review::read_object;
 use hyper::Method;
@@ -371,6 +371,39 @@ async fn a_missing_or_failing_parent_is_none() {
     let decision = decide_with(&policies(), &request, None, NOW);
     assert!(!decision.allowed);
     assert_eq!(decision.record.rule, Rule::NotPermitted);
+}
+
+/// A parent that does not exist opens no window; one that could not be read might have, and
+/// the refusal says so.
+#[tokio::test]
+async fn a_missing_parent_is_absent_and_a_failing_one_unreadable() {
+    let (client, mut handle) = mock_client();
+    let metrics = Arc::new(Metrics::new());
+    let lookup = ParentLookup::new(Some(client), Duration::from_secs(2), metrics);
+    let request = review("break-glass-use-scale.json");
+    for (code, reason, message, unreadable) in [
+        (404, "NotFound", "deployments.apps \"api\" not found", false),
+        (500, "InternalError", "etcdserver: request timed out", true),
+        (
+            403,
+            "Forbidden",
+            "deployments.apps \"api\" is forbidden",
+            true,
+        ),
+    ] {
+        let server = async {
+            let (_, send) = next_request(&mut handle).await;
+            respond(send, code, &status(code, reason, message));
+        };
+        let (found, ()) = tokio::join!(lookup.lookup(&request), server);
+        match found {
+            Parent::Unreadable(error) if unreadable => {
+                assert!(error.contains(message), "{code}: {error}")
+            }
+            Parent::Absent if !unreadable => {}
+            other => panic!("{code}: {other:?}"),
+        }
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -128,6 +128,7 @@ mod tests {
                 object: None,
                 subresource: "scale".into(),
                 request_uid: "r1".into(),
+                resource_version: "41".into(),
                 fields: fields
                     .iter()
                     .map(|(path, value)| RecordedField {

@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Object","type":"string","jsonPath":".spec.object.name"}"#,
     printcolumn = r#"{"name":"Opener","type":"string","jsonPath":".spec.window.opener"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.window.reason"}"#,
-    printcolumn = r#"{"name":"Expires","type":"date","jsonPath":".spec.window.expiresAt"}"#,
+    // A string, not a date: kubectl prints a date as the time since it, `<invalid>` for one
+    // still to come, which an open window's expiry always is.
+    printcolumn = r#"{"name":"Expires","type":"string","jsonPath":".spec.window.expiresAt"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -81,6 +83,11 @@ pub struct RecordedChange {
     pub subresource: String,
     /// The admission request's uid, so a change is recorded once even if retried.
     pub request_uid: String,
+    /// The object's resourceVersion before the change (none for a CREATE). Every webhook the
+    /// API server calls for one write gets its own request uid; with the object this names the
+    /// write, so that replicas that each review it record it once.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource_version: String,
     #[serde(default)]
     pub fields: Vec<RecordedField>,
 }
@@ -169,6 +176,16 @@ mod tests {
             [
                 "Phase", "Kind", "Object", "Opener", "Reason", "Expires", "Age"
             ]
+        );
+        let expires = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .find(|c| c.name == "Expires")
+            .unwrap();
+        assert_eq!(
+            expires.type_, "string",
+            "a date column shows <invalid> for the future"
         );
         assert!(version.subresources.as_ref().unwrap().status.is_some());
         let schema = serde_json::to_string(&version.schema).unwrap();

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -29,26 +30,35 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::{Decision, PolicyVerdict, Rule, WindowScope};
 use crate::events::{EventReason, EventSink, PlannedEvent};
+use crate::kube_state::NamespaceCache;
 use crate::ledger::evidence::{Evidence, digest, judge, value_at};
 use crate::ledger::record::{
     BackportRequirement, BackportRequirementSpec, BackportStatus, Phase, RecordScope,
     RecordedChange, RecordedField, RecordedObject, RecordedWindow, Transition,
 };
 use crate::metrics::Metrics;
-use crate::policy::{BreakGlassRules, PolicySet};
+use crate::policy::{BreakGlassRules, NamespaceLabels, PolicySet};
 use crate::timefmt::human_utc;
+
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 /// Labels on every record, so that the records of one object are one LIST away.
 pub const OBJECT_UID_LABEL: &str = "driftgate.dev/object-uid";
 pub const FIELD_MANAGER: &str = "driftgate";
 
-/// How often the expiry task looks at the records. Expiry is noticed within this time.
-const EXPIRY_TICK: Duration = Duration::from_secs(10);
+/// How often the expiry task looks at the records by default (`serve --expiry-check-interval`).
+/// Expiry is noticed within this time.
+pub const DEFAULT_EXPIRY_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long recording one break-glass change may take by default; see
+/// [`Ledger::with_write_timeout`].
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Clone)]
 pub struct Ledger {
     inner: Option<Arc<Connected>>,
     metrics: Arc<Metrics>,
+    write_timeout: Duration,
 }
 
 struct Connected {
@@ -57,6 +67,10 @@ struct Connected {
     ready: AtomicBool,
     events: EventSink,
     metrics: Arc<Metrics>,
+    /// The policies being served: the expiry check and the gauges look only at records in
+    /// namespaces they guard.
+    policies: Arc<ArcSwap<PolicySet>>,
+    namespaces: NamespaceCache,
 }
 
 fn time(at: Timestamp) -> Time {
@@ -87,6 +101,20 @@ pub fn phase_of(record: &BackportRequirement) -> Phase {
     record.status.as_ref().map(|s| s.phase).unwrap_or_default()
 }
 
+/// Since when a record has awaited the controller: since its transition to AwaitingBackport,
+/// or, for an Open record whose window has ended before the expiry check noticed, since the
+/// end of its window. None while the window is open or once the record is settled.
+pub fn awaiting_since(record: &BackportRequirement, now: Timestamp) -> Option<Timestamp> {
+    match phase_of(record) {
+        Phase::AwaitingBackport => phase_since(record),
+        Phase::Open => {
+            let ended = record.spec.window.expires_at.0;
+            (ended <= now).then_some(ended)
+        }
+        _ => None,
+    }
+}
+
 /// When the record last changed phase (its creation, if never).
 pub fn phase_since(record: &BackportRequirement) -> Option<Timestamp> {
     record
@@ -104,14 +132,32 @@ impl Ledger {
         Ledger {
             inner: None,
             metrics,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
         }
     }
 
-    /// Starts the record cache and the expiry task.
+    /// Recording a break-glass change (a few API calls) gives up after `timeout`, and the
+    /// change is refused with driftgate's own message. Keep it below the request timeout: a
+    /// hung API server would otherwise make the review time out, and the person would read
+    /// only that the webhook failed.
+    pub fn with_write_timeout(mut self, timeout: Duration) -> Ledger {
+        self.write_timeout = timeout;
+        self
+    }
+
+    /// Starts the record cache and the expiry task, which looks at the records every
+    /// `expiry_interval`.
+    ///
+    /// Records are watched in every namespace, but the expiry check and the gauges consider
+    /// only those in namespaces that `policies` guard (with break-glass rules): another
+    /// driftgate installation's records are its own business.
     pub fn spawn(
         client: kube::Client,
         events: EventSink,
         metrics: Arc<Metrics>,
+        policies: Arc<ArcSwap<PolicySet>>,
+        namespaces: NamespaceCache,
+        expiry_interval: Duration,
         shutdown: CancellationToken,
     ) -> (Ledger, Vec<JoinHandle<()>>) {
         let (store, writer) = reflector::store();
@@ -121,6 +167,8 @@ impl Ledger {
             ready: AtomicBool::new(false),
             events,
             metrics: metrics.clone(),
+            policies,
+            namespaces,
         });
         let api: Api<BackportRequirement> = Api::all(client);
         let watch = connected.clone();
@@ -153,7 +201,9 @@ impl Ledger {
         });
         let expiry = connected.clone();
         let expiry_task = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(EXPIRY_TICK);
+            let mut ticker = tokio::time::interval(expiry_interval);
+            // A tick missed while a check ran long is not made up in a burst.
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -169,6 +219,7 @@ impl Ledger {
             Ledger {
                 inner: Some(connected),
                 metrics,
+                write_timeout: DEFAULT_WRITE_TIMEOUT,
             },
             vec![watcher_task, expiry_task],
         )
@@ -232,7 +283,19 @@ impl Ledger {
             if request.dry_run || !is_break_glass_write(verdict.rule) {
                 continue;
             }
-            if let Err(error) = inner.record(request, decision, verdict, rules, now).await {
+            let recorded = tokio::time::timeout(
+                self.write_timeout,
+                inner.record(request, decision, verdict, rules, now),
+            )
+            .await
+            .map_err(|_| {
+                format!(
+                    "the API server did not answer within {:?}",
+                    self.write_timeout
+                )
+            })
+            .and_then(|written| written.map_err(|e| e.to_string()));
+            if let Err(error) = recorded {
                 Metrics::count_result(&self.metrics.ledger_writes, false);
                 tracing::warn!(%error, uid = %request.uid, "could not write the backport record; refusing the break-glass change");
                 refuse(
@@ -339,7 +402,7 @@ impl Connected {
             }
         };
         let api = self.api(&namespace);
-        let existing = api
+        let open = api
             .list(
                 &ListParams::default()
                     .labels(&format!("{OBJECT_UID_LABEL}={}", label_safe(&window_uid))),
@@ -347,7 +410,17 @@ impl Connected {
             .await?
             .items
             .into_iter()
-            .find(|r| phase_of(r) == Phase::Open && r.spec.scope == scope);
+            .filter(|r| phase_of(r) == Phase::Open && r.spec.scope == scope);
+        // A record is one window. One whose window has ended, and which the expiry check has
+        // not got to yet, is expired now: a window opened after it gets a record of its own.
+        let mut existing = None;
+        for record in open {
+            if record.spec.window.expires_at.0 > now {
+                existing = existing.or(Some(record));
+            } else if let Err(error) = self.expire(&record, now).await {
+                tracing::warn!(%error, record = %record.name_any(), "could not mark an expired window");
+            }
+        }
 
         match verdict.rule {
             Rule::BreakGlassClosed => {
@@ -397,7 +470,14 @@ impl Connected {
                             policy: verdict.policy.clone(),
                             changes: Vec::new(),
                         };
-                        self.create(&api, &window_uid, spec).await.map(|_| ())
+                        let opened = format!(
+                            "{} opened the window until {}",
+                            decision.record.user,
+                            human_utc(window.expires_at)
+                        );
+                        self.create(&api, &window_uid, spec, "Opened", &opened, now)
+                            .await
+                            .map(|_| ())
                     }
                 }
             }
@@ -423,38 +503,73 @@ impl Connected {
                             policy: verdict.policy.clone(),
                             changes: Vec::new(),
                         };
-                        self.create(&api, &window_uid, spec).await?
+                        let found = format!(
+                            "{} changed the object under a window (until {}) that was opened where driftgate did not see it",
+                            decision.record.user,
+                            human_utc(window.expires_at)
+                        );
+                        self.create(&api, &window_uid, spec, "WindowFound", &found, now)
+                            .await?
                     }
                 };
-                if record
-                    .spec
-                    .changes
-                    .iter()
-                    .any(|c| c.request_uid == request.uid)
-                {
-                    return Ok(());
-                }
                 let change = recorded_change(request, decision, scope, rules, now);
-                let patch = json!([{"op": "add", "path": "/spec/changes/-", "value": change}]);
-                let patch: json_patch::Patch =
-                    serde_json::from_value(patch).expect("a valid JSON patch");
-                api.patch(
-                    &record.name_any(),
-                    &PatchParams::default(),
-                    &Patch::<()>::Json(patch),
-                )
-                .await?;
-                Ok(())
+                self.append(&api, record, change).await
             }
             _ => Ok(()),
         }
     }
 
+    /// Appends `change` to `record` unless it holds the change already (by request uid). The
+    /// append is conditioned on the record's resourceVersion, and on a conflict the record is
+    /// read again and checked again: several replicas called for the same request (the API
+    /// server calls validating webhooks in parallel), or a retry of a request whose answer was
+    /// lost, record the change once.
+    async fn append(
+        &self,
+        api: &Api<BackportRequirement>,
+        mut record: BackportRequirement,
+        change: RecordedChange,
+    ) -> Result<(), kube::Error> {
+        const ATTEMPTS: usize = 5;
+        for attempt in 1..=ATTEMPTS {
+            if record.spec.changes.iter().any(|c| same_write(c, &change)) {
+                return Ok(());
+            }
+            let patch = json!([
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": record.metadata.resource_version},
+                {"op": "add", "path": "/spec/changes/-", "value": change},
+            ]);
+            let patch: json_patch::Patch =
+                serde_json::from_value(patch).expect("a valid JSON patch");
+            match api
+                .patch(
+                    &record.name_any(),
+                    &PatchParams::default(),
+                    &Patch::<()>::Json(patch),
+                )
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {
+                    record = api.get(&record.name_any()).await?;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    /// Creates the record of a window, in phase Open with its first transition (`reason`,
+    /// `message`); a record of the same window that exists already (another replica, or a retry
+    /// of this request) is returned as it is.
     async fn create(
         &self,
         api: &Api<BackportRequirement>,
         window_uid: &str,
         spec: BackportRequirementSpec,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
     ) -> Result<BackportRequirement, kube::Error> {
         let name = record_name(
             &spec.object.kind,
@@ -477,15 +592,57 @@ impl Connected {
             )
             .await
         {
-            Ok(created) => Ok(created),
+            Ok(created) => Ok(self.mark_open(api, created, reason, message, now).await),
             // Another replica (or a retry of this request) recorded the same window.
             Err(kube::Error::Api(status)) if status.code == 409 => api.get(&name).await,
             Err(error) => Err(error),
         }
     }
 
-    /// Moves a record to `phase`, conditioned on its resourceVersion. Returns whether this call
-    /// made the transition (false: somebody else did, or the record changed meanwhile).
+    /// Writes a new record's status, phase Open: the API server ignores the status of a create
+    /// (it is a subresource), and without it `kubectl get backportrequirements` shows no phase.
+    /// Retried when the record changed meanwhile (another replica appended a change); a failure
+    /// is only logged, since the record itself exists and reads as Open without a status.
+    async fn mark_open(
+        &self,
+        api: &Api<BackportRequirement>,
+        mut record: BackportRequirement,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
+    ) -> BackportRequirement {
+        for _ in 0..3 {
+            if record
+                .status
+                .as_ref()
+                .is_some_and(|s| !s.transitions.is_empty())
+            {
+                return record;
+            }
+            match self
+                .transition(&record, Phase::Open, reason, message, Vec::new(), now)
+                .await
+            {
+                Ok(Some(written)) => return written,
+                Ok(None) => match api.get(&record.name_any()).await {
+                    Ok(latest) => record = latest,
+                    Err(error) => {
+                        tracing::warn!(%error, record = %record.name_any(), "could not read a new record back");
+                        return record;
+                    }
+                },
+                Err(error) => {
+                    tracing::warn!(%error, record = %record.name_any(), "could not write a new record's status");
+                    return record;
+                }
+            }
+        }
+        record
+    }
+
+    /// Moves a record to `phase`, conditioned on its resourceVersion. Returns the record as
+    /// written when this call made the transition, None when it did not (somebody else did, or
+    /// the record changed meanwhile).
     async fn transition(
         &self,
         record: &BackportRequirement,
@@ -494,7 +651,7 @@ impl Connected {
         message: &str,
         reverted_fields: Vec<String>,
         now: Timestamp,
-    ) -> Result<bool, kube::Error> {
+    ) -> Result<Option<BackportRequirement>, kube::Error> {
         let mut status = record.status.clone().unwrap_or_default();
         status.phase = phase;
         status.transitions.push(Transition {
@@ -520,8 +677,8 @@ impl Connected {
             )
             .await
         {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Ok(written) => Ok(Some(written)),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
             Err(error) => Err(error),
         }
     }
@@ -545,7 +702,7 @@ impl Connected {
             .state()
             .into_iter()
             .filter(|r| r.metadata.namespace.as_deref() == Some(namespace.as_str()))
-            .filter(|r| phase_of(r) == Phase::AwaitingBackport)
+            .filter(|r| awaiting_since(r, now).is_some())
             .filter(|r| {
                 r.spec.object.uid == uid
                     || r.spec
@@ -569,7 +726,7 @@ impl Connected {
             let reverted = matches!(evidence, Evidence::Reverted(_));
             if reverted
                 && let Some(hold) = rules.refuse_reverts_for
-                && phase_since(&record).is_some_and(|since| {
+                && awaiting_since(&record, now).is_some_and(|since| {
                     since
                         .checked_add(hold.as_signed())
                         .is_ok_and(|until| until > now)
@@ -597,7 +754,11 @@ impl Connected {
                     namespace,
                 ));
             }
-            if matches!(evidence, Evidence::Nothing) {
+            // A dry run writes nothing, so it settles nothing: Flux dry-runs every object on
+            // every reconcile, and its dry run of Git's values says nothing about what it
+            // will write (the webhook promises `sideEffects: NoneOnDryRun`, too). It is
+            // refused above like the real write, so that Flux reports the refusal.
+            if request.dry_run || matches!(evidence, Evidence::Nothing) {
                 continue;
             }
             // The transition and its Event do not hold up the controller's write.
@@ -656,87 +817,151 @@ impl Connected {
             ),
             Evidence::Nothing => return,
         };
-        match self
-            .transition(record, phase, why, &event.note, fields, now)
-            .await
-        {
-            Ok(true) => {
-                if phase == Phase::Reverted {
-                    self.metrics.emergency_changes_reverted.inc();
+        // A record whose window ended since the last expiry check is expired first (with its
+        // Event), then settled; each step is conditioned on the record's resourceVersion, and
+        // a conflict is read again: another replica may have made the step already.
+        let api = self.api(record.metadata.namespace.as_deref().unwrap_or_default());
+        let mut record = record.clone();
+        for _ in 0..4 {
+            let step = match phase_of(&record) {
+                Phase::Open if record.spec.window.expires_at.0 <= now => {
+                    self.expire(&record, now).await
                 }
-                self.events.publish(event);
-            }
-            Ok(false) => {}
-            Err(error) => {
-                tracing::warn!(%error, record = %record.name_any(), "could not record the backport outcome")
-            }
+                Phase::AwaitingBackport => {
+                    match self
+                        .transition(&record, phase, why, &event.note, fields.clone(), now)
+                        .await
+                    {
+                        Ok(Some(_)) => {
+                            if phase == Phase::Reverted {
+                                self.metrics.emergency_changes_reverted.inc();
+                            }
+                            self.events.publish(event);
+                            return;
+                        }
+                        other => other,
+                    }
+                }
+                // Settled already, or the window was extended meanwhile.
+                _ => return,
+            };
+            record = match step {
+                Ok(Some(written)) => written,
+                Ok(None) => match api.get(&record.name_any()).await {
+                    Ok(latest) => latest,
+                    Err(error) => {
+                        tracing::warn!(%error, record = %record.name_any(), "could not read a record back");
+                        return;
+                    }
+                },
+                Err(error) => {
+                    tracing::warn!(%error, record = %record.name_any(), "could not record the backport outcome");
+                    return;
+                }
+            };
         }
+    }
+
+    /// The records this driftgate looks after: those in namespaces its policies guard.
+    fn managed_records(&self) -> Vec<Arc<BackportRequirement>> {
+        let policies = self.policies.load();
+        let guarding: Vec<_> = policies
+            .policies()
+            .iter()
+            .filter(|p| p.break_glass.is_some())
+            .collect();
+        self.store
+            .state()
+            .into_iter()
+            .filter(|record| {
+                let Some(namespace) = record.metadata.namespace.as_deref() else {
+                    return false;
+                };
+                let known = self.namespaces.get(namespace);
+                let labels = match known.as_ref().map(|ns| &ns.metadata.labels) {
+                    Some(Some(labels)) => NamespaceLabels::Known(labels),
+                    Some(None) => NamespaceLabels::Known(&NO_LABELS),
+                    None => NamespaceLabels::Unknown,
+                };
+                guarding
+                    .iter()
+                    .any(|p| p.guards_namespace(namespace, labels))
+            })
+            .collect()
     }
 
     /// Windows whose expiry passed move to AwaitingBackport, once, by whichever replica wins.
     async fn expire_windows(&self) {
         let now = Timestamp::now();
-        for record in self.store.state() {
+        for record in self.managed_records() {
             if phase_of(&record) != Phase::Open || record.spec.window.expires_at.0 > now {
                 continue;
             }
-            let message = format!(
-                "the window ended at {} with {} change(s) not yet seen in Git",
-                human_utc(record.spec.window.expires_at.0),
-                record.spec.changes.len()
-            );
-            match self
-                .transition(
-                    &record,
-                    Phase::AwaitingBackport,
-                    "Expired",
-                    &message,
-                    Vec::new(),
-                    now,
-                )
-                .await
-            {
-                Ok(true) => {
-                    let note = format!(
-                        "The break-glass window opened by {} (reason \"{}\") expired at {}; {} change(s) made in it must be backported to Git, or the controller will revert them. Record {}.",
-                        record
-                            .spec
-                            .window
-                            .opener
-                            .as_deref()
-                            .unwrap_or("someone driftgate did not see"),
-                        record.spec.window.reason.as_deref().unwrap_or(""),
-                        human_utc(record.spec.window.expires_at.0),
-                        record.spec.changes.len(),
-                        record.name_any(),
-                    );
-                    let regarding = ObjectReference {
-                        api_version: Some(record.spec.object.api_version.clone()),
-                        kind: Some(record.spec.object.kind.clone()),
-                        name: Some(record.spec.object.name.clone()),
-                        namespace: (record.spec.scope == RecordScope::Object)
-                            .then(|| record.metadata.namespace.clone())
-                            .flatten(),
-                        uid: Some(record.spec.object.uid.clone()).filter(|u| !u.is_empty()),
-                        ..ObjectReference::default()
-                    };
-                    self.events.publish(PlannedEvent::new(
-                        EventReason::BreakGlassExpired,
-                        note,
-                        regarding,
-                    ));
-                }
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::warn!(%error, record = %record.name_any(), "could not mark an expired window")
-                }
+            if let Err(error) = self.expire(&record, now).await {
+                tracing::warn!(%error, record = %record.name_any(), "could not mark an expired window");
             }
         }
     }
 
+    /// Moves an Open record whose window has ended to AwaitingBackport and publishes its
+    /// BreakGlassExpired Event. Returns the record as written, or None when this call did not
+    /// make the transition (another replica did, or the record changed meanwhile).
+    async fn expire(
+        &self,
+        record: &BackportRequirement,
+        now: Timestamp,
+    ) -> Result<Option<BackportRequirement>, kube::Error> {
+        let message = format!(
+            "the window ended at {} with {} change(s) not yet seen in Git",
+            human_utc(record.spec.window.expires_at.0),
+            record.spec.changes.len()
+        );
+        let written = self
+            .transition(
+                record,
+                Phase::AwaitingBackport,
+                "Expired",
+                &message,
+                Vec::new(),
+                now,
+            )
+            .await?;
+        if written.is_some() {
+            let note = format!(
+                "The break-glass window opened by {} (reason \"{}\") expired at {}; {} change(s) made in it must be backported to Git, or the controller will revert them. Record {}.",
+                record
+                    .spec
+                    .window
+                    .opener
+                    .as_deref()
+                    .unwrap_or("someone driftgate did not see"),
+                record.spec.window.reason.as_deref().unwrap_or(""),
+                human_utc(record.spec.window.expires_at.0),
+                record.spec.changes.len(),
+                record.name_any(),
+            );
+            let regarding = ObjectReference {
+                api_version: Some(record.spec.object.api_version.clone()),
+                kind: Some(record.spec.object.kind.clone()),
+                name: Some(record.spec.object.name.clone()),
+                namespace: (record.spec.scope == RecordScope::Object)
+                    .then(|| record.metadata.namespace.clone())
+                    .flatten(),
+                uid: Some(record.spec.object.uid.clone()).filter(|u| !u.is_empty()),
+                ..ObjectReference::default()
+            };
+            self.events.publish(PlannedEvent::new(
+                EventReason::BreakGlassExpired,
+                note,
+                regarding,
+            ));
+        }
+        Ok(written)
+    }
+
     fn refresh_gauges(&self) {
         let now = Timestamp::now();
-        let records = self.store.state();
+        let records = self.managed_records();
         let open = records
             .iter()
             .filter(|r| phase_of(r) == Phase::Open && r.spec.window.expires_at.0 > now)
@@ -785,6 +1010,18 @@ fn label_safe(value: &str) -> String {
         .to_owned()
 }
 
+/// Whether two recorded changes are one write: one request (retried), or one write reviewed by
+/// several webhooks (each call has its own request uid, but the same object and the same
+/// resourceVersion before the change).
+fn same_write(a: &RecordedChange, b: &RecordedChange) -> bool {
+    a.request_uid == b.request_uid
+        || (!a.resource_version.is_empty()
+            && a.resource_version == b.resource_version
+            && a.operation == b.operation
+            && a.subresource == b.subresource
+            && a.object.as_ref().map(|o| &o.uid) == b.object.as_ref().map(|o| &o.uid))
+}
+
 /// What one admitted change under a window did, with digests of the new values.
 fn recorded_change(
     request: &AdmissionRequest<DynamicObject>,
@@ -830,6 +1067,14 @@ fn recorded_change(
         }),
         subresource: object.subresource.clone(),
         request_uid: request.uid.clone(),
+        resource_version: match request.operation {
+            Operation::Create => String::new(),
+            _ => request
+                .old_object
+                .as_ref()
+                .and_then(|o| o.metadata.resource_version.clone())
+                .unwrap_or_default(),
+        },
         fields,
     }
 }
@@ -843,5 +1088,58 @@ impl BackportStatus {
             Phase::Reverted => "Reverted",
             Phase::Resolved => "Resolved",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(request_uid: &str, resource_version: &str, subresource: &str) -> RecordedChange {
+        RecordedChange {
+            time: time(Timestamp::UNIX_EPOCH),
+            user: "alice".into(),
+            operation: "UPDATE".into(),
+            object: None,
+            subresource: subresource.into(),
+            request_uid: request_uid.into(),
+            resource_version: resource_version.into(),
+            fields: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn one_write_reviewed_by_two_webhooks_is_one_change() {
+        // A retry of one request.
+        assert!(same_write(&change("r1", "", ""), &change("r1", "", "")));
+        // Two webhooks, one write: their own request uids, the same object version.
+        assert!(same_write(
+            &change("r1", "41", "scale"),
+            &change("r2", "41", "scale")
+        ));
+        // Two writes.
+        assert!(!same_write(
+            &change("r1", "41", "scale"),
+            &change("r2", "42", "scale")
+        ));
+        assert!(!same_write(
+            &change("r1", "41", ""),
+            &change("r2", "41", "scale")
+        ));
+        // CREATEs have no version before them: only the request uid tells.
+        assert!(!same_write(&change("r1", "", ""), &change("r2", "", "")));
+        let mut other_object = change("r2", "41", "");
+        other_object.object = Some(RecordedObject {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "b".into(),
+            uid: "u2".into(),
+        });
+        let mut one_object = change("r1", "41", "");
+        one_object.object = Some(RecordedObject {
+            uid: "u1".into(),
+            ..other_object.object.clone().unwrap()
+        });
+        assert!(!same_write(&one_object, &other_object));
     }
 }

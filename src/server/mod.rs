@@ -24,7 +24,7 @@ use tower_http::timeout::TimeoutLayer;
 
 use crate::decision::{Decision, DecisionInput, decide, needs_parent};
 use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, ParentLookup};
+use crate::kube_state::{NamespaceCache, Parent, ParentLookup};
 use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
@@ -168,7 +168,7 @@ async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     // Side effects never delay the answer: `record` only queues.
     state.events.record(&request, &decision);
     if !request.dry_run && !state.ledger.is_connected() {
-        state.windows.observe(&decision);
+        state.windows.observe(&decision, (state.clock)());
     }
     let response = decision.to_response(&request).into_review();
     let elapsed = started.elapsed();
@@ -214,16 +214,33 @@ async fn decide_with_cluster(
     if !needs_parent(policies, &decision) {
         return decision;
     }
-    match state.parents.fetch(request).await {
-        Some(parent) => decide(
+    match state.parents.lookup(request).await {
+        Parent::Found(parent) => decide(
             policies,
             &DecisionInput {
                 parent: Some(&parent),
                 ..input
             },
         ),
-        None => decision,
+        Parent::Absent => decision,
+        Parent::Unreadable(error) => parent_unreadable(decision, &error),
     }
+}
+
+/// A refusal decided without the parent, whose window might have admitted the write: the
+/// person is told that, and to retry, before the refusal itself (which, read alone, would tell
+/// an opener under an open window to open one).
+fn parent_unreadable(mut decision: Decision, error: &str) -> Decision {
+    if decision.allowed {
+        return decision;
+    }
+    let object = &decision.record.object;
+    decision.message = format!(
+        "driftgate could not read {} {}/{} to see whether a break-glass window on it allows this change ({error}), so the change was refused. \
+         If a window is open on it, retry in a moment; if it keeps failing, driftgate cannot reach the API server. Without the window: {}",
+        object.kind, object.namespace, object.name, decision.message
+    );
+    decision
 }
 
 /// Metrics and the one structured log line per review.

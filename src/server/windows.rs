@@ -26,7 +26,7 @@ impl WindowTracker {
     }
 
     /// Updates the known windows from a (non-dry-run) decision and refreshes the gauge.
-    pub fn observe(&self, decision: &Decision) {
+    pub fn observe(&self, decision: &Decision, now: Timestamp) {
         let object = &decision.record.object;
         let object_key = format!("{}/{}/{}", object.namespace, object.kind, object.name);
         let key = |scope: WindowScope| match scope {
@@ -56,7 +56,6 @@ impl WindowTracker {
                 changed = true;
             }
         }
-        let now = Timestamp::now();
         let before = open.len();
         open.retain(|_, expiry| *expiry > now);
         if changed || open.len() != before {

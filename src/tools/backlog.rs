@@ -273,6 +273,7 @@ mod tests {
                     object: None,
                     subresource: "scale".into(),
                     request_uid: "r".into(),
+                    resource_version: String::new(),
                     fields: vec![RecordedField {
                         path: "spec.replicas".into(),
                         digest: digest(Some(&json!(5))),

@@ -3,6 +3,7 @@
 //! which takes many minutes), with `driftgate serve` registered as its validating webhook.
 
 mod harness;
+mod ledger;
 mod plugin;
 mod scenarios;
 mod smoke;

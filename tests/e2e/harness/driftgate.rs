@@ -90,6 +90,17 @@ impl Driftgate {
 
     /// [`Driftgate::start`] with another identity for its kubeconfig.
     pub fn start_as(name: &str, policy: &Path, who: Identity, extra_args: &[&str]) -> Driftgate {
+        Self::start_with_kubeconfig(name, policy, &control_plane().kubeconfig(who), extra_args)
+    }
+
+    /// [`Driftgate::start`] with a kubeconfig file of the test's making (for example one whose
+    /// server is a proxy the test can interrupt).
+    pub fn start_with_kubeconfig(
+        name: &str,
+        policy: &Path,
+        kubeconfig: &Path,
+        extra_args: &[&str],
+    ) -> Driftgate {
         let control_plane = control_plane();
         static STARTED: AtomicUsize = AtomicUsize::new(0);
         let dir = control_plane.dir().join(format!(
@@ -126,7 +137,7 @@ impl Driftgate {
             .arg("--admin-addr")
             .arg(admin.to_string())
             .arg("--kubeconfig")
-            .arg(control_plane.kubeconfig(who))
+            .arg(kubeconfig)
             .args(["--instance", &format!("driftgate-e2e-{name}")])
             // Tests stop it; nothing routes to it that needs draining.
             .args(["--shutdown-delay", "0s", "--shutdown-grace", "2s"])

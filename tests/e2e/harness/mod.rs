@@ -9,6 +9,7 @@ pub mod control_plane;
 pub mod driftgate;
 pub mod pki;
 pub mod process;
+pub mod proxy;
 pub mod testenv;
 
 #[allow(unused_imports)]
