@@ -73,26 +73,100 @@ pub fn latest_fields<'a>(
     latest
 }
 
-/// Compares a controller's object (as JSON, after its write) with the record.
-pub fn judge(spec: &BackportRequirementSpec, object_uid: &str, object: &Value) -> Evidence {
+/// Whether the field set of a managedFields entry (`fieldsV1`) owns `path` of `object`: each map
+/// key is `f:<key>`, each list element `k:{<key fields>}` (or `v:<value>`, `i:<index>`); an owned
+/// atomic field (an empty set) owns everything below it.
+pub fn owns(fields_v1: &Value, object: &Value, path: &FieldPath) -> bool {
+    let mut set = fields_v1;
+    let mut node = object;
+    for segment in path.segments() {
+        let Value::Object(children) = set else {
+            return false;
+        };
+        if children.is_empty() {
+            return true;
+        }
+        let next = match node {
+            Value::Object(map) => {
+                node = match map.get(segment) {
+                    Some(value) => value,
+                    None => return false,
+                };
+                children.get(&format!("f:{segment}"))
+            }
+            Value::Array(list) => {
+                let Some(element) = segment.parse::<usize>().ok().and_then(|i| list.get(i)) else {
+                    return false;
+                };
+                node = element;
+                children.iter().find_map(|(key, child)| {
+                    let matches = if let Some(keys) = key.strip_prefix("k:") {
+                        serde_json::from_str::<serde_json::Map<String, Value>>(keys)
+                            .is_ok_and(|keys| keys.iter().all(|(k, v)| element.get(k) == Some(v)))
+                    } else if let Some(value) = key.strip_prefix("v:") {
+                        serde_json::from_str::<Value>(value).is_ok_and(|v| &v == element)
+                    } else if let Some(index) = key.strip_prefix("i:") {
+                        index == segment
+                    } else {
+                        false
+                    };
+                    matches.then_some(child)
+                })
+            }
+            _ => None,
+        };
+        match next {
+            Some(child) => set = child,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Compares a controller's object (as JSON, after its write) with the record. With the
+/// controller's own field set (`fieldsV1` of its managedFields entry), only the fields it manages
+/// are evidence: a field it does not manage keeps its emergency value without Git having it, so
+/// it proves nothing either way, and the record stays awaiting backport.
+pub fn judge(
+    spec: &BackportRequirementSpec,
+    object_uid: &str,
+    object: &Value,
+    controller_fields: Option<&Value>,
+) -> Evidence {
     let latest = latest_fields(spec, object_uid);
     if latest.is_empty() {
         return Evidence::Nothing;
     }
     let mut reverted = Vec::new();
+    let mut unmanaged = false;
     for (path, field) in latest {
-        let now = FieldPath::parse(path)
-            .ok()
-            .map(|p| digest(value_at(object, &p)))
-            .unwrap_or_else(|| ABSENT.to_owned());
-        if now != field.digest {
-            reverted.push(path.to_owned());
+        let Ok(parsed) = FieldPath::parse(path) else {
+            unmanaged = true;
+            continue;
+        };
+        let value = value_at(object, &parsed);
+        let now = digest(value);
+        if now == field.digest {
+            // Present: evidence only if the controller itself set it.
+            if controller_fields.is_some_and(|set| !owns(set, object, &parsed)) {
+                unmanaged = true;
+            }
+            continue;
         }
+        // Changed or gone. A field the controller does not manage that someone else changed
+        // again is not the controller reverting it.
+        if value.is_some() && controller_fields.is_some_and(|set| !owns(set, object, &parsed)) {
+            unmanaged = true;
+            continue;
+        }
+        reverted.push(path.to_owned());
     }
-    if reverted.is_empty() {
-        Evidence::Backported
-    } else {
+    if !reverted.is_empty() {
         Evidence::Reverted(reverted)
+    } else if unmanaged {
+        Evidence::Nothing
+    } else {
+        Evidence::Backported
     }
 }
 
@@ -157,15 +231,15 @@ mod tests {
     fn the_controller_carrying_the_values_is_a_backport_and_undoing_them_a_revert() {
         let record = spec(&[("spec.replicas", Some(json!(8)))]);
         let carried = json!({"spec": {"replicas": 8, "template": {}}});
-        assert_eq!(judge(&record, "u1", &carried), Evidence::Backported);
+        assert_eq!(judge(&record, "u1", &carried, None), Evidence::Backported);
         let undone = json!({"spec": {"replicas": 3}});
         assert_eq!(
-            judge(&record, "u1", &undone),
+            judge(&record, "u1", &undone, None),
             Evidence::Reverted(vec!["spec.replicas".into()])
         );
         let removed = json!({"spec": {}});
         assert_eq!(
-            judge(&record, "u1", &removed),
+            judge(&record, "u1", &removed, None),
             Evidence::Reverted(vec!["spec.replicas".into()])
         );
     }
@@ -177,11 +251,11 @@ mod tests {
         later.fields[0].digest = digest(Some(&json!(10)));
         record.changes.push(later);
         assert_eq!(
-            judge(&record, "u1", &json!({"spec": {"replicas": 10}})),
+            judge(&record, "u1", &json!({"spec": {"replicas": 10}}), None),
             Evidence::Backported
         );
         assert!(matches!(
-            judge(&record, "u1", &json!({"spec": {"replicas": 8}})),
+            judge(&record, "u1", &json!({"spec": {"replicas": 8}}), None),
             Evidence::Reverted(_)
         ));
     }
@@ -190,6 +264,61 @@ mod tests {
     fn bracketed_paths_are_found() {
         let record = spec(&[("metadata.annotations[example.com/x]", Some(json!("on")))]);
         let object = json!({"metadata": {"annotations": {"example.com/x": "on"}}});
-        assert_eq!(judge(&record, "u1", &object), Evidence::Backported);
+        assert_eq!(judge(&record, "u1", &object, None), Evidence::Backported);
+    }
+
+    #[test]
+    fn only_fields_the_controller_manages_are_evidence() {
+        // alice labelled the object and raised a container's memory under the window.
+        let record = spec(&[
+            ("metadata.labels.hotfix", Some(json!("on"))),
+            (
+                "spec.template.spec.containers[0].resources.limits.memory",
+                Some(json!("1Gi")),
+            ),
+        ]);
+        let object = json!({
+            "metadata": {"labels": {"app": "api", "hotfix": "on"}},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "api", "resources": {"limits": {"memory": "1Gi"}}}]}}}
+        });
+        // Flux manages the container's memory and not the label: the memory carried over is
+        // evidence, the label is not, so nothing is settled.
+        let flux = json!({
+            "f:metadata": {"f:labels": {"f:app": {}}},
+            "f:spec": {"f:template": {"f:spec": {"f:containers": {
+                "k:{\"name\":\"api\"}": {".": {}, "f:name": {}, "f:resources": {"f:limits": {"f:memory": {}}}}}}}}
+        });
+        assert_eq!(
+            judge(&record, "u1", &object, Some(&flux)),
+            Evidence::Nothing
+        );
+        // Without ownership information the value alone decides.
+        assert_eq!(judge(&record, "u1", &object, None), Evidence::Backported);
+        // Flux managing the label too: Git has both.
+        let mut both = flux.clone();
+        both["f:metadata"]["f:labels"]["f:hotfix"] = json!({});
+        assert_eq!(
+            judge(&record, "u1", &object, Some(&both)),
+            Evidence::Backported
+        );
+        // Flux setting the memory back is a revert, whatever the label.
+        let mut undone = object.clone();
+        undone["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] =
+            json!("512Mi");
+        assert_eq!(
+            judge(&record, "u1", &undone, Some(&flux)),
+            Evidence::Reverted(vec![
+                "spec.template.spec.containers[0].resources.limits.memory".into()
+            ])
+        );
+        let path =
+            FieldPath::parse("spec.template.spec.containers[0].resources.limits.memory").unwrap();
+        assert!(owns(&flux, &object, &path));
+        assert!(!owns(
+            &flux,
+            &object,
+            &FieldPath::parse("metadata.labels.hotfix").unwrap()
+        ));
     }
 }

@@ -718,9 +718,30 @@ impl Connected {
             (Operation::Delete, _) | (_, None) => None,
             (_, Some(object)) => serde_json::to_value(object).ok(),
         };
+        // The controller's own field set: only what it manages is evidence of what Git holds.
+        let field_manager = request
+            .options
+            .as_ref()
+            .and_then(|o| o.0.get("fieldManager"))
+            .and_then(Value::as_str);
+        let controller_fields: Option<Value> = field_manager.and_then(|manager| {
+            request
+                .object
+                .as_ref()?
+                .metadata
+                .managed_fields
+                .as_ref()?
+                .iter()
+                .find(|entry| {
+                    entry.manager.as_deref() == Some(manager)
+                        && entry.subresource.as_deref().unwrap_or("").is_empty()
+                })
+                .and_then(|entry| entry.fields_v1.as_ref())
+                .map(|fields| fields.0.clone())
+        });
         for record in awaiting {
             let evidence = match &object {
-                Some(object) => judge(&record.spec, &uid, object),
+                Some(object) => judge(&record.spec, &uid, object, controller_fields.as_ref()),
                 None => Evidence::Reverted(vec!["(object deleted)".to_owned()]),
             };
             let reverted = matches!(evidence, Evidence::Reverted(_));
