@@ -125,77 +125,55 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
+/// Runs an async command on a Tokio runtime (multi-threaded for the server) and maps its result
+/// to an exit code, printing the error as `driftgate COMMAND: error`.
+fn run_async<F>(command: &str, multi_thread: bool, future: F) -> ExitCode
+where
+    F: std::future::Future<Output = Result<()>>,
+{
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("driftgate {command}: cannot start the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(future) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "driftgate {command} failed");
+            eprintln!("driftgate {command}: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn break_glass(
     command: &crate::tools::break_glass::BreakGlassCommand,
     out: &mut impl Write,
 ) -> ExitCode {
     use crate::tools::break_glass::{self as tool, BreakGlassCommand};
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("driftgate break-glass: cannot start the runtime: {error}");
-            return ExitCode::from(1);
-        }
-    };
-    let result = runtime.block_on(async {
+    run_async("break-glass", false, async {
         match command {
             BreakGlassCommand::Open(args) => tool::open(args, out).await,
             BreakGlassCommand::Close(args) => tool::close(args, out).await,
             BreakGlassCommand::List(args) => tool::list(args, out).await,
         }
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("driftgate break-glass: {error}");
-            ExitCode::from(1)
-        }
-    }
+    })
 }
 
 fn backlog(args: &crate::tools::backlog::BacklogArgs, out: &mut impl Write) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("driftgate backlog: cannot start the runtime: {error}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(crate::tools::backlog::run(args, out)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("driftgate backlog: {error}");
-            ExitCode::from(1)
-        }
-    }
+    run_async("backlog", false, crate::tools::backlog::run(args, out))
 }
 
 fn serve(args: crate::serve::ServeArgs) -> ExitCode {
     crate::serve::init_logging(args.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("driftgate serve: cannot start the runtime: {error}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(crate::serve::serve(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(%error, "driftgate serve failed");
-            eprintln!("driftgate serve: {error}");
-            ExitCode::from(1)
-        }
-    }
+    run_async("serve", true, crate::serve::serve(args))
 }
 
 fn parse_now(now: Option<&str>) -> Result<Timestamp> {

@@ -274,3 +274,29 @@ impl ParentLookup {
         self.throttle.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// The cluster configuration from `--kubeconfig FILE`, or inferred (in-cluster, then
+/// `$KUBECONFIG`, then `~/.kube/config`), with errors that say which.
+pub async fn client_config(kubeconfig: Option<&std::path::Path>) -> crate::Result<kube::Config> {
+    use crate::Error;
+    match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            Error::Config(format!(
+                "no cluster configuration found ({e}); pass --kubeconfig"
+            ))
+        }),
+    }
+}
+
+/// A client for `config`.
+pub fn client_for(config: kube::Config) -> crate::Result<kube::Client> {
+    kube::Client::try_from(config)
+        .map_err(|e| crate::Error::Config(format!("cannot build the Kubernetes client: {e}")))
+}

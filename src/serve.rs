@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, ParentLookup};
+use crate::kube_state::{NamespaceCache, ParentLookup, client_config, client_for};
 use crate::ledger::service::Ledger;
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
@@ -190,29 +190,19 @@ async fn kube_client(args: &ServeArgs) -> Result<Option<kube::Client>> {
     if args.no_kube {
         return Ok(None);
     }
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| Error::Config(format!("no cluster configuration found ({e}); pass --kubeconfig, or --no-kube to run without a cluster"))),
-    };
-    let config = match (config, args.dev) {
+    let config = match (client_config(args.kubeconfig.as_deref()).await, args.dev) {
         (Ok(config), _) => config,
         (Err(error), true) => {
             tracing::info!(%error, "--dev without a cluster: Events go to the log, namespace windows stay closed");
             return Ok(None);
         }
-        (Err(error), false) => return Err(error),
+        (Err(error), false) => {
+            return Err(Error::Config(format!(
+                "{error}, or --no-kube to run without a cluster"
+            )));
+        }
     };
-    kube::Client::try_from(config)
-        .map(Some)
-        .map_err(|e| Error::Config(format!("cannot build the Kubernetes client: {e}")))
+    client_for(config).map(Some)
 }
 
 fn instance_name(args: &ServeArgs) -> String {

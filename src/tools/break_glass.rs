@@ -136,20 +136,8 @@ pub fn resolve_kind(discovery: &Discovery, kind: &str) -> Option<ApiResource> {
 }
 
 pub async fn client(connection: &Connection) -> Result<kube::Client> {
-    let config = match &connection.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| Error::Config(format!("no cluster configuration found: {e}")))?,
-    };
-    kube::Client::try_from(config)
-        .map_err(|e| Error::Config(format!("cannot build the Kubernetes client: {e}")))
+    let config = crate::kube_state::client_config(connection.kubeconfig.as_deref()).await?;
+    crate::kube_state::client_for(config)
 }
 
 /// The object a command acts on: a named object, or the Namespace for a namespace-wide window.
