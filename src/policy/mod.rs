@@ -580,7 +580,6 @@ impl Checker<'_> {
                 ),
             );
         }
-        let spec_at = doc.spec.referenced;
         let spec = doc.spec.value;
 
         let namespaces = spec.namespaces;
@@ -638,10 +637,7 @@ impl Checker<'_> {
 
         let controllers = self.controllers(&spec.controllers);
         let delegations = self.delegations(&spec.delegations, &subresources);
-        let break_glass = spec
-            .break_glass
-            .map(|bg| self.break_glass(bg.value, bg.referenced));
-        let _ = spec_at;
+        let break_glass = spec.break_glass.map(|bg| self.break_glass(bg.value));
 
         if self.errors.len() > errors_before {
             return None;
@@ -780,8 +776,7 @@ impl Checker<'_> {
         out
     }
 
-    fn break_glass(&mut self, spec: BreakGlassSpec, at: Location) -> Option<BreakGlassRules> {
-        let _ = at;
+    fn break_glass(&mut self, spec: BreakGlassSpec) -> Option<BreakGlassRules> {
         let key = |checker: &mut Self,
                    field: &str,
                    value: Option<Spanned<String>>,
