@@ -126,33 +126,44 @@ fn diff_value(
             }
         }
         // A map that appears or disappears as a whole is reported leaf by leaf, so that a
-        // delegated `spec.replicas` still matches when the old object had no `spec` at all.
-        // A map that holds only nulls still appeared: like an empty map, it is reported itself.
+        // delegated `spec.replicas` still matches when the old object had no `spec` at all; one
+        // that holds only nulls still appeared, so like an empty map it is reported itself.
         (Some(Value::Object(a)), b) if is_absent(b) && !a.is_empty() => {
-            let before = out.len();
-            for (key, value) in a {
-                path.push(key.clone());
-                diff_value(path, Some(value), None, out);
-                path.pop();
-            }
-            if out.len() == before {
-                out.push(FieldPath(path.clone()));
-            }
+            whole_map(path, a, Side::Old, out)
         }
         (a, Some(Value::Object(b))) if is_absent(a) && !b.is_empty() => {
-            let before = out.len();
-            for (key, value) in b {
-                path.push(key.clone());
-                diff_value(path, None, Some(value), out);
-                path.pop();
-            }
-            if out.len() == before {
-                out.push(FieldPath(path.clone()));
-            }
+            whole_map(path, b, Side::New, out)
         }
         (a, b) if is_absent(a) && is_absent(b) => {}
         (a, b) if a == b => {}
         _ => out.push(FieldPath(path.clone())),
+    }
+}
+
+/// Which side of the diff a map that exists on one side only is on.
+#[derive(Clone, Copy)]
+enum Side {
+    Old,
+    New,
+}
+
+fn whole_map(
+    path: &mut Vec<String>,
+    map: &serde_json::Map<String, Value>,
+    side: Side,
+    out: &mut Vec<FieldPath>,
+) {
+    let before = out.len();
+    for (key, value) in map {
+        path.push(key.clone());
+        match side {
+            Side::Old => diff_value(path, Some(value), None, out),
+            Side::New => diff_value(path, None, Some(value), out),
+        }
+        path.pop();
+    }
+    if out.len() == before {
+        out.push(FieldPath(path.clone()));
     }
 }
 

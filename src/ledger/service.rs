@@ -265,8 +265,22 @@ impl Ledger {
             }
             return;
         };
-        let verdicts = decision.record.verdicts.clone();
-        for verdict in &verdicts {
+        if let Some(message) = self.refusal(inner, request, decision, policies, now).await {
+            refuse(decision, message);
+        }
+    }
+
+    /// Does the ledger's part for each verdict (reading the decision, not changing it) and
+    /// returns why the write must be refused, if it must.
+    async fn refusal(
+        &self,
+        inner: &Arc<Connected>,
+        request: &AdmissionRequest<DynamicObject>,
+        decision: &Decision,
+        policies: &PolicySet,
+        now: Timestamp,
+    ) -> Option<String> {
+        for verdict in &decision.record.verdicts {
             let rules = policies
                 .policies()
                 .iter()
@@ -275,8 +289,7 @@ impl Ledger {
             let Some(rules) = rules else { continue };
             if verdict.rule == Rule::Controller {
                 if let Some(message) = inner.judge_controller_write(request, verdict, rules, now) {
-                    refuse(decision, message);
-                    return;
+                    return Some(message);
                 }
                 continue;
             }
@@ -298,17 +311,38 @@ impl Ledger {
             if let Err(error) = recorded {
                 Metrics::count_result(&self.metrics.ledger_writes, false);
                 tracing::warn!(%error, uid = %request.uid, "could not write the backport record; refusing the break-glass change");
-                refuse(
-                    decision,
-                    format!(
-                        "driftgate could not record this break-glass change in its backport ledger ({error}), so it was not made. \
-                         Retry in a moment; if it keeps failing, driftgate cannot reach the API server."
-                    ),
-                );
-                return;
+                return Some(format!(
+                    "driftgate could not record this break-glass change in its backport ledger ({error}), so it was not made. \
+                     Retry in a moment; if it keeps failing, driftgate cannot reach the API server."
+                ));
             }
             Metrics::count_result(&self.metrics.ledger_writes, true);
         }
+        None
+    }
+}
+
+/// A record of a window with no changes yet; `opened` is who opened it and when, when driftgate
+/// saw it being opened.
+fn new_record(
+    object: RecordedObject,
+    scope: RecordScope,
+    window: &crate::decision::BreakGlassWindow,
+    policy: &str,
+    opened: Option<(&str, Timestamp)>,
+) -> BackportRequirementSpec {
+    BackportRequirementSpec {
+        object,
+        scope,
+        window: RecordedWindow {
+            opener: opened.map(|(user, _)| user.to_owned()),
+            reason: window.reason.clone(),
+            opened_at: opened.map(|(_, at)| time(at)),
+            expires_at: time(window.expires_at),
+            label_value: window.label_value.clone(),
+        },
+        policy: policy.to_owned(),
+        changes: Vec::new(),
     }
 }
 
@@ -457,19 +491,13 @@ impl Connected {
                         Ok(())
                     }
                     None => {
-                        let spec = BackportRequirementSpec {
-                            object: window_object,
+                        let spec = new_record(
+                            window_object,
                             scope,
-                            window: RecordedWindow {
-                                opener: Some(decision.record.user.clone()),
-                                reason: window.reason.clone(),
-                                opened_at: Some(time(now)),
-                                expires_at: time(window.expires_at),
-                                label_value: window.label_value.clone(),
-                            },
-                            policy: verdict.policy.clone(),
-                            changes: Vec::new(),
-                        };
+                            window,
+                            &verdict.policy,
+                            Some((&decision.record.user, now)),
+                        );
                         let opened = format!(
                             "{} opened the window until {}",
                             decision.record.user,
@@ -490,19 +518,7 @@ impl Connected {
                     // The window was opened where driftgate could not see it (before it was
                     // installed, or while the webhook was bypassed): record it now.
                     None => {
-                        let spec = BackportRequirementSpec {
-                            object: window_object,
-                            scope,
-                            window: RecordedWindow {
-                                opener: None,
-                                reason: window.reason.clone(),
-                                opened_at: None,
-                                expires_at: time(window.expires_at),
-                                label_value: window.label_value.clone(),
-                            },
-                            policy: verdict.policy.clone(),
-                            changes: Vec::new(),
-                        };
+                        let spec = new_record(window_object, scope, window, &verdict.policy, None);
                         let found = format!(
                             "{} changed the object under a window (until {}) that was opened where driftgate did not see it",
                             decision.record.user,
@@ -697,20 +713,16 @@ impl Connected {
             return None;
         }
         let namespace = request.namespace.clone().unwrap_or_default();
-        let awaiting: Vec<Arc<BackportRequirement>> = self
-            .store
-            .state()
-            .into_iter()
-            .filter(|r| r.metadata.namespace.as_deref() == Some(namespace.as_str()))
-            .filter(|r| awaiting_since(r, now).is_some())
-            .filter(|r| {
-                r.spec.object.uid == uid
+        // Filtered inside the store: every controller write asks, and few objects have records.
+        let awaiting: Vec<Arc<BackportRequirement>> = self.store.state_filter(|r| {
+            r.metadata.namespace.as_deref() == Some(namespace.as_str())
+                && awaiting_since(r, now).is_some()
+                && (r.spec.object.uid == uid
                     || r.spec
                         .changes
                         .iter()
-                        .any(|c| c.object.as_ref().is_some_and(|o| o.uid == uid))
-            })
-            .collect();
+                        .any(|c| c.object.as_ref().is_some_and(|o| o.uid == uid)))
+        });
         if awaiting.is_empty() {
             return None;
         }

@@ -13,23 +13,14 @@ use serde_json::json;
 use crate::error::{Error, Result};
 use crate::ledger::record::{BackportRequirement, Phase, Transition};
 use crate::ledger::service::{phase_of, phase_since};
-use crate::tools::break_glass::{Connection, client};
+use crate::tools::break_glass::{Connection, NamespaceScope, client};
 
 #[derive(Debug, Args)]
 pub struct BacklogArgs {
     #[command(subcommand)]
     pub command: Option<BacklogCommand>,
-    /// Only this namespace.
-    #[arg(
-        short = 'n',
-        long,
-        value_name = "NS",
-        conflicts_with = "all_namespaces"
-    )]
-    pub namespace: Option<String>,
-    /// Every namespace (the default when -n is not given).
-    #[arg(short = 'A', long)]
-    pub all_namespaces: bool,
+    #[command(flatten)]
+    pub scope: NamespaceScope,
     /// Also show records that are done (Backported, Resolved).
     #[arg(long)]
     pub all: bool,
@@ -173,7 +164,7 @@ pub async fn run(args: &BacklogArgs, out: &mut impl std::io::Write) -> Result<()
     {
         return resolve(client, namespace, name, note, out).await;
     }
-    let api: Api<BackportRequirement> = match &args.namespace {
+    let api: Api<BackportRequirement> = match &args.scope.namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
     };

@@ -67,8 +67,9 @@ pub struct OpenArgs {
     pub reason: String,
 }
 
+/// `-n NS` or `-A`, as kubectl spells them.
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub struct NamespaceScope {
     /// Only this namespace.
     #[arg(
         short = 'n',
@@ -80,6 +81,12 @@ pub struct ListArgs {
     /// Every namespace (the default when -n is not given).
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub scope: NamespaceScope,
     #[command(flatten)]
     pub connection: Connection,
 }
@@ -290,7 +297,7 @@ pub async fn list(args: &ListArgs, out: &mut impl std::io::Write) -> Result<()> 
                 continue;
             }
             let is_namespace = resource.group.is_empty() && resource.kind == "Namespace";
-            let api: Api<DynamicObject> = match (&args.namespace, caps.scope) {
+            let api: Api<DynamicObject> = match (&args.scope.namespace, caps.scope) {
                 (_, Scope::Cluster) if !is_namespace => continue,
                 (Some(ns), Scope::Namespaced) => {
                     Api::namespaced_with(client.clone(), ns, &resource)
@@ -308,7 +315,13 @@ pub async fn list(args: &ListArgs, out: &mut impl std::io::Write) -> Result<()> 
                 } else {
                     object.metadata.namespace.clone().unwrap_or_default()
                 };
-                if is_namespace && args.namespace.as_ref().is_some_and(|ns| ns != &namespace) {
+                if is_namespace
+                    && args
+                        .scope
+                        .namespace
+                        .as_ref()
+                        .is_some_and(|ns| ns != &namespace)
+                {
                     continue;
                 }
                 let labels = object.metadata.labels.unwrap_or_default();
