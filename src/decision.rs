@@ -226,7 +226,11 @@ struct Facts<'a> {
     input: &'a DecisionInput<'a>,
     request: &'a AdmissionRequest<DynamicObject>,
     operation: Option<GuardedOperation>,
+    /// The subresource the write is judged as: "" for the object itself.
     subresource: &'a str,
+    /// A subresource write judged as a write to the object itself, because it changed what
+    /// only the object's own writes should: `status`, when it changed the labels.
+    through: Option<&'a str>,
     /// The namespace that scopes the write; for a Namespace object, its own name.
     namespace: Option<&'a str>,
     /// The kind of the object written (for a subresource, of its parent).
@@ -246,7 +250,15 @@ impl<'a> Facts<'a> {
             Operation::Delete => Some(GuardedOperation::Delete),
             Operation::Connect => None,
         };
-        let subresource = request.sub_resource.as_deref().unwrap_or("");
+        let mut subresource = request.sub_resource.as_deref().unwrap_or("");
+        let mut through = None;
+        // The API server keeps label changes made through `status` for many kinds (Service,
+        // Namespace, …; not Deployment, whose status strategy resets them). A label there is a
+        // break-glass window or a selector's input, so such a write is judged as the object's own.
+        if subresource == "status" && status_changes_labels(request) {
+            through = Some(subresource);
+            subresource = "";
+        }
         let is_namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
         let namespace = match request.namespace.as_deref() {
             Some(ns) if !ns.is_empty() => Some(ns),
@@ -278,6 +290,7 @@ impl<'a> Facts<'a> {
             request,
             operation,
             subresource,
+            through,
             namespace,
             kind,
             user: &request.user_info,
@@ -329,19 +342,24 @@ impl<'a> Facts<'a> {
         self.request.object.as_ref().map(|o| &o.metadata)
     }
 
-    /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)".
+    /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)", "Service
+    /// prod-payments/api (through status)"; for a DELETE of a collection (which the API server
+    /// reviews once as a whole, with no name, before each object): "every ConfigMap in
+    /// prod-payments".
     fn object_words(&self) -> String {
         let name = &self.request.name;
+        let is_namespace_object =
+            self.request.kind.kind == "Namespace" && self.request.kind.group.is_empty();
         let mut words = match self.namespace {
-            Some(ns)
-                if !(self.request.kind.kind == "Namespace"
-                    && self.request.kind.group.is_empty()) =>
-            {
-                format!("{} {ns}/{name}", self.kind)
+            Some(ns) if name.is_empty() && !is_namespace_object => {
+                format!("every {} in {ns}", self.kind)
             }
+            Some(ns) if !is_namespace_object => format!("{} {ns}/{name}", self.kind),
             _ => format!("{} {name}", self.kind),
         };
-        if !self.subresource.is_empty() {
+        if let Some(through) = self.through {
+            words.push_str(&format!(" (through {through})"));
+        } else if !self.subresource.is_empty() {
             words.push_str(&format!(" ({})", self.subresource));
         }
         words
@@ -356,13 +374,20 @@ impl<'a> Facts<'a> {
         }
     }
 
-    /// The command an opener would run, for denial messages.
-    fn open_command(&self) -> String {
-        let target = format!("{}/{}", self.kind.to_lowercase(), self.request.name);
+    /// The command an opener would run, for denial messages. A collection has no object to
+    /// label: only a namespace-wide window can cover it.
+    fn open_command(&self, rules: &BreakGlassRules) -> String {
         let ns = self.namespace.unwrap_or("default");
-        format!(
-            "driftgate break-glass open {target} -n {ns} --for 1h --reason \"INC-…: what and why\""
-        )
+        let reason = "--for 1h --reason \"INC-…: what and why\"";
+        if self.request.name.is_empty() && rules.namespace_wide {
+            return format!("driftgate break-glass open --namespace {ns} {reason}");
+        }
+        let name = match self.request.name.as_str() {
+            "" => "NAME",
+            name => name,
+        };
+        let target = format!("{}/{name}", self.kind.to_lowercase());
+        format!("driftgate break-glass open {target} -n {ns} {reason}")
     }
 }
 
@@ -759,7 +784,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
                     human_utc(window.expires_at),
                     rules.max_duration,
                     policy.name,
-                    facts.open_command(),
+                    facts.open_command(rules),
                     owner_suffix(policy),
                 ),
             );
@@ -778,7 +803,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
                     facts.object_words(),
                     describe_window(window),
                     policy.name,
-                    facts.open_command(),
+                    facts.open_command(rules),
                     owner_suffix(policy),
                 ),
             );
@@ -797,6 +822,17 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
         ));
     }
     Some(outcome)
+}
+
+/// Whether a `status` UPDATE changed the object's labels (absent and empty are the same).
+fn status_changes_labels(request: &AdmissionRequest<DynamicObject>) -> bool {
+    fn labels(object: Option<&DynamicObject>) -> Option<&BTreeMap<String, String>> {
+        object
+            .and_then(|o| o.metadata.labels.as_ref())
+            .filter(|l| !l.is_empty())
+    }
+    request.operation == Operation::Update
+        && labels(request.object.as_ref()) != labels(request.old_object.as_ref())
 }
 
 fn owner_suffix(policy: &GatePolicy) -> String {
@@ -828,7 +864,7 @@ fn not_permitted(
         (Some(rules), None) => format!(
             "Change it in Git, or, in an emergency, open a break-glass window ({} may): {}",
             rules.openers.describe(),
-            facts.open_command()
+            facts.open_command(rules)
         ),
         (None, _) => "Change it in Git".to_owned(),
     };
