@@ -396,7 +396,7 @@ fn the_webhook_defaults_are_safe() {
     // Status writes reach driftgate only when they change labels (a break-glass label set
     // through services/status or namespaces/status; tests/e2e/scenarios/bypass.rs).
     assert!(
-        conditions.contains("request.subResource != 'status' ||"),
+        conditions.contains("!has(request.subResource) || request.subResource != 'status' ||"),
         "{conditions}"
     );
     assert!(
