@@ -7,10 +7,11 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::harness::{
-    ALICE, BOB, FLUX, Identity, control_plane, driftgate_cli, install_crypto_provider, shared,
+    ADMIN, ALICE, BOB, Driftgate, FLUX, Identity, control_plane, driftgate_cli,
+    install_crypto_provider, repo_path, shared, webhook_configuration,
 };
 
 use super::{
@@ -541,13 +542,94 @@ spec:
         live["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
         80
     );
-    // Both versions were sent as themselves (the chart's rule names every version).
-    let log = shared().log_tail(usize::MAX);
-    assert!(
-        log.lines().any(|l| l.contains(
-            "kind=HorizontalPodAutoscaler subresource= namespace=prod-b5 name=api user=bob"
-        )),
-        "{log}"
+    // Each of bob's three writes was reviewed (the chart's rule names every version).
+    assert_eq!(reviews_of(ns, "api", "bob"), 3);
+
+    // A rule narrowed to one version (as a values file may narrow the chart's rules): with
+    // `matchPolicy: Exact` a write through another version is never sent; with the chart's
+    // `Equivalent` it is, converted. A driftgate of its own counts what this configuration sends.
+    let narrowed = Driftgate::start("b5", &repo_path("policies/example.yaml"), &[]);
+    let mut configuration = webhook_configuration(
+        "driftgate-e2e-b5",
+        &narrowed.webhook_url(),
+        narrowed.ca_pem(),
+    );
+    let webhook = &mut configuration["webhooks"][0];
+    webhook["rules"] = json!([{
+        "apiGroups": ["autoscaling"], "apiVersions": ["v2"], "operations": ["UPDATE"],
+        "resources": ["horizontalpodautoscalers"], "scope": "Namespaced",
+    }]);
+    webhook["namespaceSelector"]["matchExpressions"]
+        .as_array_mut()
+        .expect("the chart's namespaceSelector has matchExpressions")
+        .push(json!({"key": "kubernetes.io/metadata.name", "operator": "In", "values": [ns]}));
+    assert_eq!(webhook["matchPolicy"], "Equivalent");
+    webhook["matchPolicy"] = json!("Exact");
+    let dry_run = |version: &str| {
+        control_plane().kubectl(
+            ADMIN,
+            &[
+                "patch",
+                &format!("horizontalpodautoscalers.{version}.autoscaling/api"),
+                "-n",
+                ns,
+                "--dry-run=server",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"maxReplicas":6}}"#,
+            ],
+        );
+    };
+    narrowed.register_with_probe(configuration.clone(), || dry_run("v2"));
+    let before = narrowed.reviews();
+    let through_v1 = kubectl(
+        BOB,
+        &[
+            "patch",
+            "horizontalpodautoscalers.v1.autoscaling/api",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            patch,
+        ],
+    );
+    // Refused by the shared webhook, which names every version; never sent to this one.
+    assert_denied(
+        &through_v1,
+        "bob may not update HorizontalPodAutoscaler prod-b5/api:",
+        "NotPermitted",
+    );
+    assert_eq!(
+        narrowed.reviews(),
+        before,
+        "Exact sent a v1 write to a v2 rule"
+    );
+    // The chart's Equivalent: the same v1 write now reaches the v2 rule.
+    configuration["webhooks"][0]["matchPolicy"] = json!("Equivalent");
+    narrowed.register_with_probe(configuration, || dry_run("v1"));
+    let before = narrowed.reviews();
+    let through_v1 = kubectl(
+        BOB,
+        &[
+            "patch",
+            "horizontalpodautoscalers.v1.autoscaling/api",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            patch,
+        ],
+    );
+    assert_denied(
+        &through_v1,
+        "bob may not update HorizontalPodAutoscaler prod-b5/api:",
+        "NotPermitted",
+    );
+    assert_eq!(narrowed.reviews(), before + 1.0);
+    assert_eq!(
+        get_json("horizontalpodautoscalers.v2.autoscaling/api", ns)["spec"]["maxReplicas"],
+        5
     );
 }
 
