@@ -285,6 +285,31 @@ spec:
         !reviewed(ns, "api-0", "bob"),
         "driftgate was sent the debug container"
     );
+
+    // `kubectl debug --copy-to` creates a new Pod instead: sent, and out of scope, because the
+    // example policy leaves Pods (run-time objects of the ReplicaSet controller) to RBAC.
+    kubectl(
+        BOB,
+        &[
+            "debug",
+            "pod/api-0",
+            "-n",
+            ns,
+            "--image=busybox",
+            "--copy-to=api-debug",
+        ],
+    )
+    .ok();
+    assert_eq!(
+        get_json("pod/api-debug", ns)["spec"]["containers"][1]["image"],
+        "busybox"
+    );
+    assert!(
+        shared().log_tail(usize::MAX).lines().any(|l| l.contains(
+            "operation=CREATE kind=Pod subresource= namespace=prod-b2 name=api-debug user=bob"
+        ) && l.contains("rule=\"OutOfScope\"")),
+        "no out-of-scope review of the copied Pod"
+    );
 }
 
 #[tokio::test]
