@@ -343,18 +343,16 @@ impl<'a> Facts<'a> {
     }
 
     /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)", "Service
-    /// prod-payments/api (through status)"; for a DELETE of a collection (which the API server
-    /// reviews once as a whole, with no name, before each object): "every ConfigMap in
-    /// prod-payments".
+    /// prod-payments/api (through status)".
     fn object_words(&self) -> String {
         let name = &self.request.name;
-        let is_namespace_object =
-            self.request.kind.kind == "Namespace" && self.request.kind.group.is_empty();
         let mut words = match self.namespace {
-            Some(ns) if name.is_empty() && !is_namespace_object => {
-                format!("every {} in {ns}", self.kind)
+            Some(ns)
+                if !(self.request.kind.kind == "Namespace"
+                    && self.request.kind.group.is_empty()) =>
+            {
+                format!("{} {ns}/{name}", self.kind)
             }
-            Some(ns) if !is_namespace_object => format!("{} {ns}/{name}", self.kind),
             _ => format!("{} {name}", self.kind),
         };
         if let Some(through) = self.through {
@@ -374,20 +372,13 @@ impl<'a> Facts<'a> {
         }
     }
 
-    /// The command an opener would run, for denial messages. A collection has no object to
-    /// label: only a namespace-wide window can cover it.
-    fn open_command(&self, rules: &BreakGlassRules) -> String {
+    /// The command an opener would run, for denial messages.
+    fn open_command(&self) -> String {
+        let target = format!("{}/{}", self.kind.to_lowercase(), self.request.name);
         let ns = self.namespace.unwrap_or("default");
-        let reason = "--for 1h --reason \"INC-…: what and why\"";
-        if self.request.name.is_empty() && rules.namespace_wide {
-            return format!("driftgate break-glass open --namespace {ns} {reason}");
-        }
-        let name = match self.request.name.as_str() {
-            "" => "NAME",
-            name => name,
-        };
-        let target = format!("{}/{name}", self.kind.to_lowercase());
-        format!("driftgate break-glass open {target} -n {ns} {reason}")
+        format!(
+            "driftgate break-glass open {target} -n {ns} --for 1h --reason \"INC-…: what and why\""
+        )
     }
 }
 
@@ -784,7 +775,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
                     human_utc(window.expires_at),
                     rules.max_duration,
                     policy.name,
-                    facts.open_command(rules),
+                    facts.open_command(),
                     owner_suffix(policy),
                 ),
             );
@@ -803,7 +794,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
                     facts.object_words(),
                     describe_window(window),
                     policy.name,
-                    facts.open_command(rules),
+                    facts.open_command(),
                     owner_suffix(policy),
                 ),
             );
@@ -864,7 +855,7 @@ fn not_permitted(
         (Some(rules), None) => format!(
             "Change it in Git, or, in an emergency, open a break-glass window ({} may): {}",
             rules.openers.describe(),
-            facts.open_command(rules)
+            facts.open_command()
         ),
         (None, _) => "Change it in Git".to_owned(),
     };

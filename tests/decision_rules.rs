@@ -118,12 +118,11 @@ impl Req {
         self
     }
 
-    /// A DELETE of the whole collection (`DELETE .../deployments`), as the API server first
-    /// reviews it: no name, no object.
+    /// One object of a DELETE of the whole collection (`DELETE .../deployments`), as the API
+    /// server reviews it: no name, the object in oldObject.
     fn collection(mut self) -> Self {
         self.operation = "DELETE";
         self.name = "";
-        self.old = None;
         self.new = None;
         self.field_manager = None;
         self
@@ -298,7 +297,12 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "alice opening a window through status is judged as opening it",
-            Req::update("alice", plain(), with_window("20261130T1000Z", Some("INC-1"))).status(),
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T1000Z", Some("INC-1")),
+            )
+            .status(),
             true,
             Rule::BreakGlassOpened,
         ),
@@ -315,8 +319,12 @@ fn cases() -> Vec<Case> {
         ),
         case(
             "a status write that changes only annotations stays out of scope",
-            Req::update("bob", plain(), deployment(json!({"app": "api"}), json!({"a": "b"}), "api:1", 3))
-                .status(),
+            Req::update(
+                "bob",
+                plain(),
+                deployment(json!({"app": "api"}), json!({"a": "b"}), "api:1", 3),
+            )
+            .status(),
             true,
             Rule::OutOfScope,
         ),
@@ -561,7 +569,11 @@ fn cases() -> Vec<Case> {
         .says("\"x20261130T1000Zx\" is not an expiry"),
         case(
             "a far-future expiry",
-            Req::update("alice", plain(), with_window("20991231T0000Z", Some("INC-1"))),
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20991231T0000Z", Some("INC-1")),
+            ),
             false,
             Rule::BreakGlassRefused,
         )
@@ -756,15 +768,18 @@ fn cases() -> Vec<Case> {
             false,
             Rule::NotPermitted,
         ),
+        // A DELETE of a collection: the API server reviews each object in turn, with an empty
+        // name and the object in oldObject (measured in tests/e2e/scenarios/bypass.rs), and
+        // stops at the first refusal.
         case(
-            "bob deletes the collection (reviewed once, with no name, before each object)",
+            "each object of a collection DELETE is named by its oldObject",
             Req::update("bob", plain(), Value::Null).collection(),
             false,
             Rule::NotPermitted,
         )
-        .says("bob may not delete every Deployment in prod-payments: only the GitOps controller (flux) writes here (policy \"prod\", rule NotPermitted). Change it in Git, or, in an emergency, open a break-glass window (user carol; group sre-oncall may): driftgate break-glass open --namespace prod-payments --for 1h"),
+        .says("bob may not delete Deployment prod-payments/api: only the GitOps controller"),
         case(
-            "alice deletes the collection under a namespace window",
+            "alice deletes each object of a collection under a namespace window",
             Req::update("alice", plain(), Value::Null).collection(),
             true,
             Rule::BreakGlassWindow,

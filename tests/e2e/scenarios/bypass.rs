@@ -313,7 +313,8 @@ spec:
 }
 
 #[tokio::test]
-async fn a_collection_delete_is_refused_as_a_whole_and_nothing_is_deleted() {
+async fn a_collection_delete_stops_at_its_first_refusal_and_is_recorded_per_object_under_a_window()
+{
     install_crypto_provider();
     shared();
     let ns = "prod-b3";
@@ -352,8 +353,20 @@ async fn a_collection_delete_is_refused_as_a_whole_and_nothing_is_deleted() {
     }
     assert_eq!(names().await, ["one", "three", "two"]);
 
-    // A real DELETE of the collection: the API server first reviews the collection as a whole
-    // (no name), and stops there when it is refused.
+    // A real DELETE of the collection: the API server reviews the objects one at a time, each
+    // with an empty name and the object in oldObject (driftgate takes the name from there), and
+    // stops at the first refusal.
+    let bobs_deletes = || {
+        shared()
+            .log_tail(usize::MAX)
+            .lines()
+            .filter(|l| {
+                l.contains("operation=DELETE kind=ConfigMap subresource= namespace=prod-b3 ")
+                    && l.contains(" user=bob ")
+            })
+            .count()
+    };
+    let before = bobs_deletes();
     let api: Api<ConfigMap> = Api::namespaced(control_plane().client(BOB).await, ns);
     let refused = api
         .delete_collection(&DeleteParams::default(), &ListParams::default())
@@ -363,17 +376,20 @@ async fn a_collection_delete_is_refused_as_a_whole_and_nothing_is_deleted() {
         kube::Error::Api(status) => {
             assert_eq!(status.code, 403, "{status:?}");
             assert!(
-                status.message.contains(
-                    "bob may not delete every ConfigMap in prod-b3: only its controllers (flux, kubernetes) write here (policy \"production\", rule NotPermitted)"
-                ) && status
-                    .message
-                    .contains("driftgate break-glass open --namespace prod-b3 --for 1h"),
+                status.message.starts_with(
+                    "admission webhook \"gate.driftgate.dev\" denied the request: bob may not delete ConfigMap prod-b3/"
+                ) && !status.message.contains("prod-b3/:")
+                    && status.message.contains("(policy \"production\", rule NotPermitted)"),
                 "{status:?}"
             );
         }
         other => panic!("the collection DELETE failed otherwise: {other}"),
     }
-    assert!(reviewed(ns, "", "bob"), "no review of the collection");
+    assert_eq!(
+        bobs_deletes(),
+        before + 1,
+        "one review, then the API server stopped"
+    );
     assert_eq!(names().await, ["one", "three", "two"]);
 
     // And the namespace itself.
@@ -386,6 +402,57 @@ async fn a_collection_delete_is_refused_as_a_whole_and_nothing_is_deleted() {
     assert_eq!(
         get_json("namespace/prod-b3", ns)["status"]["phase"],
         "Active"
+    );
+
+    // Only a namespace-wide window can cover a collection: alice opens one and deletes it.
+    show(driftgate_cli(
+        ALICE,
+        &[
+            "break-glass",
+            "open",
+            "--namespace",
+            ns,
+            "--for",
+            "30m",
+            "--reason",
+            "INC-4740: stale configuration everywhere",
+        ],
+    ))
+    .ok();
+    // driftgate reads Namespaces from a watch: wait until it has seen the window.
+    super::eventually("driftgate to see the namespace window", || async {
+        control_plane()
+            .kubectl(
+                ALICE,
+                &["delete", "configmap/one", "-n", ns, "--dry-run=server"],
+            )
+            .success()
+            .then_some(())
+    })
+    .await;
+    let api: Api<ConfigMap> = Api::namespaced(control_plane().client(ALICE).await, ns);
+    api.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .expect("alice's collection DELETE under the namespace window is admitted");
+    let left = names().await;
+    assert!(left.is_empty(), "{left:?}");
+    // Recorded before each deletion was admitted: one change per object.
+    let recorded = records(ns).await;
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    let mut deleted: Vec<String> = recorded[0]
+        .spec
+        .changes
+        .iter()
+        .map(|c| {
+            let name = c.object.as_ref().map_or("", |o| o.name.as_str());
+            format!("{} {name}", c.operation)
+        })
+        .collect();
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        ["DELETE one", "DELETE three", "DELETE two"],
+        "{recorded:?}"
     );
 }
 
