@@ -217,6 +217,27 @@ async fn status_writes_cannot_change_spec_and_their_label_changes_are_judged_as_
         "ByBob"
     );
     assert_eq!(reviews_of(ns, "api", "bob"), bobs_reviews);
+
+    // The residual (tests/SECURITY.md): annotations through services/status stay, unseen.
+    kubectl(
+        BOB,
+        &[
+            "patch",
+            "service/api",
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"annotations":{"bob-was-here":"yes"}}}"#,
+        ],
+    )
+    .ok();
+    assert_eq!(
+        get_json("service/api", ns)["metadata"]["annotations"]["bob-was-here"],
+        "yes"
+    );
+    assert_eq!(reviews_of(ns, "api", "bob"), bobs_reviews);
 }
 
 #[tokio::test]
