@@ -59,8 +59,8 @@ pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Revi
 
 /// A DELETE of a collection reviews each object with an empty `name` (measured on
 /// kube-apiserver 1.35; only `oldObject` names it): take the name from the object, so that
-/// messages, Events and backport records say which object it was. The review of the
-/// collection itself carries no object and keeps its empty name.
+/// messages, Events and backport records say which object it was. A request with no named
+/// object keeps its empty name.
 fn name_from_object(request: &mut AdmissionRequest<DynamicObject>) {
     if !request.name.is_empty() {
         return;
