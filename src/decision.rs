@@ -226,7 +226,11 @@ struct Facts<'a> {
     input: &'a DecisionInput<'a>,
     request: &'a AdmissionRequest<DynamicObject>,
     operation: Option<GuardedOperation>,
+    /// The subresource the write is judged as: "" for the object itself.
     subresource: &'a str,
+    /// A subresource write judged as a write to the object itself, because it changed what
+    /// only the object's own writes should: `status`, when it changed the labels.
+    through: Option<&'a str>,
     /// The namespace that scopes the write; for a Namespace object, its own name.
     namespace: Option<&'a str>,
     /// The kind of the object written (for a subresource, of its parent).
@@ -246,7 +250,15 @@ impl<'a> Facts<'a> {
             Operation::Delete => Some(GuardedOperation::Delete),
             Operation::Connect => None,
         };
-        let subresource = request.sub_resource.as_deref().unwrap_or("");
+        let mut subresource = request.sub_resource.as_deref().unwrap_or("");
+        let mut through = None;
+        // The API server keeps label changes made through `status` for many kinds (Service,
+        // Namespace, …; not Deployment, whose status strategy resets them). A label there is a
+        // break-glass window or a selector's input, so such a write is judged as the object's own.
+        if subresource == "status" && status_changes_labels(request) {
+            through = Some(subresource);
+            subresource = "";
+        }
         let is_namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
         let namespace = match request.namespace.as_deref() {
             Some(ns) if !ns.is_empty() => Some(ns),
@@ -278,6 +290,7 @@ impl<'a> Facts<'a> {
             request,
             operation,
             subresource,
+            through,
             namespace,
             kind,
             user: &request.user_info,
@@ -329,7 +342,8 @@ impl<'a> Facts<'a> {
         self.request.object.as_ref().map(|o| &o.metadata)
     }
 
-    /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)".
+    /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)", "Service
+    /// prod-payments/api (through status)".
     fn object_words(&self) -> String {
         let name = &self.request.name;
         let mut words = match self.namespace {
@@ -341,7 +355,9 @@ impl<'a> Facts<'a> {
             }
             _ => format!("{} {name}", self.kind),
         };
-        if !self.subresource.is_empty() {
+        if let Some(through) = self.through {
+            words.push_str(&format!(" (through {through})"));
+        } else if !self.subresource.is_empty() {
             words.push_str(&format!(" ({})", self.subresource));
         }
         words
@@ -797,6 +813,17 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
         ));
     }
     Some(outcome)
+}
+
+/// Whether a `status` UPDATE changed the object's labels (absent and empty are the same).
+fn status_changes_labels(request: &AdmissionRequest<DynamicObject>) -> bool {
+    fn labels(object: Option<&DynamicObject>) -> Option<&BTreeMap<String, String>> {
+        object
+            .and_then(|o| o.metadata.labels.as_ref())
+            .filter(|l| !l.is_empty())
+    }
+    request.operation == Operation::Update
+        && labels(request.object.as_ref()) != labels(request.old_object.as_ref())
 }
 
 fn owner_suffix(policy: &GatePolicy) -> String {

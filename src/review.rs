@@ -51,7 +51,27 @@ pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Revi
     if review.types.kind != ADMISSION_KIND {
         return Err(ReviewError::WrongKind(review.types.kind));
     }
-    review.try_into().map_err(|_| ReviewError::MissingRequest)
+    let mut request: AdmissionRequest<DynamicObject> =
+        review.try_into().map_err(|_| ReviewError::MissingRequest)?;
+    name_from_object(&mut request);
+    Ok(request)
+}
+
+/// A DELETE of a collection reviews each object with an empty `name` (measured on
+/// kube-apiserver 1.35; only `oldObject` names it): take the name from the object, so that
+/// messages, Events and backport records say which object it was. A request with no named
+/// object keeps its empty name.
+fn name_from_object(request: &mut AdmissionRequest<DynamicObject>) {
+    if !request.name.is_empty() {
+        return;
+    }
+    let named = [request.old_object.as_ref(), request.object.as_ref()]
+        .into_iter()
+        .flatten()
+        .find_map(|o| o.metadata.name.clone().filter(|n| !n.is_empty()));
+    if let Some(name) = named {
+        request.name = name;
+    }
 }
 
 /// Reads a review from a file.

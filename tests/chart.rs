@@ -377,7 +377,7 @@ fn the_webhook_defaults_are_safe() {
     assert_eq!(broad["apiGroups"], json!(["*"]));
     assert_eq!(broad["apiVersions"], json!(["*"]));
     assert_eq!(broad["operations"], json!(["CREATE", "UPDATE", "DELETE"]));
-    assert_eq!(broad["resources"], json!(["*", "*/scale"]));
+    assert_eq!(broad["resources"], json!(["*", "*/scale", "*/status"]));
     // Namespace objects carry namespace-wide break-glass windows: their writes are sent too.
     assert!(
         rules
@@ -393,6 +393,18 @@ fn the_webhook_defaults_are_safe() {
     // Leader election (Leases) never waits on the webhook.
     let conditions = serde_json::to_string(&webhook["matchConditions"]).unwrap();
     assert!(conditions.contains("leases"), "{conditions}");
+    // Status writes reach driftgate only when they change labels (a break-glass label set
+    // through services/status or namespaces/status; tests/e2e/scenarios/bypass.rs).
+    assert!(
+        conditions.contains("!has(request.subResource) || request.subResource != 'status' ||"),
+        "{conditions}"
+    );
+    assert!(
+        rules
+            .iter()
+            .any(|r| strings(&r["resources"]).contains(&"namespaces/status")),
+        "{rules:?}"
+    );
 }
 
 /// The namespaceSelector keeps kube-system and the webhook's own namespace out, whatever else

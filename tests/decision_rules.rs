@@ -88,6 +88,8 @@ struct Req {
     kind: (&'static str, &'static str),
     resource: (&'static str, &'static str),
     subresource: Option<&'static str>,
+    /// "" for a DELETE of a collection.
+    name: &'static str,
     old: Option<Value>,
     new: Option<Value>,
 }
@@ -103,9 +105,27 @@ impl Req {
             kind: ("apps", "Deployment"),
             resource: ("apps", "deployments"),
             subresource: None,
+            name: "api",
             old: Some(old),
             new: Some(new),
         }
+    }
+
+    /// A `status` write, as the API server reviews it: the whole object, old and new.
+    fn status(mut self) -> Self {
+        self.subresource = Some("status");
+        self.field_manager = None;
+        self
+    }
+
+    /// One object of a DELETE of the whole collection (`DELETE .../deployments`), as the API
+    /// server reviews it: no name, the object in oldObject.
+    fn collection(mut self) -> Self {
+        self.operation = "DELETE";
+        self.name = "";
+        self.new = None;
+        self.field_manager = None;
+        self
     }
 
     fn fm(mut self, fm: Option<&'static str>) -> Self {
@@ -144,7 +164,7 @@ impl Req {
             "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
             "kind": {"group": self.kind.0, "version": "v1", "kind": self.kind.1},
             "resource": {"group": self.resource.0, "version": "v1", "resource": self.resource.1},
-            "name": "api", "namespace": self.namespace, "operation": self.operation,
+            "name": self.name, "namespace": self.namespace, "operation": self.operation,
             "userInfo": {"username": self.user, "groups": self.groups},
             "object": self.new, "oldObject": self.old, "dryRun": false, "options": options,
         });
@@ -252,6 +272,59 @@ fn cases() -> Vec<Case> {
                 r.subresource = Some("status");
                 r
             },
+            true,
+            Rule::OutOfScope,
+        ),
+        // The API server keeps labels changed through `status` for many kinds (measured for
+        // Service and Namespace in tests/e2e/scenarios/bypass.rs): judged as the object.
+        case(
+            "a status write that changes a label is judged as the object",
+            Req::update(
+                "bob",
+                plain(),
+                deployment(json!({"app": "api", "tier": "x"}), json!({}), "api:1", 3),
+            )
+            .status(),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("bob may not update Deployment prod-payments/api (through status):"),
+        case(
+            "bob cannot open a window through status",
+            Req::update("bob", plain(), with_window("20261130T1000Z", Some("INC-1"))).status(),
+            false,
+            Rule::BreakGlassRefused,
+        ),
+        case(
+            "alice opening a window through status is judged as opening it",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T1000Z", Some("INC-1")),
+            )
+            .status(),
+            true,
+            Rule::BreakGlassOpened,
+        ),
+        case(
+            "the controller changing a label through status is the controller",
+            Req::update(
+                FLUX,
+                plain(),
+                deployment(json!({"app": "api", "tier": "x"}), json!({}), "api:1", 3),
+            )
+            .status(),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "a status write that changes only annotations stays out of scope",
+            Req::update(
+                "bob",
+                plain(),
+                deployment(json!({"app": "api"}), json!({"a": "b"}), "api:1", 3),
+            )
+            .status(),
             true,
             Rule::OutOfScope,
         ),
@@ -484,6 +557,28 @@ fn cases() -> Vec<Case> {
         )
         .says("20261130T0930Z"),
         case(
+            "junk around a valid expiry",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("x20261130T1000Zx", Some("INC-1")),
+            ),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("\"x20261130T1000Zx\" is not an expiry"),
+        case(
+            "a far-future expiry",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20991231T0000Z", Some("INC-1")),
+            ),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("more than maxDuration 4h from now"),
+        case(
             "alice extends",
             Req::update(
                 "alice",
@@ -673,6 +768,23 @@ fn cases() -> Vec<Case> {
             false,
             Rule::NotPermitted,
         ),
+        // A DELETE of a collection: the API server reviews each object in turn, with an empty
+        // name and the object in oldObject (measured in tests/e2e/scenarios/bypass.rs), and
+        // stops at the first refusal.
+        case(
+            "each object of a collection DELETE is named by its oldObject",
+            Req::update("bob", plain(), Value::Null).collection(),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("bob may not delete Deployment prod-payments/api: only the GitOps controller"),
+        case(
+            "alice deletes each object of a collection under a namespace window",
+            Req::update("alice", plain(), Value::Null).collection(),
+            true,
+            Rule::BreakGlassWindow,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-1"})),
         case(
             "bob scales",
             Req::update("bob", scale(3), scale(5)).scale(),

@@ -7,6 +7,7 @@
 //! a deadline.
 
 mod break_glass;
+mod bypass;
 mod gitops;
 mod scope;
 
