@@ -221,6 +221,7 @@ fn instance_name(args: &ServeArgs) -> String {
 /// kept-alive connections are closed.
 pub async fn serve(args: ServeArgs) -> Result<()> {
     install_crypto_provider();
+    raise_open_files_limit();
     let settings = args.settings()?;
     let metrics = Arc::new(Metrics::new());
     let shutdown = CancellationToken::new();
@@ -369,6 +370,19 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     }
     tracing::info!("driftgate stopped");
     Ok(())
+}
+
+/// Every connection holds a descriptor, and the soft limit is often 1024 while the hard limit is
+/// far higher: without this, a burst of connections (slow or idle clients) would make accept
+/// fail and keep the API server's own connections out.
+fn raise_open_files_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(limit, "open files limit"),
+        Err(error) => tracing::warn!(
+            %error,
+            "could not raise the open files limit; beyond it new connections wait until others close"
+        ),
+    }
 }
 
 /// Waits for SIGTERM or SIGINT; SIGHUP forces a policy reload and keeps waiting.

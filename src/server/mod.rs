@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use jiff::Timestamp;
@@ -93,6 +95,10 @@ pub fn router(state: Arc<AppState>, request_timeout: Duration) -> Router {
     Router::new()
         .route("/validate", post(validate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            refuse_announced_oversize,
+        ))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             request_timeout,
@@ -144,6 +150,11 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 }
 
 fn bad_request(state: &AppState, message: String) -> Response {
+    refuse(state, StatusCode::BAD_REQUEST, message)
+}
+
+/// Answers a request that is not a review we can read, counted as `decision="invalid"`.
+fn refuse(state: &AppState, status: StatusCode, message: String) -> Response {
     state
         .metrics
         .reviews
@@ -154,12 +165,60 @@ fn bad_request(state: &AppState, message: String) -> Response {
             operation: String::new(),
         })
         .inc();
-    tracing::warn!(error = %message, "refused a request that is not an AdmissionReview");
-    (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response()
+    tracing::warn!(error = %message, status = status.as_u16(), "refused a request that is not an AdmissionReview");
+    (status, format!("{message}\n")).into_response()
 }
 
-async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+fn too_large(state: &AppState, size: &str) -> Response {
+    refuse(
+        state,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "The request body is {size}; driftgate reads at most {MAX_BODY_BYTES} bytes (8 MiB), \
+             room for a review of two objects at etcd's 1.5 MiB limit, so this is not a review \
+             from the API server."
+        ),
+    )
+}
+
+/// Refuses a body whose Content-Length is over the limit before reading a byte of it, so a
+/// client announcing 50 MB costs neither the time nor the memory to receive 8 MiB of it.
+/// Bodies without a length (chunked) are cut at the limit while they are read.
+async fn refuse_announced_oversize(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if let Some(length) = announced
+        && length > MAX_BODY_BYTES as u64
+    {
+        return too_large(&state, &format!("{length} bytes"));
+    }
+    next.run(request).await
+}
+
+async fn validate(
+    State(state): State<Arc<AppState>>,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Response {
     let started = Instant::now();
+    let body = match body {
+        Ok(body) => body,
+        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
+            return too_large(&state, &format!("over {MAX_BODY_BYTES} bytes"));
+        }
+        Err(error) => {
+            return bad_request(
+                &state,
+                format!("The request body could not be read ({error}); send the whole AdmissionReview."),
+            );
+        }
+    };
     let request = match parse_review(&body) {
         Ok(request) => request,
         Err(error) => return bad_request(&state, error.to_string()),

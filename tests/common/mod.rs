@@ -2,6 +2,8 @@
 // Each test crate uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod webhook;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
