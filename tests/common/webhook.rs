@@ -52,6 +52,7 @@ pub struct Options {
     log_filter: String,
     stderr: Stderr,
     flags: Vec<(String, String)>,
+    open_files: Option<u64>,
 }
 
 impl Default for Options {
@@ -63,6 +64,7 @@ impl Default for Options {
                 .iter()
                 .map(|(f, v)| ((*f).to_owned(), (*v).to_owned()))
                 .collect(),
+            open_files: None,
         }
     }
 }
@@ -72,6 +74,13 @@ impl Options {
     pub fn log(mut self, filter: &str, stderr: Stderr) -> Self {
         self.log_filter = filter.into();
         self.stderr = stderr;
+        self
+    }
+
+    /// Starts the server with both its soft and hard open-files limits at `limit` (through the
+    /// shell's `ulimit`, which then `exec`s it: the process id stays the server's).
+    pub fn open_files_limit(mut self, limit: u64) -> Self {
+        self.open_files = Some(limit);
         self
     }
 
@@ -132,10 +141,24 @@ pub fn start_with(name: &str, options: Options) -> Server {
     assert!(status.success());
     let webhook: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let options = options
-        .flag("--tls-cert", certs.join("tls.crt"))
-        .flag("--tls-key", certs.join("tls.key"));
-    let mut command = Command::new(BIN);
+    // The development pair, unless the test mounts its own.
+    let mut options = options;
+    for (flag, file) in [("--tls-cert", "tls.crt"), ("--tls-key", "tls.key")] {
+        if !options.flags.iter().any(|(f, _)| f == flag) {
+            options = options.flag(flag, certs.join(file));
+        }
+    }
+    let mut command = match options.open_files {
+        Some(limit) => {
+            let mut shell = Command::new("sh");
+            shell
+                .arg("-c")
+                .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+                .arg(BIN);
+            shell
+        }
+        None => Command::new(BIN),
+    };
     command
         .arg("serve")
         .arg("--policy")
@@ -303,15 +326,23 @@ pub async fn connect(server: &Server) -> TlsStream<TcpStream> {
 pub async fn read_response<S: AsyncReadExt + Unpin>(
     stream: &mut S,
 ) -> std::io::Result<(u16, Vec<u8>)> {
-    read_response_counting(stream, &mut 0).await
+    let answer = read_answer(stream, &mut 0).await?;
+    Ok((answer.status, answer.body))
+}
+
+pub struct Answer {
+    pub status: u16,
+    pub body: Vec<u8>,
+    /// The server said `Connection: close`: it closes the connection after this response.
+    pub close: bool,
 }
 
 /// [`read_response`], counting in `received` the bytes of the response read so far, so that a
 /// caller can tell a connection closed before any answer from one cut mid-response.
-pub async fn read_response_counting<S: AsyncReadExt + Unpin>(
+pub async fn read_answer<S: AsyncReadExt + Unpin>(
     stream: &mut S,
     received: &mut usize,
-) -> std::io::Result<(u16, Vec<u8>)> {
+) -> std::io::Result<Answer> {
     let mut buffer = Vec::new();
     let mut byte = [0u8; 1];
     while !buffer.ends_with(b"\r\n\r\n") {
@@ -332,10 +363,15 @@ pub async fn read_response_counting<S: AsyncReadExt + Unpin>(
         .find_map(|l| l.strip_prefix("content-length:"))
         .map(|v| v.trim().parse().unwrap())
         .unwrap_or(0);
+    let close = head.lines().any(|l| l.trim() == "connection: close");
     let mut body = vec![0u8; length];
     stream.read_exact(&mut body).await?;
     *received += length;
-    Ok((status, body))
+    Ok(Answer {
+        status,
+        body,
+        close,
+    })
 }
 
 /// The head of a `POST /validate` with a `length`-byte body.
