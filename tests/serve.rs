@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::webhook::{
-    BIN, Server, admin_get, allowed, connect, fixture, free_port, install_provider,
-    read_response, send_review, start, start_logging,
+    BIN, Server, admin_get, allowed, connect, fixture, free_port, install_provider, read_response,
+    send_review, start, start_logging,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

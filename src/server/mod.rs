@@ -215,7 +215,9 @@ async fn validate(
         Err(error) => {
             return bad_request(
                 &state,
-                format!("The request body could not be read ({error}); send the whole AdmissionReview."),
+                format!(
+                    "The request body could not be read ({error}); send the whole AdmissionReview."
+                ),
             );
         }
     };
