@@ -166,7 +166,7 @@ impl Driftgate {
             Some(&dir),
             Duration::from_secs(5),
         );
-        let driftgate = Driftgate {
+        Driftgate {
             name: name.to_owned(),
             process: Mutex::new(process),
             dir,
@@ -174,8 +174,7 @@ impl Driftgate {
             admin,
             ca_pem,
             registered: Mutex::default(),
-        };
-        driftgate
+        }
     }
 
     /// Waits until `/readyz` answers 200.
