@@ -119,7 +119,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if !state.accepting.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
-    if !state.namespaces.is_ready() {
+    if !state.namespaces.has_synced() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "namespace cache not synced with the API server yet\n",

@@ -82,8 +82,21 @@ fn with_the_api_server_unreachable_decisions_continue_and_break_glass_changes_ar
             started.elapsed()
         );
     }
+    // Still ready: once synced, an outage distrusts the namespace cache (no namespace windows)
+    // but does not make the pod unready. Unready, every replica would leave the webhook's
+    // Service at once and every guarded write, Flux's included, would fail.
     let readiness = readiness_over(&driftgate, Duration::from_secs(3));
     eprintln!("readiness while the API server is unreachable: {readiness:?}");
+    assert!(
+        readiness.iter().all(|(code, _)| *code == 200),
+        "{readiness:?}"
+    );
+    assert!(
+        driftgate
+            .metrics()
+            .contains("driftgate_namespace_cache_ready 0"),
+        "the namespace cache is distrusted while unreachable"
+    );
     assert_eq!(scene.replicas(), "3");
 
     proxy.set(Mode::Forward);
