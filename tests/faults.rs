@@ -95,15 +95,19 @@ struct Tally {
     sent: u64,
     /// 200s with the expected decision.
     answered: u64,
-    /// Connections refused (TCP or TLS handshake) before a request was written on them.
+    /// Connections refused, reset or closed (in TCP or the TLS handshake) before a request was
+    /// written on them.
     refused_at_connect: u64,
-    /// Requests on a connection the server closed without a byte of answer, with when each was
-    /// written.
+    /// Requests on a connection the server closed before taking them (a write failed, or not a
+    /// byte of answer came), with when each was sent. Whether the server really did not take
+    /// them is checked against its log.
     unanswered: Vec<Instant>,
     /// Everything else: a wrong status or decision, an answer cut midway, an error.
     failures: Vec<String>,
     /// How many connections each kept-alive client opened.
     connections: u64,
+    /// Answers that said `Connection: close`.
+    closing: u64,
     /// The server certificate (leaf, DER) of each new connection, with when it was made.
     leaves: Vec<(Instant, Vec<u8>)>,
 }
@@ -116,6 +120,7 @@ impl Tally {
         self.unanswered.extend(other.unanswered);
         self.failures.extend(other.failures);
         self.connections += other.connections;
+        self.closing += other.closing;
         self.leaves.extend(other.leaves);
     }
 }
@@ -201,7 +206,6 @@ async fn client(
     while !stop.load(Ordering::Relaxed) {
         let (case, request, body) = &cases[turn % cases.len()];
         turn += 1;
-        let reused = stream.is_some();
         let mut conn = match stream.take() {
             Some(conn) => conn,
             None => match try_connect(&connector, addr).await {
@@ -214,15 +218,15 @@ async fn client(
                     conn
                 }
                 Err(error) => {
+                    // Never a request lost: none was written. The tests that do not stop the
+                    // server require none of these.
                     tally.refused_at_connect += 1;
-                    if matches!(
-                        error.kind(),
-                        ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset
-                    ) {
+                    if error.kind() == ErrorKind::ConnectionRefused {
                         // The listener is closed (shutdown): nothing more to send.
                         break;
                     }
-                    tally.failures.push(format!("connect: {error}"));
+                    // Reset or closed in the handshake: try again, which tells which it was.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
             },
@@ -235,14 +239,9 @@ async fn client(
         .await;
         let sent_at = Instant::now();
         tally.sent += 1;
-        if let Err(error) = written {
-            if reused {
-                tally.unanswered.push(sent_at);
-            } else {
-                tally
-                    .failures
-                    .push(format!("{}: write: {error}", case.fixture));
-            }
+        if written.is_err() {
+            // Closed before the request was all written: not taken, so not answered.
+            tally.unanswered.push(sent_at);
             continue;
         }
         let mut received = 0;
@@ -267,6 +266,7 @@ async fn client(
             Ok(Ok(answer)) => match check(*case, request, answer.status, &answer.body) {
                 Ok(()) => {
                     tally.answered += 1;
+                    tally.closing += u64::from(answer.close);
                     if mode == Connections::KeptAlive && !answer.close {
                         stream = Some(conn);
                     }
@@ -639,7 +639,7 @@ async fn slow_headers_are_cut_at_the_header_timeout_while_others_are_served() {
 #[tokio::test]
 async fn a_garbage_client_hello_closes_that_connection_only() {
     install_provider();
-    let server = start("garbage-hello");
+    let mut server = start("garbage-hello");
     // A kept-alive connection from before keeps working throughout.
     let mut kept = connect(&server).await;
     assert_eq!(
@@ -695,8 +695,8 @@ async fn a_garbage_client_hello_closes_that_connection_only() {
         a_new_review_is_answered(&server, what).await;
     }
     assert!(
-        server.child.id() > 0 && std::fs::metadata(format!("/proc/{}", server.pid())).is_ok(),
-        "the server is still running"
+        server.child.try_wait().unwrap().is_none(),
+        "the server exited"
     );
 }
 
@@ -897,6 +897,7 @@ async fn certificate_rotation_under_load_fails_no_request() {
         tally.refused_at_connect
     );
     assert_eq!(tally.sent, tally.answered);
+    assert_eq!(tally.closing, 0, "answers closed their connections");
     // Kept-alive connections from before the rotation carried on, never reconnecting.
     for client in &each[..4] {
         assert_eq!(
@@ -1098,7 +1099,8 @@ async fn sigterm_under_load_answers_every_request_it_took_and_then_refuses_conne
     );
     // A request is lost only in a race with the close of its own idle connection: it must
     // have been written within a moment of the listener closing, never well before.
-    let margin = Duration::from_millis(100);
+    // (The margin is for a loaded machine, where a server thread may not run for a while.)
+    let margin = Duration::from_millis(500);
     let early: Vec<_> = tally
         .unanswered
         .iter()
@@ -1113,15 +1115,33 @@ async fn sigterm_under_load_answers_every_request_it_took_and_then_refuses_conne
         tally.refused_at_connect > 0,
         "the clients never saw the listener closed"
     );
+    // While draining, answers close their connections, so that clients move to new ones
+    // (another replica, in a cluster) before serving stops.
+    assert!(
+        tally.closing > 0,
+        "no answer said Connection: close during the shutdown delay"
+    );
     let mut counts: HashMap<&str, u64> = HashMap::new();
+    counts.insert("answers closing their connection", tally.closing);
     counts.insert("answered", tally.answered);
     counts.insert("refused at connect", tally.refused_at_connect);
     counts.insert(
         "unanswered in the close race",
         tally.unanswered.len() as u64,
     );
+    let race: Vec<String> = tally
+        .unanswered
+        .iter()
+        .map(|sent| {
+            if *sent < listener_closed {
+                format!("-{:?}", listener_closed - *sent)
+            } else {
+                format!("+{:?}", *sent - listener_closed)
+            }
+        })
+        .collect();
     eprintln!(
-        "SIGTERM under load: listener closed {:?} after the signal; {} sent: {counts:?}",
+        "SIGTERM under load: listener closed {:?} after the signal; {} sent: {counts:?}; the unanswered were sent at {race:?} from the close",
         listener_closed - signalled,
         tally.sent
     );

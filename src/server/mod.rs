@@ -15,7 +15,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, Version, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -103,7 +103,30 @@ pub fn router(state: Arc<AppState>, request_timeout: Duration) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             request_timeout,
         ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            close_when_draining,
+        ))
         .with_state(state)
+}
+
+/// While shutting down (readiness off, still serving), every HTTP/1 answer closes its
+/// connection, so the API server sends its next review over a new connection, to a replica
+/// that stays. Left open, the connection would be closed when serving stops, and a review sent
+/// on it at that instant would be lost (the API server does not retry a POST).
+async fn close_when_draining(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let http1 = request.version() < Version::HTTP_2;
+    let mut response = next.run(request).await;
+    if http1 && !state.accepting.load(Ordering::Relaxed) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// `GET /healthz`, `GET /readyz`, `GET /metrics` on the plain-HTTP admin port.
