@@ -21,10 +21,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::mount_secret;
 use common::webhook::{
     BIN, Options, Server, Stderr, allowed, connect, fixture, install_provider, read_answer,
     read_response, review_head, send_review, start, start_with, try_connect,
 };
+use driftgate::certs::DevCertPaths;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -811,25 +813,6 @@ async fn running_out_of_descriptors_delays_connections_and_the_server_recovers()
     a_new_review_is_answered(&server, "after running out of descriptors").await;
 }
 
-/// Lays out `files` the way the kubelet mounts a Secret: `tls.crt -> ..data/tls.crt`, with
-/// `..data` a symlink to a versioned directory, swapped atomically on update (as in `tls.rs`).
-fn mount_secret(dir: &Path, version: &str, pair: &Path) {
-    let versioned = dir.join(format!("..{version}"));
-    std::fs::create_dir(&versioned).unwrap();
-    for name in ["tls.crt", "tls.key"] {
-        std::fs::copy(pair.join(name), versioned.join(name)).unwrap();
-    }
-    let staged = dir.join("..data_tmp");
-    std::os::unix::fs::symlink(format!("..{version}"), &staged).unwrap();
-    std::fs::rename(&staged, dir.join("..data")).unwrap();
-    for name in ["tls.crt", "tls.key"] {
-        let link = dir.join(name);
-        if std::fs::symlink_metadata(&link).is_err() {
-            std::os::unix::fs::symlink(format!("..data/{name}"), &link).unwrap();
-        }
-    }
-}
-
 fn dev_certs(out: &Path) {
     let status = std::process::Command::new(BIN)
         .args(["certs", "dev", "--out"])
@@ -862,7 +845,7 @@ async fn certificate_rotation_under_load_fails_no_request() {
     dev_certs(&old);
     dev_certs(&new);
     std::fs::create_dir(&mount).unwrap();
-    mount_secret(&mount, "2026_11_30_09_00", &old);
+    mount_secret(&mount, "2026_11_30_09_00", &DevCertPaths::in_dir(&old));
     let server = start_with(
         "rotation",
         Options::default()
@@ -874,7 +857,7 @@ async fn certificate_rotation_under_load_fails_no_request() {
     let load = Load::start(server.webhook, connector, 4, 2);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rotated = Instant::now();
-    mount_secret(&mount, "2026_11_30_10_00", &new);
+    mount_secret(&mount, "2026_11_30_10_00", &DevCertPaths::in_dir(&new));
     server
         .wait_for_metric(
             "driftgate_tls_reloads_total{result=\"success\"} 1",
