@@ -425,11 +425,7 @@ async fn a_50_mb_body_is_refused_with_413_from_its_length_before_it_is_read() {
     let mut stream = connect(&server).await;
     let announced = 50 * MIB;
     stream
-        .write_all(
-            review_head(announced as usize)
-                .replace("Content-Length", "content-length")
-                .as_bytes(),
-        )
+        .write_all(review_head(announced as usize).as_bytes())
         .await
         .unwrap();
     // A first slice of the body, as a client streaming it would send; the rest never comes.
