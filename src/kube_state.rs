@@ -34,6 +34,8 @@ struct CacheInner {
     /// break-glass window read from a cache that may have missed its closing must not be
     /// honoured, so an error makes the whole cache unusable until the next complete LIST.
     trusted: Arc<AtomicBool>,
+    /// True from the end of the first complete LIST on, whatever happens later.
+    synced: Arc<AtomicBool>,
 }
 
 impl NamespaceCache {
@@ -50,6 +52,7 @@ impl NamespaceCache {
     ) -> (NamespaceCache, JoinHandle<()>) {
         let (store, writer) = reflector::store();
         let trusted = Arc::new(AtomicBool::new(false));
+        let synced = Arc::new(AtomicBool::new(false));
         metrics.namespace_cache_ready.set(0);
         let api = Api::<Namespace>::all(client);
         let events = relisting_watcher(api, watcher::Config::default())
@@ -57,9 +60,19 @@ impl NamespaceCache {
             .modify(|ns| ns.managed_fields_mut().clear())
             .default_backoff();
         let events = reflector::reflector(writer, events);
-        let task = tokio::spawn(drive(events, trusted.clone(), metrics, shutdown));
+        let task = tokio::spawn(drive(
+            events,
+            trusted.clone(),
+            synced.clone(),
+            metrics,
+            shutdown,
+        ));
         let cache = NamespaceCache {
-            inner: Some(CacheInner { store, trusted }),
+            inner: Some(CacheInner {
+                store,
+                trusted,
+                synced,
+            }),
         };
         (cache, task)
     }
@@ -73,6 +86,18 @@ impl NamespaceCache {
         self.inner
             .as_ref()
             .is_none_or(|inner| inner.trusted.load(Ordering::Acquire))
+    }
+
+    /// Whether the first complete LIST has arrived (always, without a cluster): what readiness
+    /// waits for. A later watch failure distrusts the cache (namespace windows are not
+    /// honoured) but does not undo this: decisions without namespace windows go on, and a pod
+    /// that turned unready whenever the API server is out of its reach would take the webhook's
+    /// endpoints away with it (every replica at once, when the API server is the one at fault),
+    /// so that every guarded write, Flux's included, would fail.
+    pub fn has_synced(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_none_or(|inner| inner.synced.load(Ordering::Acquire))
     }
 
     /// The Namespace, when the cache is synced and trusted; None otherwise (fail closed).
@@ -109,6 +134,7 @@ fn relisting_watcher(
 async fn drive(
     events: impl Stream<Item = watcher::Result<watcher::Event<Namespace>>>,
     trusted: Arc<AtomicBool>,
+    synced: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
@@ -128,6 +154,7 @@ async fn drive(
             // The reflector has swapped the complete LIST into the store before passing this on.
             Some(Ok(watcher::Event::InitDone)) => {
                 set(true);
+                synced.store(true, Ordering::Release);
                 if throttle.success() {
                     tracing::info!(
                         "namespace cache resynced; namespace windows are honoured again"

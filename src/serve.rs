@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use axum_server::tls_rustls::RustlsAcceptor;
 use clap::Args;
 use hyper_util::rt::TokioTimer;
 use tokio::sync::Notify;
@@ -59,7 +60,8 @@ pub struct ServeArgs {
     /// Answer within this time, shorter than the webhook's timeoutSeconds (default 5s in the chart).
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_duration)]
     pub request_timeout: Duration,
-    /// Close a new connection whose first request headers take longer than this (slow clients).
+    /// Close a new connection whose TLS handshake, or then first request headers, take longer
+    /// than this (slow clients).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub header_timeout: Duration,
     /// Close a kept-alive connection idle for this long. Keep it above the API server's idle
@@ -221,6 +223,7 @@ fn instance_name(args: &ServeArgs) -> String {
 /// kept-alive connections are closed.
 pub async fn serve(args: ServeArgs) -> Result<()> {
     install_crypto_provider();
+    raise_open_files_limit();
     let settings = args.settings()?;
     let metrics = Arc::new(Metrics::new());
     let shutdown = CancellationToken::new();
@@ -299,7 +302,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     ));
 
     let handle = axum_server::Handle::new();
-    let mut server = axum_server::bind_rustls(settings.addr, tls_config).handle(handle.clone());
+    // A slow client is cut off at --header-timeout whether it is slow in the TLS handshake or
+    // in its first request's headers (axum-server's own handshake limit is a fixed 10 s).
+    let acceptor = RustlsAcceptor::new(tls_config).handshake_timeout(args.header_timeout);
+    let mut server = axum_server::from_tcp(listen(settings.addr)?)
+        .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", settings.addr)))?
+        .acceptor(acceptor)
+        .handle(handle.clone());
     // The API server calls over HTTP/1.1 with pooled keep-alive connections: keep them open.
     // hyper's header read timer also runs while a kept-alive connection waits for its next
     // request, so it is the idle timeout; slow headers on a new connection are bounded by the
@@ -369,6 +378,38 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     }
     tracing::info!("driftgate stopped");
     Ok(())
+}
+
+/// The webhook's listening socket, with a listen queue of 1024 rather than the standard
+/// library's 128: when many connections arrive at once (API servers reconnecting after a
+/// restart), a short queue overflows and the kernel makes the excess wait for SYN-ACK
+/// retransmits, seconds each, before driftgate even sees them.
+fn listen(addr: SocketAddr) -> Result<std::net::TcpListener> {
+    let cannot = |e: std::io::Error| Error::Config(format!("cannot listen on {addr}: {e}"));
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(cannot)?;
+    // A restarted driftgate rebinds at once, even with connections of the last one in TIME_WAIT.
+    socket.set_reuseaddr(true).map_err(cannot)?;
+    socket.bind(addr).map_err(cannot)?;
+    let listener = socket.listen(1024).map_err(cannot)?;
+    listener.into_std().map_err(cannot)
+}
+
+/// Every connection holds a descriptor, and the soft limit is often 1024 while the hard limit is
+/// far higher: without this, a burst of connections (slow or idle clients) would make accept
+/// fail and keep the API server's own connections out.
+fn raise_open_files_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(limit, "open files limit"),
+        Err(error) => tracing::warn!(
+            %error,
+            "could not raise the open files limit; beyond it new connections wait until others close"
+        ),
+    }
 }
 
 /// Waits for SIGTERM or SIGINT; SIGHUP forces a policy reload and keeps waiting.

@@ -90,6 +90,7 @@ async fn synced_cache() -> (Cache, Responder) {
     let (list, send) = next_request(&mut handle).await;
     assert_list(&list);
     assert!(!cache.is_ready(), "not ready before the list completes");
+    assert!(!cache.has_synced(), "no readiness before the first list");
     assert!(cache.get("prod-payments").is_none());
     assert_eq!(metrics.namespace_cache_ready.get(), 0);
     respond(
@@ -211,6 +212,8 @@ async fn a_watch_error_fails_closed_until_a_fresh_list_completes() {
     );
     assert!(c.cache.get("prod-payments").is_none());
     assert_eq!(c.metrics.namespace_cache_ready.get(), 0);
+    // Distrusted, but readiness stays: decisions without namespace windows go on.
+    assert!(c.cache.has_synced());
 
     // After the backoff the watcher starts over with a LIST, not a resumed watch.
     let (relist, send) = next_request(&mut c.handle).await;

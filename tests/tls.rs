@@ -2,6 +2,8 @@
 //! rotation (good and bad) while clients keep connecting. No mocks: a real axum-server, real
 //! handshakes with tokio-rustls, real files.
 
+mod common;
+
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -28,6 +30,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use tokio_util::sync::CancellationToken;
+
+use common::mount_secret;
 
 const RELOAD_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -427,28 +431,6 @@ async fn offers_h2_and_http11_over_tls12_and_tls13() {
     .await
     .unwrap();
     assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-}
-
-/// Lays out `pair` the way the kubelet mounts a Secret: `tls.crt -> ..data/tls.crt`, with
-/// `..data` a symlink to a versioned directory, swapped atomically on update.
-fn mount_secret(dir: &Path, version: &str, pair: &DevCertPaths) -> TlsFiles {
-    let versioned = dir.join(format!("..{version}"));
-    std::fs::create_dir(&versioned).unwrap();
-    std::fs::write(versioned.join("tls.crt"), read(&pair.cert)).unwrap();
-    std::fs::write(versioned.join("tls.key"), read(&pair.key)).unwrap();
-    let staged = dir.join("..data_tmp");
-    std::os::unix::fs::symlink(format!("..{version}"), &staged).unwrap();
-    std::fs::rename(&staged, dir.join("..data")).unwrap();
-    for name in ["tls.crt", "tls.key"] {
-        let link = dir.join(name);
-        if std::fs::symlink_metadata(&link).is_err() {
-            std::os::unix::fs::symlink(format!("..data/{name}"), &link).unwrap();
-        }
-    }
-    TlsFiles {
-        cert: dir.join("tls.crt"),
-        key: dir.join("tls.key"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

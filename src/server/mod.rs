@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{StatusCode, header};
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, StatusCode, Version, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use jiff::Timestamp;
@@ -93,11 +95,38 @@ pub fn router(state: Arc<AppState>, request_timeout: Duration) -> Router {
     Router::new()
         .route("/validate", post(validate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            refuse_announced_oversize,
+        ))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             request_timeout,
         ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            close_when_draining,
+        ))
         .with_state(state)
+}
+
+/// While shutting down (readiness off, still serving), every HTTP/1 answer closes its
+/// connection, so the API server sends its next review over a new connection, to a replica
+/// that stays. Left open, the connection would be closed when serving stops, and a review sent
+/// on it at that instant would be lost (the API server does not retry a POST).
+async fn close_when_draining(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let http1 = request.version() < Version::HTTP_2;
+    let mut response = next.run(request).await;
+    if http1 && !state.accepting.load(Ordering::Relaxed) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// `GET /healthz`, `GET /readyz`, `GET /metrics` on the plain-HTTP admin port.
@@ -113,7 +142,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if !state.accepting.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
-    if !state.namespaces.is_ready() {
+    if !state.namespaces.has_synced() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "namespace cache not synced with the API server yet\n",
@@ -144,6 +173,11 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 }
 
 fn bad_request(state: &AppState, message: String) -> Response {
+    refuse(state, StatusCode::BAD_REQUEST, message)
+}
+
+/// Answers a request that is not a review we can read, counted as `decision="invalid"`.
+fn refuse(state: &AppState, status: StatusCode, message: String) -> Response {
     state
         .metrics
         .reviews
@@ -154,12 +188,62 @@ fn bad_request(state: &AppState, message: String) -> Response {
             operation: String::new(),
         })
         .inc();
-    tracing::warn!(error = %message, "refused a request that is not an AdmissionReview");
-    (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response()
+    tracing::warn!(error = %message, status = status.as_u16(), "refused a request that is not an AdmissionReview");
+    (status, format!("{message}\n")).into_response()
 }
 
-async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+fn too_large(state: &AppState, size: &str) -> Response {
+    refuse(
+        state,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "The request body is {size}; driftgate reads at most {MAX_BODY_BYTES} bytes (8 MiB), \
+             room for a review of two objects at etcd's 1.5 MiB limit, so this is not a review \
+             from the API server."
+        ),
+    )
+}
+
+/// Refuses a body whose Content-Length is over the limit before reading a byte of it, so a
+/// client announcing 50 MB costs neither the time nor the memory to receive 8 MiB of it.
+/// Bodies without a length (chunked) are cut at the limit while they are read.
+async fn refuse_announced_oversize(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if let Some(length) = announced
+        && length > MAX_BODY_BYTES as u64
+    {
+        return too_large(&state, &format!("{length} bytes"));
+    }
+    next.run(request).await
+}
+
+async fn validate(
+    State(state): State<Arc<AppState>>,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Response {
     let started = Instant::now();
+    let body = match body {
+        Ok(body) => body,
+        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
+            return too_large(&state, &format!("over {MAX_BODY_BYTES} bytes"));
+        }
+        Err(error) => {
+            return bad_request(
+                &state,
+                format!(
+                    "The request body could not be read ({error}); send the whole AdmissionReview."
+                ),
+            );
+        }
+    };
     let request = match parse_review(&body) {
         Ok(request) => request,
         Err(error) => return bad_request(&state, error.to_string()),

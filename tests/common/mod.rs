@@ -2,13 +2,17 @@
 // Each test crate uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod webhook;
+
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use driftgate::certs::DevCertPaths;
 use driftgate::decision::{Decision, DecisionInput, decide};
 use driftgate::policy::PolicySet;
 use driftgate::review::{read_object, read_review};
+use driftgate::server::tls::TlsFiles;
 use http_body_util::BodyExt;
 use hyper::{Request, Response, StatusCode};
 use kube::Client;
@@ -130,4 +134,30 @@ pub async fn within_5s<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(5), future)
         .await
         .unwrap_or_else(|_| panic!("{what} took more than 5 s"))
+}
+
+/// Lays out `pair` the way the kubelet mounts a Secret: `tls.crt -> ..data/tls.crt`, with
+/// `..data` a symlink to a versioned directory, swapped atomically on update.
+pub fn mount_secret(dir: &Path, version: &str, pair: &DevCertPaths) -> TlsFiles {
+    let versioned = dir.join(format!("..{version}"));
+    std::fs::create_dir(&versioned).unwrap();
+    std::fs::write(
+        versioned.join("tls.crt"),
+        std::fs::read(&pair.cert).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(versioned.join("tls.key"), std::fs::read(&pair.key).unwrap()).unwrap();
+    let staged = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(format!("..{version}"), &staged).unwrap();
+    std::fs::rename(&staged, dir.join("..data")).unwrap();
+    for name in ["tls.crt", "tls.key"] {
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{name}"), &link).unwrap();
+        }
+    }
+    TlsFiles {
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+    }
 }

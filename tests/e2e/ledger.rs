@@ -23,7 +23,7 @@ use crate::harness::{
 const BIN: &str = env!("CARGO_BIN_EXE_driftgate");
 
 /// The expiry check interval of the tests' driftgates: expiry is noticed within a second.
-const TICK: &[&str] = &["--expiry-check-interval", "1s"];
+pub(crate) const TICK: &[&str] = &["--expiry-check-interval", "1s"];
 
 /// How long after a window's end its record must be `AwaitingBackport`: a few expiry checks,
 /// with room for a loaded machine.
@@ -33,16 +33,16 @@ const EXPIRY_NOTICED_WITHIN: Duration = Duration::from_secs(15);
 /// loaded machine, short because the tests wait for it to end.
 const WINDOW: &str = "8s";
 
-/// One test's namespace and policy.
-struct Scene {
-    ns: String,
-    policy: PathBuf,
+/// One test's namespace and policy (also used by `faults.rs`).
+pub(crate) struct Scene {
+    pub(crate) ns: String,
+    pub(crate) policy: PathBuf,
 }
 
 impl Scene {
     /// Creates namespace `ns` (before any webhook guards it) and writes its policy, the template
     /// with `break_glass_extra` (lines of YAML) added to `spec.breakGlass`.
-    fn new(ns: &str, break_glass_extra: &[&str]) -> Scene {
+    pub(crate) fn new(ns: &str, break_glass_extra: &[&str]) -> Scene {
         let control_plane = control_plane();
         control_plane
             .kubectl(ADMIN, &["create", "namespace", ns])
@@ -67,13 +67,13 @@ impl Scene {
 
     /// A driftgate with this scene's policy, registered (configuration `driftgate-e2e-NAME`)
     /// for this namespace only.
-    fn start(&self, name: &str, extra_args: &[&str]) -> Driftgate {
+    pub(crate) fn start(&self, name: &str, extra_args: &[&str]) -> Driftgate {
         let driftgate = Driftgate::start(name, &self.policy, extra_args);
         self.register(&driftgate, name);
         driftgate
     }
 
-    fn register(&self, driftgate: &Driftgate, name: &str) {
+    pub(crate) fn register(&self, driftgate: &Driftgate, name: &str) {
         let mut configuration = webhook_configuration(
             &format!("driftgate-e2e-{name}"),
             &driftgate.webhook_url(),
@@ -86,7 +86,7 @@ impl Scene {
 
     /// Flux's server-side apply of Deployment `api` with `replicas`, as kustomize-controller
     /// sends it; `extra` such as `--force-conflicts` or `--dry-run=server`.
-    fn flux_apply(&self, replicas: u32, extra: &[&str]) -> KubectlOutput {
+    pub(crate) fn flux_apply(&self, replicas: u32, extra: &[&str]) -> KubectlOutput {
         let manifest = format!(
             r#"
 apiVersion: apps/v1
@@ -119,7 +119,7 @@ spec:
     }
 
     /// `driftgate break-glass open deployment/api` as alice, which must succeed.
-    fn open_window(&self, duration: &str, reason: &str) {
+    pub(crate) fn open_window(&self, duration: &str, reason: &str) {
         let out = Command::new(BIN)
             .args(["break-glass", "open", "deployment/api", "-n", &self.ns])
             .args(["--for", duration, "--reason", reason])
@@ -137,14 +137,14 @@ spec:
     }
 
     /// `kubectl scale deployment/api --replicas=N` as alice.
-    fn alice_scale(&self, replicas: u32, extra: &[&str]) -> KubectlOutput {
+    pub(crate) fn alice_scale(&self, replicas: u32, extra: &[&str]) -> KubectlOutput {
         let replicas = format!("--replicas={replicas}");
         let mut args = vec!["scale", "deployment/api", "-n", &self.ns, &replicas];
         args.extend_from_slice(extra);
         control_plane().kubectl(ALICE, &args)
     }
 
-    fn replicas(&self) -> String {
+    pub(crate) fn replicas(&self) -> String {
         control_plane()
             .kubectl(
                 ADMIN,
@@ -162,7 +162,7 @@ spec:
     }
 
     /// Every BackportRequirement in the namespace.
-    fn records(&self) -> Vec<Value> {
+    pub(crate) fn records(&self) -> Vec<Value> {
         let out = control_plane()
             .kubectl(
                 ADMIN,
@@ -175,7 +175,7 @@ spec:
 
     /// The namespace's only record.
     #[track_caller]
-    fn record(&self) -> Value {
+    pub(crate) fn record(&self) -> Value {
         let mut records = self.records();
         assert_eq!(records.len(), 1, "one record expected: {records:#?}");
         records.remove(0)
@@ -243,7 +243,7 @@ spec:
 /// Polls `probe` every 100 ms until it gives a value; on timeout panics with the driftgates'
 /// logs.
 #[track_caller]
-fn wait_for<T>(
+pub(crate) fn wait_for<T>(
     what: &str,
     timeout: Duration,
     driftgates: &[&Driftgate],

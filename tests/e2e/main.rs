@@ -2,6 +2,7 @@
 //! Kubernetes release pinned in `tests/e2e/testenv/go.mod` (needs Go; the first run builds them,
 //! which takes many minutes), with `driftgate serve` registered as its validating webhook.
 
+mod faults;
 mod harness;
 mod ledger;
 mod plugin;

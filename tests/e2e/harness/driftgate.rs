@@ -101,6 +101,19 @@ impl Driftgate {
         kubeconfig: &Path,
         extra_args: &[&str],
     ) -> Driftgate {
+        let driftgate = Self::spawn_with_kubeconfig(name, policy, kubeconfig, extra_args);
+        driftgate.wait_until_ready(Duration::from_secs(30));
+        driftgate
+    }
+
+    /// [`Driftgate::start_with_kubeconfig`] without waiting for readiness: for a driftgate that
+    /// cannot reach the API server at its start.
+    pub fn spawn_with_kubeconfig(
+        name: &str,
+        policy: &Path,
+        kubeconfig: &Path,
+        extra_args: &[&str],
+    ) -> Driftgate {
         let control_plane = control_plane();
         static STARTED: AtomicUsize = AtomicUsize::new(0);
         let dir = control_plane.dir().join(format!(
@@ -153,7 +166,7 @@ impl Driftgate {
             Some(&dir),
             Duration::from_secs(5),
         );
-        let driftgate = Driftgate {
+        Driftgate {
             name: name.to_owned(),
             process: Mutex::new(process),
             dir,
@@ -161,13 +174,14 @@ impl Driftgate {
             admin,
             ca_pem,
             registered: Mutex::default(),
-        };
-        driftgate.wait_until("/readyz answers 200", Duration::from_secs(30), || {
-            driftgate
-                .admin_get("/readyz")
-                .is_ok_and(|(code, _)| code == 200)
+        }
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub fn wait_until_ready(&self, timeout: Duration) {
+        self.wait_until("/readyz answers 200", timeout, || {
+            self.admin_get("/readyz").is_ok_and(|(code, _)| code == 200)
         });
-        driftgate
     }
 
     /// `https://127.0.0.1:PORT/validate`
