@@ -57,6 +57,10 @@ pub struct Metrics {
     pub emergency_changes_reverted: Counter,
     /// Writes of backport records before admitting a break-glass change, by result.
     pub ledger_writes: Family<ResultLabels, Counter>,
+    /// Open connections on the webhook port.
+    pub webhook_connections_open: Gauge,
+    /// Connections closed at once because --max-connections were open.
+    pub webhook_connections_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -164,6 +168,18 @@ impl Metrics {
             "Backport record writes made before admitting a break-glass change, by result",
             ledger_writes.clone(),
         );
+        let webhook_connections_open = Gauge::default();
+        registry.register(
+            "webhook_connections_open",
+            "Open connections on the webhook port",
+            webhook_connections_open.clone(),
+        );
+        let webhook_connections_refused = Counter::default();
+        registry.register(
+            "webhook_connections_refused",
+            "Connections to the webhook port closed at once because --max-connections were open",
+            webhook_connections_refused.clone(),
+        );
         // Series that alerts read exist from the start, at zero, rather than appearing on first use.
         for family in [
             &policy_reloads,
@@ -198,6 +214,8 @@ impl Metrics {
             backport_pending,
             backport_oldest_pending_seconds,
             emergency_changes_reverted,
+            webhook_connections_open,
+            webhook_connections_refused,
             ledger_writes,
         }
     }

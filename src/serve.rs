@@ -19,6 +19,7 @@ use crate::kube_state::{NamespaceCache, ParentLookup, client_config, client_for}
 use crate::ledger::service::Ledger;
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
+use crate::server::connections::ConnectionLimit;
 use crate::server::reload::spawn_policy_reloader;
 use crate::server::tls::{
     TlsFiles, install_crypto_provider, load_rustls_config, spawn_tls_reloader,
@@ -83,6 +84,11 @@ pub struct ServeArgs {
     /// expiry is noticed (record AwaitingBackport, BreakGlassExpired Event) within this time.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
     pub expiry_check_interval: Duration,
+    /// Close new connections to the webhook port at once while this many are open (each costs
+    /// ~12 KiB before its handshake, ~60 KiB kept alive after a review; the API server keeps a
+    /// few per replica). Counted in driftgate_webhook_connections_refused_total.
+    #[arg(long, value_name = "N", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
     /// How many Events may wait for the API server before new ones are dropped.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub event_queue: usize,
@@ -304,7 +310,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let handle = axum_server::Handle::new();
     // A slow client is cut off at --header-timeout whether it is slow in the TLS handshake or
     // in its first request's headers (axum-server's own handshake limit is a fixed 10 s).
-    let acceptor = RustlsAcceptor::new(tls_config).handshake_timeout(args.header_timeout);
+    let acceptor = RustlsAcceptor::new(tls_config)
+        .handshake_timeout(args.header_timeout)
+        .acceptor(ConnectionLimit::new(
+            args.max_connections as usize,
+            metrics.webhook_connections_open.clone(),
+            metrics.webhook_connections_refused.clone(),
+        ));
     let mut server = axum_server::from_tcp(listen(settings.addr)?)
         .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", settings.addr)))?
         .acceptor(acceptor)

@@ -343,6 +343,9 @@ fn the_webhook_defaults_are_safe() {
     let args = strings(&manifests.container()["args"]);
     let at = args.iter().position(|a| *a == "--request-timeout").unwrap();
     assert_eq!(args[at + 1], "4s");
+    // Idle connections cannot grow the pod past its memory limit.
+    let at = args.iter().position(|a| *a == "--max-connections").unwrap();
+    assert_eq!(args[at + 1], "2048");
 
     // The Service the API server calls, and the container port behind it.
     let service = manifests.one("Service");

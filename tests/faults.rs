@@ -712,9 +712,13 @@ async fn ten_thousand_idle_connections_do_not_stop_a_new_review() {
     );
     // Long enough to hold them all while they are opened (on a busy machine that takes a
     // while); the tests of slow clients check that they are cut off at this timeout.
+    // The connection cap (default 2048) is raised above 10,000: this test measures what
+    // holding them costs; `connections_past_the_cap_are_closed_at_once_and_counted` the cap.
     let server = start_with(
         "ten-thousand",
-        Options::default().flag("--header-timeout", "60s"),
+        Options::default()
+            .flag("--header-timeout", "60s")
+            .flag("--max-connections", "10100"),
     );
     let baseline_fds = resting_fds(&server).await;
     let rss_before = server.memory_kib("VmRSS");
@@ -766,6 +770,74 @@ async fn ten_thousand_idle_connections_do_not_stop_a_new_review() {
         "closed by the clients: the server let go of them within {released:?}; RSS {:.1} MiB",
         mib(server.memory_kib("VmRSS"))
     );
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_at_once_and_counted() {
+    install_provider();
+    const CAP: usize = 40;
+    let server = start_with(
+        "connection-cap",
+        Options::default()
+            .flag("--max-connections", CAP.to_string())
+            .flag("--header-timeout", "60s"),
+    );
+    let baseline_fds = resting_fds(&server).await;
+    // One kept-alive connection that has carried a review, as the API server's would be.
+    let mut kept = connect(&server).await;
+    let (status, _) = send_review(&mut kept, &fixture(BOB_EDIT.fixture))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    // Idle connections fill the rest of the cap, and then 20 more arrive.
+    let mut idle = Vec::new();
+    for _ in 0..CAP - 1 + 20 {
+        idle.push(TcpStream::connect(server.webhook).await.unwrap());
+    }
+    // 20 of them (whichever the server took last: it accepts them concurrently) are closed at
+    // once, with nothing sent; the others stay open.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut closed = 0;
+    for stream in idle.iter_mut() {
+        let (after, sent) = until_closed(stream, Duration::from_millis(50)).await;
+        if after.is_some() {
+            assert!(sent.is_empty(), "the server sent {sent:?} before closing");
+            closed += 1;
+        }
+    }
+    assert_eq!(
+        closed, 20,
+        "with a cap of {CAP} and {CAP} + 20 connections, {closed} were closed"
+    );
+    server
+        .wait_for_metric(
+            "driftgate_webhook_connections_refused_total 20\n",
+            Duration::from_secs(5),
+        )
+        .await;
+    server
+        .wait_for_metric(
+            &format!("driftgate_webhook_connections_open {CAP}\n"),
+            Duration::from_secs(5),
+        )
+        .await;
+    // The server holds no descriptor for the refused ones.
+    assert!(server.open_fds() <= baseline_fds + CAP + 2);
+    // The connection the API server already holds keeps working at the cap.
+    let (status, body) = send_review(&mut kept, &fixture(BOB_EDIT.fixture))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(!allowed(&body));
+    // Once the idle ones go, new connections are served again.
+    drop(idle);
+    server
+        .wait_for_metric(
+            "driftgate_webhook_connections_open 1\n",
+            Duration::from_secs(10),
+        )
+        .await;
+    a_new_review_is_answered(&server, "after the cap was reached").await;
 }
 
 #[tokio::test]

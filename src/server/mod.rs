@@ -2,6 +2,7 @@
 //!
 //! The routers hold no TLS and no sockets, so tests drive them with `tower::ServiceExt::oneshot`.
 
+pub mod connections;
 pub mod reload;
 pub mod tls;
 pub mod windows;
