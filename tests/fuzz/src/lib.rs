@@ -526,6 +526,25 @@ const FIELD_PATHS: &[&[Segment]] = &[
     &[Key("kind")],
 ];
 
+/// The map at `keys` inside `target`, made (replacing what is there) where it is not a map:
+/// an earlier change may have put a number or a list anywhere.
+fn map_at<'v>(mut at: &'v mut Value, keys: &[&str]) -> &'v mut serde_json::Map<String, Value> {
+    for key in keys {
+        if !at.is_object() {
+            *at = json!({});
+        }
+        at = at
+            .as_object_mut()
+            .expect("made an object")
+            .entry(*key)
+            .or_insert(Value::Null);
+    }
+    if !at.is_object() {
+        *at = json!({});
+    }
+    at.as_object_mut().expect("made an object")
+}
+
 fn set_path(target: &mut Value, path: &[Segment], value: Option<Value>) {
     let Some((last, parents)) = path.split_last() else {
         return;
@@ -592,21 +611,21 @@ pub fn structured_body(data: &[u8]) -> Vec<u8> {
         };
         match choices.below(14) {
             0 => request["operation"] = json!(choices.pick(OPERATIONS)),
-            1 => request["userInfo"]["username"] = json!(choices.text(USERNAMES)),
+            1 => {
+                let username = choices.text(USERNAMES);
+                map_at(request, &["userInfo"]).insert("username".into(), json!(username));
+            }
             2 => {
                 let count = choices.below(4);
                 let groups: Vec<String> = (0..count).map(|_| choices.text(GROUPS)).collect();
-                request["userInfo"]["groups"] = json!(groups);
+                map_at(request, &["userInfo"]).insert("groups".into(), json!(groups));
             }
             3 => {
                 let namespace = choices.text(NAMESPACES);
                 for object in ["object", "oldObject"] {
                     if request[object].is_object() {
-                        set_path(
-                            &mut request[object],
-                            &[Key("metadata"), Key("namespace")],
-                            Some(json!(namespace)),
-                        );
+                        map_at(&mut request[object], &["metadata"])
+                            .insert("namespace".into(), json!(namespace));
                     }
                 }
                 request["namespace"] = json!(namespace);
@@ -620,7 +639,8 @@ pub fn structured_body(data: &[u8]) -> Vec<u8> {
                 }
             }
             5 => {
-                request["options"]["fieldManager"] = json!(choices.text(FIELD_MANAGERS));
+                let manager = choices.text(FIELD_MANAGERS);
+                map_at(request, &["options"]).insert("fieldManager".into(), json!(manager));
             }
             6 => request["dryRun"] = json!(choices.bool()),
             7 => {
@@ -631,30 +651,19 @@ pub fn structured_body(data: &[u8]) -> Vec<u8> {
                     Some(json!(choices.expiry()))
                 };
                 if request[which_object].is_object() {
-                    set_path(
-                        &mut request[which_object],
-                        &[Key("metadata"), Key("labels"), Key("")],
-                        None,
-                    );
-                    let labels = &mut request[which_object]["metadata"]["labels"];
+                    let labels = map_at(&mut request[which_object], &["metadata", "labels"]);
                     match value {
-                        Some(value) => labels[key.as_str()] = value,
-                        None => {
-                            labels.as_object_mut().map(|l| l.remove(&key));
-                        }
-                    }
+                        Some(value) => labels.insert(key, value),
+                        None => labels.remove(&key),
+                    };
                 }
             }
             8 => {
                 let key = choices.text(ANNOTATION_KEYS);
                 let value = choices.text(REASONS);
                 if request[which_object].is_object() {
-                    set_path(
-                        &mut request[which_object],
-                        &[Key("metadata"), Key("annotations"), Key("")],
-                        None,
-                    );
-                    request[which_object]["metadata"]["annotations"][key.as_str()] = json!(value);
+                    map_at(&mut request[which_object], &["metadata", "annotations"])
+                        .insert(key, json!(value));
                 }
             }
             9 => {
