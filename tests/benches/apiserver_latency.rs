@@ -661,6 +661,71 @@ fn signed(value: f64) -> String {
     format!("{value:+.2}")
 }
 
+/// The sum and count of histogram `metric` over the series whose labels contain `filter`, in
+/// Prometheus text.
+fn sum_and_count(metrics: &str, metric: &str, filter: &str) -> (f64, f64) {
+    let total = |suffix: &str| -> f64 {
+        let name = format!("{metric}{suffix}");
+        metrics
+            .lines()
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                let matches = series == name
+                    || (series.starts_with(&format!("{name}{{")) && series.contains(filter));
+                matches.then(|| value.parse::<f64>().ok()).flatten()
+            })
+            .sum()
+    };
+    (total("_sum"), total("_count"))
+}
+
+/// Where the time of a webhook call goes, from both ends: the API server's own histograms of
+/// its calls to driftgate and of its CEL policy checks, and driftgate's of its handling. Every
+/// review of the run counts (probes, warm-ups, driftgate's own Event writes included).
+fn server_side_view(driftgate: &Driftgate) -> (String, String) {
+    let apiserver = control_plane()
+        .kubectl(ADMIN, &["get", "--raw", "/metrics"])
+        .ok()
+        .stdout;
+    let own = driftgate.metrics();
+    let mut raw = String::new();
+    for line in apiserver.lines().chain(own.lines()) {
+        let wanted = line.starts_with("apiserver_admission_webhook_admission_duration_seconds")
+            && line.contains("gate.driftgate.dev")
+            || line.starts_with("apiserver_validating_admission_policy_check_duration_seconds")
+            || line.starts_with("driftgate_admission_duration_seconds");
+        if wanted {
+            raw.push_str(line);
+            raw.push('\n');
+        }
+    }
+    let mean = |(sum, count): (f64, f64)| {
+        if count > 0.0 {
+            format!("{:.2} ms over {count} calls", sum / count * 1000.0)
+        } else {
+            "no calls".to_owned()
+        }
+    };
+    let webhook = sum_and_count(
+        &apiserver,
+        "apiserver_admission_webhook_admission_duration_seconds",
+        "name=\"gate.driftgate.dev\"",
+    );
+    let cel = sum_and_count(
+        &apiserver,
+        "apiserver_validating_admission_policy_check_duration_seconds",
+        VAP,
+    );
+    let handling = sum_and_count(&own, "driftgate_admission_duration_seconds", "");
+    let summary = format!(
+        "mean time per call as the API server measured its calls to driftgate: {}; as driftgate measured its handling (body read to answer): {}; the API server's CEL policy checks: {}",
+        mean(webhook),
+        mean(handling),
+        mean(cel)
+    );
+    (summary, raw)
+}
+
 fn main() {
     let options = Options::parse();
     let mut out = Output::default();
@@ -736,6 +801,7 @@ fn main() {
     }
     // Leave no gate behind for whoever reuses the cluster (the process ends here anyway).
     bench.switch_to(Gate::None);
+    let (server_side, server_side_raw) = server_side_view(&bench.driftgate);
     let load_end = load_average();
     let finished = jiff::Timestamp::now();
 
@@ -803,6 +869,7 @@ fn main() {
         out.line(denied_table.trim_end());
     }
     out.line("");
+    out.line(&server_side);
     out.line(format!(
         "1-minute load average: {load_start:.2} when measuring began, {load_end:.2} at the end; finished {finished}"
     ));
@@ -822,6 +889,8 @@ fn main() {
         let values: Vec<String> = series.0.iter().map(|v| format!("{v:.3}")).collect();
         let _ = writeln!(raw, "bob {}: {}", gate.key(), values.join(" "));
     }
+    raw.push_str("\nThe API server's and driftgate's histograms at the end of the run:\n");
+    raw.push_str(&server_side_raw);
     std::fs::write(results.join("apiserver-latency.txt"), raw)
         .expect("the raw results are written");
 
@@ -854,7 +923,8 @@ CARGO_TARGET_DIR=… {command}
 {table}
 {denied}In numbers: driftgate adds {dg_p50} ms at p50 and {dg_p99} ms at p99 to a Flux write; the
 CEL policy adds {vap_p50} ms and {vap_p99} ms. The raw output of this run, every latency
-included, is in `tests/benches/results/apiserver-latency.txt`; per-round figures:
+included, is in `tests/benches/results/apiserver-latency.txt` with the histograms behind this
+line: {server_side}. Per-round figures:
 
 ```
 {rounds_text}
@@ -888,6 +958,7 @@ pod network's round trip to driftgate's figures.
         vap_p50 = signed(vap.p50 - base.p50),
         vap_p99 = signed(vap.p99 - base.p99),
         rounds_text = rounds_text.join("\n"),
+        server_side = server_side,
     );
     std::fs::write(results.join("apiserver-latency.md"), markdown)
         .expect("the markdown section is written");
