@@ -299,7 +299,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     ));
 
     let handle = axum_server::Handle::new();
-    let mut server = axum_server::bind_rustls(settings.addr, tls_config).handle(handle.clone());
+    // TCP_NODELAY: over HTTP/2 a small WINDOW_UPDATE frame often goes out just before an
+    // answer; with Nagle's algorithm the answer then waits for the API server's delayed ACK
+    // (~40 ms), which tests/benches/apiserver_latency.rs saw as a p99 of ~50 ms.
+    let mut server = axum_server::bind_rustls(settings.addr, tls_config)
+        .map(|tls| tls.acceptor(axum_server::accept::NoDelayAcceptor::new()))
+        .handle(handle.clone());
     // The API server calls over HTTP/1.1 with pooled keep-alive connections: keep them open.
     // hyper's header read timer also runs while a kept-alive connection waits for its next
     // request, so it is the idle timeout; slow headers on a new connection are bounded by the
