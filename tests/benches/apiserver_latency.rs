@@ -934,7 +934,11 @@ What it means: the webhook's cost is the API server's round trip to it (a TLS co
 keeps alive, the AdmissionReview serialized with both objects, driftgate's parse and decision)
 on top of the write itself; the CEL policy runs inside the API server. Both are measured on one
 loopback machine with no network between the API server and driftgate: in a cluster, add the
-pod network's round trip to driftgate's figures.
+pod network's round trip to driftgate's figures. On a machine this loaded, a webhook is one more
+process to be scheduled per write, which shows in its tail more than in its median. driftgate
+sets TCP_NODELAY on webhook connections because of this benchmark: without it, about one write in
+fifty waited ~40 ms longer (the API server's delayed ACK of an HTTP/2 WINDOW_UPDATE that Nagle's
+algorithm made the answer wait for); `apiserver-latency-without-nodelay.txt` is such a run.
 "#,
         apiserver = machine.kube_apiserver,
         rounds = options.rounds,
