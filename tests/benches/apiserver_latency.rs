@@ -295,7 +295,12 @@ impl Machine {
         let kube_apiserver = command_output(apiserver.to_str().unwrap_or_default(), &["--version"]);
         let dir = env!("CARGO_MANIFEST_DIR");
         let mut commit = command_output("git", &["-C", dir, "rev-parse", "--short", "HEAD"]);
-        if !command_output("git", &["-C", dir, "status", "--porcelain"]).is_empty() {
+        if !command_output(
+            "git",
+            &["-C", dir, "status", "--porcelain", "--untracked-files=no"],
+        )
+        .is_empty()
+        {
             commit.push_str(" (with uncommitted changes)");
         }
         Machine {
