@@ -169,7 +169,7 @@ struct Options {
     /// Measured bob writes per configuration, over all rounds.
     denied: usize,
     rounds: usize,
-    /// Unmeasured Flux writes after each switch of configuration.
+    /// Unmeasured writes of each series (Flux, bob) after each switch of configuration.
     warmup: usize,
     /// Before measuring, wait until the 1-minute load average is below this.
     wait_load: Option<f64>,
