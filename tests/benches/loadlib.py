@@ -175,7 +175,8 @@ def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb):
     pct = oha.get("latencyPercentiles", {})
     run.update(
         {
-            "rps": summary.get("requestsPerSec"),
+            # Answered reviews per second: oha's requestsPerSec also counts failed requests.
+            "rps": ok / summary["total"] if summary.get("total") else None,
             "success_rate": summary.get("successRate"),
             "ok": ok,
             "status_codes": codes,
