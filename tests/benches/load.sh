@@ -80,6 +80,8 @@ read -r DG_PORT ADMIN_PORT OPA_PORT <<<"$($LIB free-ports 3)"
 
 mkdir -p "$RESULTS/oha"
 rm -f "$RESULTS"/oha/*.json "$RESULTS/runs.jsonl"
+# Everything printed from here on is also kept as the run's record.
+exec > >(tee "$RESULTS/output.txt") 2>&1
 
 # --- Machine --------------------------------------------------------------------------------
 wait_for_quiet() {
@@ -197,15 +199,17 @@ run() {
   # that each run reports its own peak.
   "${pin[@]}" "$OHA" "${warmup[@]}" "${URL_OF[$target]}" >/dev/null
   echo 5 >"/proc/$pid/clear_refs"
-  local before after
+  local before after busy_before busy_after oha_cpu
+  busy_before=$($LIB busy-ticks)
   before=$($LIB cpu-ticks "$pid")
-  "${pin[@]}" "$OHA" "${args[@]}" "${URL_OF[$target]}" >"$RESULTS/oha/$name.json"
+  oha_cpu=$($LIB timed "$RESULTS/oha/$name.json" "${pin[@]}" "$OHA" "${args[@]}" "${URL_OF[$target]}")
   after=$($LIB cpu-ticks "$pid")
+  busy_after=$($LIB busy-ticks)
   taskset -a -p -c 0,1 "$pid" >/dev/null
   printf '{"target":"%s","body":"%s","proto":"%s","mode":"%s","placement":"%s","rate":%s,"duration_s":%s}\n' \
     "$target" "$body" "$proto" "$mode" "$placement" "$RATE" "$DURATION" >"$WORK/run.json"
   $LIB record "$RESULTS/runs.jsonl" "$WORK/run.json" "$RESULTS/oha/$name.json" \
-    "$before" "$after" "$($LIB status-kb "$pid" VmHWM)"
+    "$before" "$after" "$($LIB status-kb "$pid" VmHWM)" "$busy_before" "$busy_after" "$oha_cpu"
 }
 
 step "load: ${DURATION}s per run"

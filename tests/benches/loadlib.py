@@ -11,9 +11,12 @@ import http.client
 import json
 import os
 import re
+import resource
 import socket
 import ssl
+import subprocess
 import sys
+import time
 
 # The fixtures' break-glass windows are written for this moment (the policy suites replay them
 # with `now: 2026-11-30T09:00:00Z`). OPA can only use the real clock, so the comparison shifts
@@ -151,6 +154,23 @@ def cpu_ticks(pid):
     print(int(fields[11]) + int(fields[12]))
 
 
+def busy_ticks():
+    """CPU ticks spent busy on the whole machine (every core, every process) since boot, and
+    the time of reading them, as TICKS:SECONDS."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    print(f"{user + nice + system + irq + softirq + steal}:{time.monotonic():.3f}")
+
+
+def timed(out, cmd):
+    """Runs the load generator with its stdout in `out`; prints the CPU seconds it used."""
+    with open(out, "wb") as f:
+        code = subprocess.run(cmd, stdout=f).returncode
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"{usage.ru_utime + usage.ru_stime:.3f}")
+    return code
+
+
 def status_kb(pid, key):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -160,8 +180,9 @@ def status_kb(pid, key):
     print(0)
 
 
-def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb):
-    """Appends one run (oha's JSON summary plus the server's CPU and peak RSS) to runs.jsonl."""
+def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb, busy_before, busy_after, oha_cpu_s):
+    """Appends one run (oha's JSON summary, the server's CPU and peak RSS, and how much CPU
+    anything else on the machine took meanwhile) to runs.jsonl."""
     with open(run_json) as f:
         run = json.load(f)
     with open(oha_json) as f:
@@ -172,6 +193,11 @@ def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb):
     ok = int(codes.get("200", 0))
     hz = os.sysconf("SC_CLK_TCK")
     cpu_s = (int(ticks_after) - int(ticks_before)) / hz
+    (busy_before, wall_before), (busy_after, wall_after) = (
+        map(float, busy_before.split(":")),
+        map(float, busy_after.split(":")),
+    )
+    busy_s, wall_s = (busy_after - busy_before) / hz, wall_after - wall_before
     pct = oha.get("latencyPercentiles", {})
     run.update(
         {
@@ -188,6 +214,10 @@ def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb):
             "server_cpu_s": cpu_s,
             "cpu_ms_per_1000": (cpu_s * 1000 / ok * 1000) if ok else None,
             "peak_rss_mb": int(hwm_kb) / 1024,
+            "oha_cpu_s": float(oha_cpu_s),
+            # Cores' worth of CPU that neither the server nor oha used: other work on the
+            # machine competing with the benchmark.
+            "others_cores": max(0.0, busy_s - cpu_s - float(oha_cpu_s)) / wall_s,
         }
     )
     with open(runs_file, "a") as f:
@@ -195,10 +225,21 @@ def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb):
     print(
         f"  {run['target']:9} {run['body']:7} {run['proto']:6} {run['mode']:10} "
         f"{run['rps']:9.0f} rev/s  p50 {run['p50_ms']:.2f}  p99 {run['p99_ms']:.2f}  "
-        f"p99.9 {run['p999_ms']:.2f} ms  ok {ok}  non-200 {sum(int(v) for k, v in codes.items() if k != '200')}  "
-        f"errors {sum(errors.values()) if errors else 0}  cpu {run['cpu_ms_per_1000'] or 0:.0f} ms/1000  "
-        f"rss {run['peak_rss_mb']:.1f} MB"
+        f"p99.9 {run['p999_ms']:.2f} ms  ok {ok}  failed {failures(run)}  "
+        f"cpu {run['cpu_ms_per_1000'] or 0:.0f} ms/1000  "
+        f"rss {run['peak_rss_mb']:.1f} MB  others {run['others_cores']:.2f} cores"
     )
+
+
+# oha cancels HTTP/2 requests still in flight when the run's time is up; that is the load
+# generator stopping, not the server failing.
+DEADLINE = "aborted due to deadline"
+
+
+def failures(run):
+    """Non-200 answers and transport errors, without the requests oha cancelled at the deadline."""
+    bad = sum(int(v) for k, v in run["status_codes"].items() if k != "200")
+    return bad + sum(v for k, v in (run["errors"] or {}).items() if k != DEADLINE)
 
 
 def fmt(value, digits=2):
@@ -211,33 +252,39 @@ def report(runs_file, out_md, out_json):
         runs = [json.loads(line) for line in f if line.strip()]
     with open(out_json, "w") as f:
         json.dump(runs, f, indent=1)
-    lines = []
+    lines = [
+        "`others` is the CPU, in cores, that processes other than the server and oha used during the",
+        "run (machine busy time from /proc/stat minus both): above ~0.05 the run competed with other",
+        "work. `failed` counts non-200 answers and transport errors (not the HTTP/2 requests oha",
+        "cancels when a run's time is up).",
+        "",
+    ]
     sat = [r for r in runs if r["mode"] == "saturated"]
     fixed = [r for r in runs if r["mode"] == "fixed"]
     lines += [
         "### Saturated throughput",
         "",
-        "| target | review | protocol | placement | reviews/s | p50 ms | p99 ms | p99.9 ms | server CPU ms / 1,000 reviews | peak RSS MB | non-200 / errors |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| target | review | protocol | placement | reviews/s | p50 ms | p99 ms | p99.9 ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in sat:
-        bad = sum(int(v) for k, v in r["status_codes"].items() if k != "200") + sum((r["errors"] or {}).values())
         lines.append(
             f"| {r['target']} | {r['body']} | {r['proto']} | {r['placement']} | {fmt(r['rps'], 0)} | {fmt(r['p50_ms'])} | "
-            f"{fmt(r['p99_ms'])} | {fmt(r['p999_ms'])} | {fmt(r['cpu_ms_per_1000'], 0)} | {fmt(r['peak_rss_mb'], 1)} | {bad} |"
+            f"{fmt(r['p99_ms'])} | {fmt(r['p999_ms'])} | {fmt(r['cpu_ms_per_1000'], 0)} | {fmt(r['peak_rss_mb'], 1)} | "
+            f"{failures(r)} | {fmt(r['others_cores'])} |"
         )
     lines += [
         "",
         f"### Fixed rate ({fixed[0]['rate'] if fixed else '-'} reviews/s, latency corrected for coordinated omission)",
         "",
-        "| target | review | protocol | achieved reviews/s | p50 ms | p99 ms | p99.9 ms | max ms | server CPU ms / 1,000 reviews | peak RSS MB | non-200 / errors |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| target | review | protocol | achieved reviews/s | p50 ms | p99 ms | p99.9 ms | max ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in fixed:
-        bad = sum(int(v) for k, v in r["status_codes"].items() if k != "200") + sum((r["errors"] or {}).values())
         lines.append(
             f"| {r['target']} | {r['body']} | {r['proto']} | {fmt(r['rps'], 0)} | {fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} | "
-            f"{fmt(r['p999_ms'])} | {fmt(r['max_ms'])} | {fmt(r['cpu_ms_per_1000'], 0)} | {fmt(r['peak_rss_mb'], 1)} | {bad} |"
+            f"{fmt(r['p999_ms'])} | {fmt(r['max_ms'])} | {fmt(r['cpu_ms_per_1000'], 0)} | {fmt(r['peak_rss_mb'], 1)} | "
+            f"{failures(r)} | {fmt(r['others_cores'])} |"
         )
     # Ratios driftgate / OPA, for each run that both have.
     key = lambda r: (r["body"], r["proto"], r["mode"], r["placement"])
@@ -276,6 +323,10 @@ def main(argv):
         free_ports(int(args[0]))
     elif command == "cpu-ticks":
         cpu_ticks(args[0])
+    elif command == "busy-ticks":
+        busy_ticks()
+    elif command == "timed":
+        return timed(args[0], args[1:])
     elif command == "status-kb":
         status_kb(args[0], args[1])
     elif command == "record":
