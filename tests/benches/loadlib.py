@@ -81,11 +81,6 @@ class Client:
         }
 
 
-# Why a fixture is decided differently, when the difference is a known limit of the Rego
-# translation rather than a bug in either. Filled in from what the comparison showed.
-KNOWN_DIFFERENCES = {}
-
-
 def equivalence(fixtures, driftgate_port, opa_port, cacert, out_md, out_json):
     """Sends every fixture to both servers and compares allowed (and the rule)."""
     drift = Client(driftgate_port, "/validate", cacert)
@@ -121,9 +116,6 @@ def equivalence(fixtures, driftgate_port, opa_port, cacert, out_md, out_json):
         verdict = "yes" if r["allowed_agree"] and r["rule_agree"] else (
             "allowed only" if r["allowed_agree"] else "**no**"
         )
-        note = KNOWN_DIFFERENCES.get(r["fixture"])
-        if note and verdict != "yes":
-            verdict += f": {note}"
         lines.append(f"| {r['fixture']} | {show(r['driftgate'])} | {show(r['opa'])} | {verdict} |")
     with open(out_md, "w") as f:
         f.write("\n".join(lines) + "\n")
