@@ -2,6 +2,7 @@
 // Each test crate uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod webhook;
 
 use std::future::Future;

@@ -2,7 +2,6 @@
 //! client for it: the tests of the served process (`serve.rs`, `faults.rs`) share these, so a
 //! fault test drives exactly the binary, flags and TLS stack that production runs.
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -266,26 +265,7 @@ impl Server {
     }
 }
 
-/// A plain HTTP/1.1 GET on the admin port.
-pub fn admin_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = std::net::TcpStream::connect(addr)?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
-}
+pub use super::admin::admin_get;
 
 /// A TLS client (HTTP/1.1) trusting the CAs in `ca_files`.
 pub fn connector<P: AsRef<Path>>(ca_files: &[P]) -> TlsConnector {

@@ -692,18 +692,7 @@ fn a_break_glass_change_that_cannot_be_recorded_is_refused_until_it_can() {
     for mode in [Mode::Refuse, Mode::Hang] {
         proxy.set(mode);
         let refused = patch(4).failed();
-        for words in [
-            "could not record this break-glass change",
-            "so it was not made",
-            "Retry",
-        ] {
-            assert!(
-                refused.stderr.contains(words),
-                "{mode:?}: the refusal says {words:?}:\n{}\ndriftgate's log:\n{}",
-                refused.stderr,
-                driftgate.log_tail(10)
-            );
-        }
+        assert_refused_unrecorded(&format!("{mode:?}"), &refused.stderr, &driftgate);
         let refused = scene.alice_scale(5, &[]).failed();
         assert!(
             refused.stderr.contains("Retry") || refused.stderr.contains("retry"),
@@ -837,4 +826,20 @@ fn a_window_opened_after_the_last_one_ended_has_its_own_record() {
     }
     scene.wait_for_event("BreakGlassExpired", dg);
     assert_one_event(&scene, "BreakGlassExpired");
+}
+
+/// The refusal of a break-glass change driftgate could not record in its ledger says so, that
+/// the change was not made, and to retry.
+pub(crate) fn assert_refused_unrecorded(what: &str, stderr: &str, driftgate: &Driftgate) {
+    for words in [
+        "could not record this break-glass change",
+        "so it was not made",
+        "Retry",
+    ] {
+        assert!(
+            stderr.contains(words),
+            "{what}: the refusal says {words:?}:\n{stderr}\ndriftgate's log:\n{}",
+            driftgate.log_tail(10)
+        );
+    }
 }

@@ -1,8 +1,7 @@
 //! `driftgate serve` as a real process against the test control plane, and its registration as
 //! a validating webhook.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -209,24 +208,7 @@ impl Driftgate {
 
     /// A plain HTTP/1.1 GET on the admin port: status and body.
     pub fn admin_get(&self, path: &str) -> std::io::Result<(u16, String)> {
-        let mut stream = TcpStream::connect_timeout(&self.admin, Duration::from_secs(2))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: driftgate\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text)?;
-        let code = text
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Ok((code, body))
+        super::admin::admin_get(self.admin, path)
     }
 
     /// The Prometheus text from `/metrics`.

@@ -4,6 +4,8 @@
 // Each test module uses a different subset of these helpers.
 #![allow(dead_code)]
 
+#[path = "../../common/admin.rs"]
+pub mod admin;
 pub mod chart;
 pub mod control_plane;
 pub mod driftgate;
