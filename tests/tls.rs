@@ -35,6 +35,30 @@ use common::mount_secret;
 
 const RELOAD_INTERVAL: Duration = Duration::from_millis(100);
 
+/// A certificate reloader polling `files` every RELOAD_INTERVAL, with its own metrics.
+struct Watching {
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    reloader: tokio::task::JoinHandle<()>,
+}
+
+fn watch(config: RustlsConfig, files: &TlsFiles) -> Watching {
+    let metrics = Arc::new(Metrics::new());
+    let shutdown = CancellationToken::new();
+    let reloader = spawn_tls_reloader(
+        config,
+        files.clone(),
+        RELOAD_INTERVAL,
+        metrics.clone(),
+        shutdown.clone(),
+    );
+    Watching {
+        metrics,
+        shutdown,
+        reloader,
+    }
+}
+
 /// A directory under Cargo's per-target scratch space, removed when dropped.
 struct TempDir(PathBuf);
 
@@ -447,15 +471,11 @@ async fn rotation_is_picked_up_while_clients_keep_connecting() {
 
     let config = load_rustls_config(&files).await.unwrap();
     let server = serve(config.clone()).await;
-    let metrics = Arc::new(Metrics::new());
-    let shutdown = CancellationToken::new();
-    let reloader = spawn_tls_reloader(
-        config,
-        files.clone(),
-        RELOAD_INTERVAL,
-        metrics.clone(),
-        shutdown.clone(),
-    );
+    let Watching {
+        metrics,
+        shutdown,
+        reloader,
+    } = watch(config, &files);
 
     // A connection opened before the rotation, kept alive across it.
     let mut kept = connect(&client(&[&a.ca_cert]), server.addr, "localhost")
@@ -560,15 +580,11 @@ async fn bad_rotation_keeps_the_old_certificate_until_a_good_pair_arrives() {
 
     let config = load_rustls_config(&files).await.unwrap();
     let server = serve(config.clone()).await;
-    let metrics = Arc::new(Metrics::new());
-    let shutdown = CancellationToken::new();
-    let reloader = spawn_tls_reloader(
-        config,
-        files.clone(),
-        RELOAD_INTERVAL,
-        metrics.clone(),
-        shutdown.clone(),
-    );
+    let Watching {
+        metrics,
+        shutdown,
+        reloader,
+    } = watch(config, &files);
     let only_a = client(&[&a.ca_cert]);
     let presents = |expected: CertificateDer<'static>, connector: TlsConnector| {
         let addr = server.addr;
@@ -644,15 +660,11 @@ async fn reloader_starts_from_the_files_as_they_are_then() {
     // waiting for a poll, and not counted as a reload.
     replace(&files.cert, &read(&b.cert));
     replace(&files.key, &read(&b.key));
-    let metrics = Arc::new(Metrics::new());
-    let shutdown = CancellationToken::new();
-    let reloader = spawn_tls_reloader(
-        config.clone(),
-        files.clone(),
-        RELOAD_INTERVAL,
-        metrics.clone(),
-        shutdown.clone(),
-    );
+    let Watching {
+        metrics,
+        shutdown,
+        reloader,
+    } = watch(config.clone(), &files);
     let only_b = client(&[&b.ca_cert]);
     let stream = connect(&only_b, server.addr, "localhost").await.unwrap();
     assert_eq!(presented_leaf(&stream), leaf(&b.cert));
@@ -662,15 +674,11 @@ async fn reloader_starts_from_the_files_as_they_are_then() {
 
     // Broken when the watch starts: B keeps serving, and the refusal is counted once.
     replace(&files.key, &read(&a.key));
-    let metrics = Arc::new(Metrics::new());
-    let shutdown = CancellationToken::new();
-    let reloader = spawn_tls_reloader(
-        config,
-        files.clone(),
-        RELOAD_INTERVAL,
-        metrics.clone(),
-        shutdown.clone(),
-    );
+    let Watching {
+        metrics,
+        shutdown,
+        reloader,
+    } = watch(config, &files);
     eventually("the broken pair to be refused", || async {
         (tls_reloads(&metrics, "failure") == 1).then_some(())
     })
