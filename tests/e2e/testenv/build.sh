@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the control plane the e2e tests run -- kube-apiserver, etcd and kubectl -- from the Go
-# modules pinned in this directory's go.mod, once, into
+# Builds the control plane the e2e tests run -- kube-apiserver, kube-controller-manager, etcd and
+# kubectl -- from the Go modules pinned in this directory's go.mod, once, into
 #   ${DRIFTGATE_TESTENV_DIR:-$HOME/.cache/driftgate/testenv}/<kubernetes version>/
 # A binary that is already there and answers --version is kept; Go is needed only to build.
 # Prints the directory on its last line of stdout; progress goes to stderr. Exits 3 when Go is
@@ -25,6 +25,7 @@ binaries=(
   "etcd|go.etcd.io/etcd/server/v3|--version"
   "kubectl|k8s.io/kubernetes/cmd/kubectl|version --client"
   "kube-apiserver|k8s.io/kubernetes/cmd/kube-apiserver|--version"
+  "kube-controller-manager|k8s.io/kubernetes/cmd/kube-controller-manager|--version"
 )
 
 cached() {
