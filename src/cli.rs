@@ -221,6 +221,7 @@ pub fn eval(args: &EvalArgs, out: &mut impl Write) -> ExitCode {
             &policies,
             &DecisionInput {
                 request: &request,
+                resource: None,
                 namespace: namespace_for(&namespaces, request.namespace.as_deref()),
                 parent: parent.as_ref(),
                 now,

@@ -15,10 +15,12 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde::Serialize;
 
-use crate::diff::changed_paths;
+use crate::diff::{changed_paths, changed_status_paths};
 use crate::fieldpath::FieldPath;
+use crate::ownership::forged_ownership;
 use crate::policy::document::GuardedOperation;
 use crate::policy::{BreakGlassRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet};
+use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, echo, warning};
 use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
 
 /// Audit annotation keys. The API server prefixes each with the webhook's name
@@ -26,6 +28,9 @@ use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
 pub const AUDIT_DECISION: &str = "decision";
 pub const AUDIT_POLICY: &str = "policy";
 pub const AUDIT_RULE: &str = "rule";
+
+/// The reason in driftgate's hints: what to replace, never a reason itself.
+pub const REASON_PLACEHOLDER: &str = "INC-…: what and why";
 
 /// The rule that decided, in the order they are tried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -55,6 +60,8 @@ pub enum Rule {
     /// The window's expiry is further away than `maxDuration`: not opened through driftgate.
     WindowTooLong,
     NotPermitted,
+    /// A guarded review driftgate cannot judge (an UPDATE without both objects): refused.
+    Unreadable,
 }
 
 impl Rule {
@@ -75,6 +82,7 @@ impl Rule {
             Rule::WindowExpired => "WindowExpired",
             Rule::WindowTooLong => "WindowTooLong",
             Rule::NotPermitted => "NotPermitted",
+            Rule::Unreadable => "Unreadable",
         }
     }
 }
@@ -197,6 +205,17 @@ impl Decision {
     }
 }
 
+/// What API discovery says about the resource a request names (`group`/`resource`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiscoveredResource {
+    /// The kind the resource serves: for `rollouts` (and so `rollouts/scale`) `Rollout`, never
+    /// the `Scale` that a scale request carries.
+    pub kind: String,
+    /// Whether `status` is a subresource. Without one the API server stores `.status` written
+    /// through the object itself, so there it is judged like any other field.
+    pub has_status: bool,
+}
+
 /// Inputs to a decision besides the policies.
 #[derive(Clone, Copy, Debug)]
 pub struct DecisionInput<'a> {
@@ -206,19 +225,11 @@ pub struct DecisionInput<'a> {
     /// For a subresource request (`scale`): the parent object as stored, whose labels carry the
     /// window. `None`: no object window applies.
     pub parent: Option<&'a DynamicObject>,
+    /// The request's resource as API discovery knows it; `None`: not known (no cluster, or a
+    /// resource discovery has not seen), which fails closed: a subresource of an unknown kind
+    /// is in scope, and `status` is judged.
+    pub resource: Option<&'a DiscoveredResource>,
     pub now: Timestamp,
-}
-
-/// Kinds of the parents of well-known scale subresources, for scope and messages when the
-/// caller has not supplied the parent.
-fn well_known_kind(group: &str, resource: &str) -> Option<&'static str> {
-    match (group, resource) {
-        ("apps", "deployments") => Some("Deployment"),
-        ("apps", "statefulsets") => Some("StatefulSet"),
-        ("apps", "replicasets") => Some("ReplicaSet"),
-        ("", "replicationcontrollers") => Some("ReplicationController"),
-        _ => None,
-    }
 }
 
 /// What every policy looks at, computed once per request.
@@ -228,17 +239,79 @@ struct Facts<'a> {
     operation: Option<GuardedOperation>,
     /// The subresource the write is judged as: "" for the object itself.
     subresource: &'a str,
-    /// A subresource write judged as a write to the object itself, because it changed what
-    /// only the object's own writes should: `status`, when it changed the labels.
+    /// A subresource write judged as a write to the object itself, because its effect reaches
+    /// beyond the subresource (labels, annotations, finalizers, owners, spec, ownership): the
+    /// API server keeps such changes through `status` of Services and Namespaces, through
+    /// `namespaces/finalize`, `pods/resize` and others (tests/SECURITY.md).
     through: Option<&'a str>,
     /// The namespace that scopes the write; for a Namespace object, its own name.
     namespace: Option<&'a str>,
-    /// The kind of the object written (for a subresource, of its parent).
+    /// The kind of the object written (for a subresource, of its parent); the resource's name
+    /// when the kind could not be resolved.
     kind: String,
+    /// Whether `kind` was resolved: false for a subresource whose parent kind neither discovery
+    /// nor the parent object told.
+    kind_known: bool,
+    /// Whether `.status` counts as a change: where the resource has no status subresource.
+    judge_status: bool,
     user: &'a UserInfo,
     username: &'a str,
     field_manager: Option<&'a str>,
-    changes: OnceCell<Vec<FieldPath>>,
+    changes: OnceCell<Changes>,
+}
+
+/// What an UPDATE changed.
+#[derive(Default)]
+struct Changes {
+    paths: Vec<FieldPath>,
+    /// How `managedFields` changed beyond the API server's bookkeeping (then `paths` holds
+    /// `metadata.managedFields` too).
+    forged_ownership: Option<String>,
+}
+
+/// The changes of an UPDATE: the fields that differ, `.status` where it is judged, and
+/// `metadata.managedFields` when ownership changed beyond the API server's bookkeeping.
+fn effective_changes(
+    old: &DynamicObject,
+    new: &DynamicObject,
+    field_manager: Option<&str>,
+    judge_status: bool,
+) -> Changes {
+    let mut paths = changed_paths(old, new);
+    if judge_status {
+        paths.extend(changed_status_paths(old, new));
+    }
+    let forged_ownership = forged_ownership(
+        old.metadata.managed_fields.as_deref(),
+        new.metadata.managed_fields.as_deref(),
+        field_manager,
+        &paths,
+    );
+    if forged_ownership.is_some() {
+        paths.push(FieldPath::new(["metadata", "managedFields"]));
+    }
+    Changes {
+        paths,
+        forged_ownership,
+    }
+}
+
+/// The kind a request writes: the request's own for the object itself; for a subresource, the
+/// parent's, from discovery or the parent object. Never guessed: `false` when unknown, with the
+/// resource's name in its place.
+fn resolve_kind(input: &DecisionInput<'_>, subresource: &str) -> (String, bool) {
+    let request = input.request;
+    if subresource.is_empty() {
+        return (request.kind.kind.clone(), true);
+    }
+    let parent_kind = input
+        .parent
+        .and_then(|p| p.types.as_ref())
+        .map(|t| t.kind.as_str());
+    match input.resource.map(|r| r.kind.as_str()).or(parent_kind) {
+        Some(kind) if !kind.is_empty() => (kind.to_owned(), true),
+        _ => (request.resource.resource.clone(), false),
+    }
 }
 
 impl<'a> Facts<'a> {
@@ -250,34 +323,11 @@ impl<'a> Facts<'a> {
             Operation::Delete => Some(GuardedOperation::Delete),
             Operation::Connect => None,
         };
-        let mut subresource = request.sub_resource.as_deref().unwrap_or("");
-        let mut through = None;
-        // The API server keeps label changes made through `status` for many kinds (Service,
-        // Namespace, …; not Deployment, whose status strategy resets them). A label there is a
-        // break-glass window or a selector's input, so such a write is judged as the object's own.
-        if subresource == "status" && status_changes_labels(request) {
-            through = Some(subresource);
-            subresource = "";
-        }
         let is_namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
         let namespace = match request.namespace.as_deref() {
             Some(ns) if !ns.is_empty() => Some(ns),
             _ if is_namespace_object && !request.name.is_empty() => Some(request.name.as_str()),
             _ => None,
-        };
-        let kind = if subresource.is_empty() {
-            request.kind.kind.clone()
-        } else {
-            input
-                .parent
-                .and_then(|p| p.types.as_ref())
-                .map(|t| t.kind.clone())
-                .filter(|k| !k.is_empty())
-                .or_else(|| {
-                    well_known_kind(&request.resource.group, &request.resource.resource)
-                        .map(str::to_owned)
-                })
-                .unwrap_or_else(|| request.resource.resource.clone())
         };
         let field_manager = request
             .options
@@ -285,19 +335,50 @@ impl<'a> Facts<'a> {
             .and_then(|options| options.0.get("fieldManager"))
             .and_then(|v| v.as_str())
             .filter(|fm| !fm.is_empty());
-        Facts {
+        let subresource = request.sub_resource.as_deref().unwrap_or("");
+        let (kind, kind_known) = resolve_kind(input, subresource);
+        let mut facts = Facts {
             input,
             request,
             operation,
             subresource,
-            through,
+            through: None,
             namespace,
             kind,
+            kind_known,
+            judge_status: subresource.is_empty() && input.resource.is_none_or(|r| !r.has_status),
             user: &request.user_info,
             username: request.user_info.username.as_deref().unwrap_or(""),
             field_manager,
             changes: OnceCell::new(),
+        };
+        // Judged by effect, not by path: a subresource write that carries the whole object and
+        // changes more than the subresource's own part is a write to the object.
+        if facts.carries_whole_object() && !facts.changes().is_empty() {
+            facts.through = Some(subresource);
+            facts.subresource = "";
+            // The objects are the parent itself, so they name its kind.
+            facts.kind = request.kind.kind.clone();
+            facts.kind_known = true;
         }
+        facts
+    }
+
+    /// A subresource UPDATE whose objects are the parent itself (`status`, `finalize`,
+    /// `resize`), not another kind (`Scale`). Unresolved parents count unless the objects are
+    /// of another group or a Scale.
+    fn carries_whole_object(&self) -> bool {
+        let request = self.request;
+        let same_kind = if self.kind_known {
+            request.kind.kind == self.kind
+        } else {
+            request.kind.group == request.resource.group && request.kind.kind != "Scale"
+        };
+        !self.subresource.is_empty()
+            && request.operation == Operation::Update
+            && request.object.is_some()
+            && request.old_object.is_some()
+            && same_kind
     }
 
     fn group(&self) -> &str {
@@ -306,14 +387,20 @@ impl<'a> Facts<'a> {
 
     /// Changed field paths of an UPDATE; empty for other operations.
     fn changes(&self) -> &[FieldPath] {
+        &self.all_changes().paths
+    }
+
+    fn all_changes(&self) -> &Changes {
         self.changes.get_or_init(|| {
             match (
                 &self.request.operation,
                 &self.request.old_object,
                 &self.request.object,
             ) {
-                (Operation::Update, Some(old), Some(new)) => changed_paths(old, new),
-                _ => Vec::new(),
+                (Operation::Update, Some(old), Some(new)) => {
+                    effective_changes(old, new, self.field_manager, self.judge_status)
+                }
+                _ => Changes::default(),
             }
         })
     }
@@ -345,12 +432,9 @@ impl<'a> Facts<'a> {
     /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)", "Service
     /// prod-payments/api (through status)".
     fn object_words(&self) -> String {
-        let name = &self.request.name;
+        let name = echo(&self.request.name, MAX_NAME_CHARS);
         let mut words = match self.namespace {
-            Some(ns)
-                if !(self.request.kind.kind == "Namespace"
-                    && self.request.kind.group.is_empty()) =>
-            {
+            Some(ns) if !self.is_namespace_object() => {
                 format!("{} {ns}/{name}", self.kind)
             }
             _ => format!("{} {name}", self.kind),
@@ -374,11 +458,37 @@ impl<'a> Facts<'a> {
 
     /// The command an opener would run, for denial messages.
     fn open_command(&self) -> String {
-        let target = format!("{}/{}", self.kind.to_lowercase(), self.request.name);
+        let name = echo(&self.request.name, MAX_NAME_CHARS);
+        let target = format!("{}/{name}", self.target_type());
+        if self.is_namespace_object() {
+            return format!(
+                "driftgate break-glass open {target} --for 1h --reason \"{REASON_PLACEHOLDER}\""
+            );
+        }
         let ns = self.namespace.unwrap_or("default");
         format!(
-            "driftgate break-glass open {target} -n {ns} --for 1h --reason \"INC-…: what and why\""
+            "driftgate break-glass open {target} -n {ns} --for 1h --reason \"{REASON_PLACEHOLDER}\""
         )
+    }
+
+    /// How kubectl names the type: `deployment` for the core and apps groups, whose kinds are
+    /// unambiguous, and the fully qualified resource otherwise
+    /// (`services.serving.knative.dev`), so that a Knative Service never resolves to the core
+    /// Service.
+    fn target_type(&self) -> String {
+        let group = self.group();
+        let resource = &self.request.resource.resource;
+        if !group.is_empty() && group != "apps" {
+            format!("{resource}.{group}")
+        } else if self.kind_known {
+            self.kind.to_lowercase()
+        } else {
+            resource.clone()
+        }
+    }
+
+    fn is_namespace_object(&self) -> bool {
+        self.request.kind.kind == "Namespace" && self.request.kind.group.is_empty()
     }
 }
 
@@ -435,8 +545,17 @@ fn window_state(
     }
 }
 
+/// How far a window's expiry may lie beyond `maxDuration` from this replica's clock. The CLI
+/// computes the expiry from the opener's clock, and every replica checks it against its own; a
+/// window opened at exactly `maxDuration` must not be refused by a replica whose clock is a few
+/// seconds behind, nor leave the controller unheld there (WindowTooLong).
+pub const EXPIRY_CLOCK_TOLERANCE: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
+/// The latest expiry a window may have now: `maxDuration` from now, plus the clock tolerance.
 fn latest_expiry(now: Timestamp, max: WindowDuration) -> Timestamp {
-    now.checked_add(max.as_signed()).unwrap_or(Timestamp::MAX)
+    now.checked_add(max.as_signed())
+        .and_then(|t| t.checked_add(EXPIRY_CLOCK_TOLERANCE))
+        .unwrap_or(Timestamp::MAX)
 }
 
 fn reason_of(meta: &ObjectMeta, rules: &BreakGlassRules) -> Option<String> {
@@ -455,8 +574,9 @@ fn describe_window(window: &BreakGlassWindow) -> String {
     };
     match &window.reason {
         Some(reason) => format!(
-            "the break-glass window {place} (until {}, reason \"{reason}\")",
-            human_utc(window.expires_at)
+            "the break-glass window {place} (until {}, reason \"{}\")",
+            human_utc(window.expires_at),
+            echo(reason, MAX_REASON_CHARS)
         ),
         None => format!(
             "the break-glass window {place} (until {}, no reason given)",
@@ -578,7 +698,11 @@ fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
     policy.guards_operation(operation)
         && policy.guards_subresource(facts.subresource)
         && policy.guards_namespace(namespace, labels)
-        && policy.guards_resource(facts.group(), &facts.kind, &facts.request.resource.resource)
+        && if facts.kind_known {
+            policy.guards_resource(facts.group(), &facts.kind, &facts.request.resource.resource)
+        } else {
+            policy.guards_unresolved_resource(facts.group(), &facts.request.resource.resource)
+        }
 }
 
 fn empty_labels() -> &'static BTreeMap<String, String> {
@@ -593,18 +717,36 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     }
     let user = facts.user;
     let who = if facts.username.is_empty() {
-        "an anonymous client"
+        "an anonymous client".into()
     } else {
-        facts.username
+        echo(facts.username, MAX_NAME_CHARS)
     };
+    let who = who.as_ref();
+
+    // An UPDATE must show both sides, or no rule can tell what it changes: fail closed.
+    if facts.is_update()
+        && let Some(missing) = missing_object(facts.request)
+    {
+        return Some(RuleOutcome::deny(
+            Rule::Unreadable,
+            format!(
+                "{who} may not update {}: the review carries no {missing}, so driftgate cannot tell what the write changes (policy \"{}\", rule Unreadable). \
+                 The API server always sends both; if this keeps happening, check what sits between it and driftgate{}.",
+                facts.object_words(),
+                policy.name,
+                owner_suffix(policy),
+            ),
+        ));
+    }
 
     // 2. A field manager is chosen by the client: one that names a controller is only believed
     //    from that controller's identity.
-    if let Some(fm) = facts.field_manager {
+    if let Some(raw_fm) = facts.field_manager {
+        let fm = echo(raw_fm, MAX_NAME_CHARS);
         let claimed: Vec<_> = policy
             .controllers
             .iter()
-            .filter(|c| c.field_managers.is_match(fm))
+            .filter(|c| c.field_managers.is_match(raw_fm))
             .collect();
         if !claimed.is_empty() && !claimed.iter().any(|c| c.identity.matches(user)) {
             return Some(RuleOutcome::deny(
@@ -666,9 +808,16 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
         return Some(outcome);
     }
 
-    // 4. Delegations: named identities limited to named fields.
+    // 4. Delegations: named identities limited to named fields, never the break-glass label
+    //    or reason, which only the break-glass rules judge (rule 6).
+    let touches_break_glass = rules.is_some_and(|rules| {
+        facts
+            .changes()
+            .iter()
+            .any(|path| is_break_glass_path(path, rules))
+    });
     if facts.is_update() {
-        for delegation in &policy.delegations {
+        for delegation in policy.delegations.iter().filter(|_| !touches_break_glass) {
             if !delegation.identity.matches(user)
                 || !delegation
                     .subresources
@@ -722,12 +871,12 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
                     if touched == changes.len() {
                         let mut outcome = RuleOutcome::admit(rule);
                         if let Some(w) = &window {
-                            outcome.warning = Some(format!(
+                            outcome.warning = Some(warning(format!(
                                 "driftgate: break-glass window open on {} until {} ({}); every change made in it must be backported to Git.",
                                 facts.object_words(),
                                 human_utc(w.expires_at),
                                 w.label_value
-                            ));
+                            )));
                         }
                         outcome.new_window = window;
                         // The window as it was, so that a close can say what it closed.
@@ -749,11 +898,12 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     if let Some(window) = open_window(&states) {
         if rules.openers.matches(user) {
             let mut outcome = RuleOutcome::admit(Rule::BreakGlassWindow);
-            outcome.warning = Some(format!(
-                "driftgate: {who} changed {} under {}. This is an emergency change: backport it to Git before the window closes, or the controller will revert it.",
+            // The instruction first: the API server keeps 256 characters of a warning.
+            outcome.warning = Some(warning(format!(
+                "driftgate: backport it to Git before the window closes, or the controller will revert it: {who} changed {} under {}, an emergency change.",
                 facts.object_words(),
                 describe_window(window),
-            ));
+            )));
             outcome.window = Some(window.clone());
             outcome.new_window = new_window;
             return Some(outcome);
@@ -815,15 +965,14 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     Some(outcome)
 }
 
-/// Whether a `status` UPDATE changed the object's labels (absent and empty are the same).
-fn status_changes_labels(request: &AdmissionRequest<DynamicObject>) -> bool {
-    fn labels(object: Option<&DynamicObject>) -> Option<&BTreeMap<String, String>> {
-        object
-            .and_then(|o| o.metadata.labels.as_ref())
-            .filter(|l| !l.is_empty())
+/// Which side of an UPDATE the review lacks, if any.
+fn missing_object(request: &AdmissionRequest<DynamicObject>) -> Option<&'static str> {
+    match (&request.old_object, &request.object) {
+        (None, None) => Some("object and no oldObject"),
+        (None, Some(_)) => Some("oldObject"),
+        (Some(_), None) => Some("object"),
+        (Some(_), Some(_)) => None,
     }
-    request.operation == Operation::Update
-        && labels(request.object.as_ref()) != labels(request.old_object.as_ref())
 }
 
 fn owner_suffix(policy: &GatePolicy) -> String {
@@ -859,17 +1008,26 @@ fn not_permitted(
         ),
         (None, _) => "Change it in Git".to_owned(),
     };
-    RuleOutcome::deny(
-        Rule::NotPermitted,
-        format!(
-            "{who} may not {} {}: {} (policy \"{}\", rule NotPermitted). {how}{}.",
-            facts.operation_word(),
-            facts.object_words(),
-            writers,
-            policy.name,
-            owner_suffix(policy),
-        ),
-    )
+    let mut message = format!(
+        "{who} may not {} {}: {} (policy \"{}\", rule NotPermitted). {how}{}.",
+        facts.operation_word(),
+        facts.object_words(),
+        writers,
+        policy.name,
+        owner_suffix(policy),
+    );
+    if let Some(forged) = &facts.all_changes().forged_ownership {
+        message.push_str(&format!(
+            " The write changes field ownership ({forged}): who owns a field decides what the controller's next apply resets or prunes."
+        ));
+    }
+    if !facts.kind_known {
+        message.push_str(&format!(
+            " driftgate could not resolve the kind behind resource \"{}\" from API discovery, so it judged the write as guarded (fail closed).",
+            facts.target_type()
+        ));
+    }
+    RuleOutcome::deny(Rule::NotPermitted, message)
 }
 
 /// `text` with its first letter upper-cased, to start a sentence.
@@ -887,6 +1045,32 @@ fn is_break_glass_path(path: &FieldPath, rules: &BreakGlassRules) -> bool {
         && s[0] == "metadata"
         && ((s[1] == "labels" && s[2] == rules.label)
             || (s[1] == "annotations" && s[2] == rules.reason_annotation))
+}
+
+/// What a reason should look like, in messages.
+const REASON_EXAMPLE: &str = "INC-4711: api scaled to 8, checkout p99 over 2 s";
+
+/// Why a window's reason is not acceptable: the hint's placeholder copied verbatim, or not the
+/// policy's `reasonPattern`.
+fn reason_problem(reason: Option<&str>, rules: &BreakGlassRules) -> Option<String> {
+    let reason = reason?;
+    let placeholder = REASON_PLACEHOLDER
+        .split_once(": ")
+        .map_or(REASON_PLACEHOLDER, |(_, rest)| rest);
+    if reason.contains('…') || reason.to_lowercase().contains(placeholder) {
+        return Some(format!(
+            "the reason \"{}\" is the placeholder from driftgate's hint; say what the emergency is and why (e.g. \"{REASON_EXAMPLE}\")",
+            echo(reason, MAX_REASON_CHARS)
+        ));
+    }
+    let pattern = rules.reason_pattern.as_ref()?;
+    (!pattern.is_match(reason)).then(|| {
+        format!(
+            "the reason \"{}\" does not match the policy's reasonPattern {} (e.g. a ticket id)",
+            echo(reason, MAX_REASON_CHARS),
+            pattern.as_str()
+        )
+    })
 }
 
 /// Whether an UPDATE only removes the break-glass label (and perhaps the reason).
@@ -960,6 +1144,9 @@ fn break_glass_change(
                     rules.reason_annotation
                 )));
             }
+            if let Some(problem) = reason_problem(reason.as_deref(), rules) {
+                return Err(refuse(problem));
+            }
             let window = match window_state(new, rules, now, WindowScope::Object) {
                 WindowState::Open(w) => Some(w),
                 _ => None,
@@ -989,9 +1176,12 @@ fn break_glass_change(
             }
             if rules.require_reason && reason.is_none() {
                 return Err(refuse(format!(
-                    "a reason is required: set the annotation {} in the same request (e.g. \"INC-123: what and why\")",
+                    "a reason is required: set the annotation {} in the same request (e.g. \"{REASON_EXAMPLE}\")",
                     rules.reason_annotation
                 )));
+            }
+            if let Some(problem) = reason_problem(reason.as_deref(), rules) {
+                return Err(refuse(problem));
             }
             let window = BreakGlassWindow {
                 scope: WindowScope::Object,
@@ -1025,10 +1215,10 @@ fn apply_mode(policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
     let would_deny = !outcome.admit && audit;
     let warning = if would_deny {
         outcome.message.as_ref().map(|m| {
-            format!(
+            warning(format!(
                 "driftgate audit (policy \"{}\" would deny in Enforce mode): {m}",
                 policy.name
-            )
+            ))
         })
     } else {
         outcome.warning
@@ -1083,7 +1273,7 @@ fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
     let changed_fields = facts
         .changes
         .get()
-        .map(|paths| paths.iter().map(ToString::to_string).collect())
+        .map(|changes| changes.paths.iter().map(ToString::to_string).collect())
         .unwrap_or_default();
     let record = DecisionRecord {
         uid: request.uid.clone(),

@@ -66,6 +66,20 @@ pub fn changed_paths(old: &DynamicObject, new: &DynamicObject) -> Vec<FieldPath>
     out
 }
 
+/// The changed fields under `.status`, for resources without a status subresource, where the
+/// API server stores `.status` written through the object itself.
+pub fn changed_status_paths(old: &DynamicObject, new: &DynamicObject) -> Vec<FieldPath> {
+    let mut out = Vec::new();
+    let mut path = vec!["status".to_owned()];
+    diff_value(
+        &mut path,
+        old.data.get("status"),
+        new.data.get("status"),
+        &mut out,
+    );
+    out
+}
+
 fn union_keys<'a>(
     a: &'a serde_json::Map<String, Value>,
     b: &'a serde_json::Map<String, Value>,

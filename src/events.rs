@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::{BreakGlassWindow, Decision, PolicyVerdict, Rule, WindowScope};
 use crate::metrics::{Metrics, ReasonLabels};
+use crate::text::{MAX_NAME_CHARS, echo};
 use crate::throttle::Throttle;
 use crate::timefmt::human_utc;
 
@@ -306,7 +307,8 @@ fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
         | Rule::BreakGlassRefused
         | Rule::WindowExpired
         | Rule::WindowTooLong
-        | Rule::NotPermitted => {
+        | Rule::NotPermitted
+        | Rule::Unreadable => {
             if verdict.allowed {
                 return None;
             }
@@ -364,6 +366,7 @@ fn denial_words(verdict: &PolicyVerdict, words: &Words) -> String {
             "{} holds it against the controller",
             window_words(verdict.window.as_ref())
         ),
+        Rule::Unreadable => "the review does not show what the write changes".to_owned(),
         other => format!("rule {other} denies it"),
     }
 }
@@ -391,7 +394,13 @@ fn window_terms(window: Option<&BreakGlassWindow>) -> String {
         return "expiry unknown".to_owned();
     };
     let reason = match &window.reason {
-        Some(reason) => format!("reason \"{}\"", truncate(reason.clone(), MAX_REASON_BYTES)),
+        Some(reason) => format!(
+            "reason \"{}\"",
+            truncate(
+                echo(reason, MAX_REASON_BYTES).into_owned(),
+                MAX_REASON_BYTES
+            )
+        ),
         None => "no reason given".to_owned(),
     };
     format!(
@@ -421,12 +430,13 @@ impl Words {
         let who = if record.user.is_empty() {
             "an anonymous client".to_owned()
         } else {
-            record.user.clone()
+            echo(&record.user, MAX_NAME_CHARS).into_owned()
         };
         let object_ref = &record.object;
+        let name = echo(&object_ref.name, MAX_NAME_CHARS);
         let mut object = match object_namespace(request) {
-            Some(ns) => format!("{} {ns}/{}", object_ref.kind, object_ref.name),
-            None => format!("{} {}", object_ref.kind, object_ref.name),
+            Some(ns) => format!("{} {ns}/{name}", object_ref.kind),
+            None => format!("{} {name}", object_ref.kind),
         };
         if !object_ref.subresource.is_empty() {
             object.push_str(&format!(" ({})", object_ref.subresource));
@@ -445,7 +455,10 @@ impl Words {
             past,
             object,
             fields,
-            field_manager: record.field_manager.clone(),
+            field_manager: record
+                .field_manager
+                .as_deref()
+                .map(|fm| echo(fm, MAX_NAME_CHARS).into_owned()),
         }
     }
 }

@@ -1,6 +1,8 @@
-//! What driftgate reads from the cluster: Namespace labels (a reflector) and, for a `scale`
-//! request, the parent object (one GET, only when a decision needs its window).
+//! What driftgate reads from the cluster: Namespace labels (a reflector), for a `scale`
+//! request the parent object (one GET, only when a decision needs its window), and API
+//! discovery (the kind behind each resource, and which have a `status` subresource).
 
+use std::collections::HashMap;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,12 +13,14 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::ResourceExt;
 use kube::core::admission::AdmissionRequest;
+use kube::core::discovery::v2::APIGroupDiscoveryList;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::decision::DiscoveredResource;
 use crate::metrics::Metrics;
 use crate::throttle::Throttle;
 
@@ -300,6 +304,136 @@ impl ParentLookup {
         // matters: it only decides whether to log.
         self.throttle.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Every resource the API server serves, by group and plural name: its kind and whether it has
+/// a `status` subresource, from aggregated discovery (two requests). Read once at start and
+/// again when a review names a resource it does not know (a new CRD), at most every
+/// [`CATALOG_REFRESH_INTERVAL`]. Cheap to clone.
+#[derive(Clone)]
+pub struct ResourceCatalog {
+    /// None: running without a cluster; nothing is ever known.
+    inner: Option<Arc<CatalogInner>>,
+}
+
+struct CatalogInner {
+    client: kube::Client,
+    resources: arc_swap::ArcSwap<Catalog>,
+    /// Held while refreshing, so that concurrent misses share one refresh; holds when the
+    /// last refresh started.
+    refreshing: tokio::sync::Mutex<Option<tokio::time::Instant>>,
+    timeout: Duration,
+}
+
+/// group → resource (plural) → what discovery says about it. Nested, so that a lookup borrows
+/// the request's strings.
+pub type Catalog = HashMap<String, HashMap<String, DiscoveredResource>>;
+
+/// A miss refreshes discovery at most this often: an unknown resource that stays unknown must
+/// not turn every review into two discovery requests.
+pub const CATALOG_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
+
+impl ResourceCatalog {
+    pub fn disabled() -> Self {
+        ResourceCatalog { inner: None }
+    }
+
+    /// A catalog that reads discovery through `client`, each refresh bounded by `timeout`.
+    /// Empty until the first refresh.
+    pub fn new(client: kube::Client, timeout: Duration) -> Self {
+        ResourceCatalog {
+            inner: Some(Arc::new(CatalogInner {
+                client,
+                resources: arc_swap::ArcSwap::from_pointee(Catalog::new()),
+                refreshing: tokio::sync::Mutex::new(None),
+                timeout,
+            })),
+        }
+    }
+
+    /// What discovery says about `group`/`resource`; on a miss, refreshes (once per
+    /// [`CATALOG_REFRESH_INTERVAL`]) and looks again. None: unknown, which the decision treats
+    /// as guarded (fail closed).
+    pub async fn lookup(&self, group: &str, resource: &str) -> Option<DiscoveredResource> {
+        let inner = self.inner.as_ref()?;
+        let find = |catalog: &Catalog| catalog.get(group)?.get(resource).cloned();
+        if let Some(found) = find(&inner.resources.load()) {
+            return Some(found);
+        }
+        self.refresh(false).await;
+        find(&inner.resources.load())
+    }
+
+    /// Reads discovery again; unless `force`d, not when the last refresh started less than
+    /// [`CATALOG_REFRESH_INTERVAL`] ago. A failure keeps what was known.
+    pub async fn refresh(&self, force: bool) {
+        let Some(inner) = self.inner.as_ref() else {
+            return;
+        };
+        let mut last = inner.refreshing.lock().await;
+        if !force && last.is_some_and(|at| at.elapsed() < CATALOG_REFRESH_INTERVAL) {
+            return;
+        }
+        *last = Some(tokio::time::Instant::now());
+        let read = async {
+            let groups = inner.client.list_api_groups_aggregated().await?;
+            let core = inner.client.list_core_api_versions_aggregated().await?;
+            Ok::<_, kube::Error>(catalog_from_discovery(&[core, groups]))
+        };
+        match tokio::time::timeout(inner.timeout, read).await {
+            Ok(Ok(catalog)) => {
+                let resources: usize = catalog.values().map(HashMap::len).sum();
+                tracing::debug!(resources, "API discovery read");
+                inner.resources.store(Arc::new(catalog));
+            }
+            Ok(Err(error)) => tracing::warn!(
+                %error,
+                "could not read API discovery; subresources of unknown resources are judged as guarded"
+            ),
+            Err(_) => tracing::warn!(
+                timeout = ?inner.timeout,
+                "API discovery did not answer; subresources of unknown resources are judged as guarded"
+            ),
+        }
+    }
+}
+
+/// The catalog in aggregated discovery documents (`/api` and `/apis`, apidiscovery.k8s.io/v2).
+/// A resource served in several versions has one kind; the first version listed (the
+/// preferred) wins.
+pub fn catalog_from_discovery(lists: &[APIGroupDiscoveryList]) -> Catalog {
+    let mut catalog = Catalog::new();
+    for group in lists.iter().flat_map(|list| &list.items) {
+        let group_name = group
+            .metadata
+            .as_ref()
+            .and_then(|m| m.name.clone())
+            .unwrap_or_default();
+        for resource in group.versions.iter().flat_map(|v| &v.resources) {
+            let (Some(plural), Some(kind)) = (
+                &resource.resource,
+                resource
+                    .response_kind
+                    .as_ref()
+                    .and_then(|k| k.kind.as_ref()),
+            ) else {
+                continue;
+            };
+            let has_status = resource
+                .subresources
+                .iter()
+                .any(|s| s.subresource.as_deref() == Some("status"));
+            catalog
+                .entry(group_name.clone())
+                .or_default()
+                .entry(plural.clone())
+                .or_insert_with(|| DiscoveredResource {
+                    kind: kind.clone(),
+                    has_status,
+                });
+        }
+    }
+    catalog
 }
 
 /// The cluster configuration from `--kubeconfig FILE`, or inferred (in-cluster, then

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, ParentLookup, client_config, client_for};
+use crate::kube_state::{NamespaceCache, ParentLookup, ResourceCatalog, client_config, client_for};
 use crate::ledger::service::Ledger;
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
@@ -254,6 +254,16 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         None => NamespaceCache::disabled(),
     };
     let parents = ParentLookup::new(client.clone(), Duration::from_secs(2), metrics.clone());
+    let resources = match &client {
+        Some(client) => {
+            let catalog = ResourceCatalog::new(client.clone(), Duration::from_millis(1500));
+            // Read before the first review needs it; a review that comes first waits for it.
+            let first = catalog.clone();
+            tasks.push(tokio::spawn(async move { first.refresh(true).await }));
+            catalog
+        }
+        None => ResourceCatalog::disabled(),
+    };
     let (events, events_task) = EventSink::spawn(
         client.clone(),
         instance_name(&args),
@@ -287,7 +297,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             events,
             metrics.clone(),
         )
-        .with_ledger(ledger),
+        .with_ledger(ledger)
+        .with_resources(resources),
     );
 
     let force_reload = Arc::new(Notify::new());

@@ -223,6 +223,7 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
             &policies,
             &DecisionInput {
                 request: &request,
+                resource: None,
                 namespace,
                 parent: parent.as_ref(),
                 now,

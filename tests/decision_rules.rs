@@ -2,7 +2,7 @@
 //! varies exactly one thing. The fixtures in `tests/fixtures/` cover the same rules with
 //! reviews as a real API server sends them (run as `policy test` suites in `cli.rs`).
 
-use driftgate::decision::{DecisionInput, Rule, WindowScope, decide};
+use driftgate::decision::{DecisionInput, DiscoveredResource, Rule, WindowScope, decide};
 use driftgate::policy::PolicySet;
 use driftgate::review::parse_review;
 use jiff::Timestamp;
@@ -30,6 +30,10 @@ spec:
     - name: revision
       usernames: ["system:serviceaccount:kube-system:deployment-controller"]
       fields: ["metadata.annotations[deployment.kubernetes.io/revision]"]
+    # Covers the break-glass label and reason too; only the break-glass rules judge those.
+    - name: labeller
+      usernames: ["system:serviceaccount:kube-system:labeller"]
+      fields: ["metadata.labels[*]", "metadata.annotations[*]"]
   breakGlass:
     maxDuration: 4h
     openers: {groups: ["sre-oncall"], usernames: ["carol"]}
@@ -71,6 +75,21 @@ fn with_window(value: &str, reason: Option<&str>) -> Value {
         None => json!({}),
     };
     deployment(json!({"app": "api", LABEL: value}), annotations, "api:1", 3)
+}
+
+/// A Knative Service: a kind whose name collides with the core Service.
+fn knative(generation: i64) -> Value {
+    json!({"apiVersion": "serving.knative.dev/v1", "kind": "Service",
+        "metadata": {"name": "api", "namespace": "prod-payments", "generation": generation},
+        "spec": {"template": {"spec": {"containers": [{"image": format!("api:{generation}")}]}}}})
+}
+
+/// `object` with one managedFields entry: Flux's Apply entry owning `fields`.
+fn owned(mut object: Value, fields: Value) -> Value {
+    object["metadata"]["managedFields"] = json!([{
+        "manager": "kustomize-controller", "operation": "Apply", "apiVersion": "apps/v1",
+        "time": "2026-11-30T08:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields}]);
+    object
 }
 
 fn scale(replicas: i64) -> Value {
@@ -196,9 +215,19 @@ struct Case {
     allowed: bool,
     rule: Rule,
     message: &'static str,
+    /// What API discovery says about the request's resource; by default what a real cluster
+    /// says (the kind behind the resource, with a status subresource).
+    discovered: Option<DiscoveredResource>,
 }
 
 fn case(name: &'static str, req: Req, allowed: bool, rule: Rule) -> Case {
+    let discovered = Some(DiscoveredResource {
+        kind: match req.resource {
+            ("apps", "deployments") => "Deployment".to_owned(),
+            _ => req.kind.1.to_owned(),
+        },
+        has_status: true,
+    });
     Case {
         name,
         req,
@@ -208,6 +237,7 @@ fn case(name: &'static str, req: Req, allowed: bool, rule: Rule) -> Case {
         allowed,
         rule,
         message: "",
+        discovered,
     }
 }
 
@@ -223,6 +253,26 @@ impl Case {
     }
     fn at(mut self, now: &str) -> Self {
         self.now = now.parse().unwrap();
+        self
+    }
+    /// API discovery does not know the resource (no cluster, or a resource it has not seen).
+    fn undiscovered(mut self) -> Self {
+        self.discovered = None;
+        self
+    }
+    /// Discovery resolves the resource's kind to `kind`.
+    fn resolved(mut self, kind: &str) -> Self {
+        self.discovered = Some(DiscoveredResource {
+            kind: kind.to_owned(),
+            has_status: true,
+        });
+        self
+    }
+    /// The resource has no status subresource (a CRD without one).
+    fn without_status_subresource(mut self) -> Self {
+        if let Some(d) = self.discovered.as_mut() {
+            d.has_status = false;
+        }
         self
     }
     fn says(mut self, fragment: &'static str) -> Self {
@@ -268,13 +318,28 @@ fn cases() -> Vec<Case> {
         case(
             "status subresource is not guarded by default",
             {
-                let mut r = Req::update("bob", plain(), edited());
+                let mut v = plain();
+                v["status"]["replicas"] = json!(7);
+                let mut r = Req::update("bob", plain(), v);
                 r.subresource = Some("status");
                 r
             },
             true,
             Rule::OutOfScope,
         ),
+        // Judged by effect, not by path: a spec change written through status is a write to
+        // the object (the Deployment strategy would drop it; other kinds' need not).
+        case(
+            "a status write that changes spec is judged as the object",
+            {
+                let mut r = Req::update("bob", plain(), edited());
+                r.subresource = Some("status");
+                r
+            },
+            false,
+            Rule::NotPermitted,
+        )
+        .says("Deployment prod-payments/api (through status)"),
         // The API server keeps labels changed through `status` for many kinds (measured for
         // Service and Namespace in tests/e2e/scenarios/bypass.rs): judged as the object.
         case(
@@ -318,16 +383,73 @@ fn cases() -> Vec<Case> {
             Rule::Controller,
         ),
         case(
-            "a status write that changes only annotations stays out of scope",
+            "a status write that changes annotations is judged as the object",
             Req::update(
                 "bob",
                 plain(),
                 deployment(json!({"app": "api"}), json!({"a": "b"}), "api:1", 3),
             )
             .status(),
-            true,
-            Rule::OutOfScope,
-        ),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("(through status)"),
+        case(
+            "namespaces/finalize that adds the break-glass label is judged as the Namespace",
+            {
+                let mut r = Req::update(
+                    "bob",
+                    json!({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": "prod-payments", "labels": {"team": "payments"}},
+                        "spec": {"finalizers": ["kubernetes"]}}),
+                    json!({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": "prod-payments",
+                            "labels": {"team": "payments", LABEL: "20261130T1000Z"},
+                            "annotations": {REASON: "INC-1: x"}},
+                        "spec": {"finalizers": ["kubernetes"]}}),
+                );
+                r.kind = ("", "Namespace");
+                r.resource = ("", "namespaces");
+                r.subresource = Some("finalize");
+                r.namespace = "";
+                r.name = "prod-payments";
+                r.field_manager = None;
+                r
+            },
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("Namespace prod-payments (through finalize)"),
+        case(
+            "the namespace controller's finalize changes spec: judged as the Namespace",
+            {
+                let ns = |finalizers: Value| {
+                    json!({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": "prod-payments"},
+                        "spec": {"finalizers": finalizers},
+                        "status": {"phase": "Terminating"}})
+                };
+                let mut r = Req::update(
+                    "system:serviceaccount:kube-system:namespace-controller",
+                    ns(json!(["kubernetes"])),
+                    {
+                        let mut v = ns(json!([]));
+                        v["spec"] = json!({});
+                        v
+                    },
+                );
+                r.kind = ("", "Namespace");
+                r.resource = ("", "namespaces");
+                r.subresource = Some("finalize");
+                r.namespace = "";
+                r.name = "prod-payments";
+                r.field_manager = None;
+                r
+            },
+            false,
+            Rule::NotPermitted,
+        )
+        .says("(through finalize)"),
         case(
             "driftgate's own records are never guarded",
             {
@@ -538,12 +660,23 @@ fn cases() -> Vec<Case> {
             true,
             Rule::BreakGlassOpened,
         ),
+        // The opener's clock and each replica's may differ by seconds: 60 s of tolerance.
         case(
-            "expiry beyond maxDuration",
+            "expiry at maxDuration plus 59 s (a replica 59 s behind)",
             Req::update(
                 "alice",
                 plain(),
-                with_window("20261130T130001Z", Some("INC-1")),
+                with_window("20261130T130059Z", Some("INC-1")),
+            ),
+            true,
+            Rule::BreakGlassOpened,
+        ),
+        case(
+            "expiry beyond maxDuration and the clock tolerance",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T130101Z", Some("INC-1")),
             ),
             false,
             Rule::BreakGlassRefused,
@@ -792,6 +925,181 @@ fn cases() -> Vec<Case> {
             Rule::NotPermitted,
         )
         .says("Deployment prod-payments/api (scale)"),
+        // Scale of a resource whose kind discovery does not know: guarded, fail closed.
+        case(
+            "bob scales a resource discovery does not know",
+            {
+                let mut r = Req::update("bob", scale(3), scale(5)).scale();
+                r.resource = ("argoproj.io", "rollouts");
+                r
+            },
+            false,
+            Rule::NotPermitted,
+        )
+        .undiscovered()
+        .says("could not resolve the kind behind resource \"rollouts.argoproj.io\""),
+        case(
+            "the HPA scales a resource discovery does not know: still its delegation",
+            Req::update(HPA, scale(3), scale(5)).scale(),
+            true,
+            Rule::Delegation,
+        )
+        .undiscovered(),
+        case(
+            "bob scales a custom resource discovery resolves",
+            {
+                let mut r = Req::update("bob", scale(3), scale(5)).scale();
+                r.resource = ("argoproj.io", "rollouts");
+                r
+            },
+            false,
+            Rule::NotPermitted,
+        )
+        .resolved("Rollout")
+        .says("bob may not update Rollout prod-payments/api (scale)"),
+        case(
+            "hints name a non-core kind by its fully qualified resource",
+            {
+                let mut r = Req::update("bob", knative(1), knative(2));
+                r.kind = ("serving.knative.dev", "Service");
+                r.resource = ("serving.knative.dev", "services");
+                r
+            },
+            false,
+            Rule::NotPermitted,
+        )
+        .says("driftgate break-glass open services.serving.knative.dev/api -n prod-payments"),
+        // .status of a kind without a status subresource is stored through the object itself.
+        case(
+            "bob writes .status of a kind without a status subresource",
+            Req::update("bob", plain(), {
+                let mut v = plain();
+                v["status"]["replicas"] = json!(9);
+                v
+            }),
+            false,
+            Rule::NotPermitted,
+        )
+        .without_status_subresource(),
+        case(
+            "bob writes .status of a kind discovery does not know: judged",
+            Req::update("bob", plain(), {
+                let mut v = plain();
+                v["status"]["replicas"] = json!(9);
+                v
+            }),
+            false,
+            Rule::NotPermitted,
+        )
+        .undiscovered(),
+        // managedFields are ownership.
+        case(
+            "bob hands spec.replicas to Flux's Apply entry",
+            Req::update(
+                "bob",
+                owned(plain(), json!({"f:spec": {"f:template": {}}})),
+                owned(
+                    plain(),
+                    json!({"f:spec": {"f:template": {}, "f:replicas": {}}}),
+                ),
+            )
+            .fm(Some("kubectl-patch")),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("\"kustomize-controller\" (Apply) gained spec.replicas"),
+        case(
+            "bob renames Flux's managedFields entry",
+            Req::update(
+                "bob",
+                owned(plain(), json!({"f:spec": {"f:replicas": {}}})),
+                {
+                    let mut v = owned(plain(), json!({"f:spec": {"f:replicas": {}}}));
+                    v["metadata"]["managedFields"][0]["manager"] = json!("kustomize-controller-x");
+                    v
+                },
+            )
+            .fm(None),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("field ownership"),
+        case(
+            "the API server's bookkeeping of bob's own manager is no change",
+            Req::update(
+                "bob",
+                owned(plain(), json!({"f:spec": {"f:template": {}}})),
+                {
+                    let mut v = owned(plain(), json!({"f:spec": {"f:template": {}}}));
+                    v["metadata"]["managedFields"].as_array_mut().unwrap().push(
+                        json!({"manager": "kubectl-edit", "operation": "Update",
+                            "apiVersion": "apps/v1", "time": "2026-11-30T09:00:00Z",
+                            "fieldsType": "FieldsV1", "fieldsV1": {}}),
+                    );
+                    v
+                },
+            ),
+            true,
+            Rule::NoEffectiveChange,
+        ),
+        case(
+            "Flux may rewrite managedFields",
+            Req::update(
+                FLUX,
+                owned(plain(), json!({"f:spec": {"f:template": {}}})),
+                owned(plain(), json!({"f:spec": {}})),
+            )
+            .fm(Some("kustomize-controller")),
+            true,
+            Rule::Controller,
+        ),
+        // Break-glass paths are judged only by the break-glass rules.
+        case(
+            "a delegation covering labels cannot open a window",
+            Req::update(
+                "system:serviceaccount:kube-system:labeller",
+                plain(),
+                with_window("20261130T1000Z", Some("INC-1")),
+            ),
+            false,
+            Rule::BreakGlassRefused,
+        ),
+        // An UPDATE without both objects cannot be judged: fail closed.
+        case(
+            "an UPDATE without oldObject",
+            {
+                let mut r = Req::update("bob", plain(), edited());
+                r.old = None;
+                r
+            },
+            false,
+            Rule::Unreadable,
+        )
+        .says("no oldObject"),
+        case(
+            "an UPDATE by the controller without object",
+            {
+                let mut r = Req::update(FLUX, plain(), edited());
+                r.new = None;
+                r.user = FLUX;
+                r.field_manager = Some("kustomize-controller");
+                r
+            },
+            false,
+            Rule::Unreadable,
+        ),
+        // Reasons: the hint's placeholder is not a reason.
+        case(
+            "the hint's placeholder reason copied verbatim",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T1000Z", Some("INC-…: what and why")),
+            ),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("placeholder"),
         case(
             "bob labels",
             Req::update(
@@ -819,6 +1127,7 @@ fn every_rule_in_order() {
             &policies,
             &DecisionInput {
                 request: &request,
+                resource: case.discovered.as_ref(),
                 namespace: namespace.as_ref(),
                 parent: parent.as_ref(),
                 now: case.now,
@@ -889,6 +1198,7 @@ fn warnings_and_records_for_break_glass_use() {
         &policies(),
         &DecisionInput {
             request: &request,
+            resource: None,
             namespace: None,
             parent: None,
             now: now(),
@@ -936,6 +1246,7 @@ fn a_close_records_the_window_it_closed() {
         &policies(),
         &DecisionInput {
             request: &request,
+            resource: None,
             namespace: None,
             parent: None,
             now: now(),
@@ -961,6 +1272,7 @@ fn denial_response_is_forbidden_with_the_message() {
         &policies(),
         &DecisionInput {
             request: &request,
+            resource: None,
             namespace: None,
             parent: None,
             now: now(),
@@ -1008,6 +1320,7 @@ fn every_matching_policy_must_admit_and_audit_only_warns() {
             &policies,
             &DecisionInput {
                 request: &request,
+                resource: None,
                 namespace: None,
                 parent: None,
                 now: now(),
@@ -1050,6 +1363,7 @@ fn label_selected_namespaces_fail_closed_when_labels_are_unknown() {
             &policies,
             &DecisionInput {
                 request: &request,
+                resource: None,
                 namespace: ns,
                 parent: None,
                 now: now(),
@@ -1091,6 +1405,7 @@ fn namespace_objects_are_scoped_by_their_own_name() {
             &policies(),
             &DecisionInput {
                 request,
+                resource: None,
                 namespace: None,
                 parent: None,
                 now: now(),
@@ -1103,4 +1418,58 @@ fn namespace_objects_are_scoped_by_their_own_name() {
     let d = run(&request);
     assert!(d.allowed, "{}", d.message);
     assert_eq!(d.record.rule, Rule::BreakGlassOpened);
+}
+
+/// `breakGlass.reasonPattern`: every reason must match it (e.g. a ticket id).
+#[test]
+fn a_policy_can_require_a_reason_pattern() {
+    let yaml = POLICY.replace(
+        "    maxDuration: 4h\n",
+        "    maxDuration: 4h\n    reasonPattern: '^INC-[0-9]+: .+'\n",
+    );
+    let policies = PolicySet::from_yaml("inline", &yaml).unwrap();
+    let open = |reason: &'static str| {
+        let request = Req::update(
+            "alice",
+            plain(),
+            with_window("20261130T1000Z", Some(reason)),
+        )
+        .build();
+        decide(
+            &policies,
+            &DecisionInput {
+                request: &request,
+                resource: None,
+                namespace: None,
+                parent: None,
+                now: now(),
+            },
+        )
+    };
+    let refused = open("fixing stuff");
+    assert!(!refused.allowed);
+    assert_eq!(refused.record.rule, Rule::BreakGlassRefused);
+    assert!(
+        refused
+            .message
+            .contains("does not match the policy's reasonPattern ^INC-[0-9]+: .+"),
+        "{}",
+        refused.message
+    );
+    let opened = open("INC-4711: api OOM, scaled to 8");
+    assert!(opened.allowed, "{}", opened.message);
+    assert_eq!(opened.record.rule, Rule::BreakGlassOpened);
+
+    let bad = POLICY.replace(
+        "    maxDuration: 4h\n",
+        "    maxDuration: 4h\n    reasonPattern: '^INC-[0-9+'\n",
+    );
+    let error = PolicySet::from_yaml("inline", &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("spec.breakGlass.reasonPattern")
+            && error.contains("not a valid regular expression"),
+        "{error}"
+    );
 }

@@ -260,6 +260,7 @@ fn a_change_under_a_namespace_window_says_so() {
         &policies(),
         &DecisionInput {
             request: &request,
+            resource: None,
             namespace: Some(&namespace.metadata),
             parent: None,
             now: NOW.parse().unwrap(),

@@ -147,6 +147,9 @@ pub struct BreakGlassSpec {
     /// for Secrets).
     #[serde(default)]
     pub record_values: Option<bool>,
+    /// A regular expression every reason must match (e.g. a ticket id: `^INC-[0-9]+: `).
+    #[serde(default)]
+    pub reason_pattern: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -151,6 +151,8 @@ pub struct BreakGlassRules {
     pub namespace_wide: bool,
     pub refuse_reverts_for: Option<WindowDuration>,
     pub record_values: bool,
+    /// Every reason must match this, when set.
+    pub reason_pattern: Option<regex::Regex>,
 }
 
 /// A validated policy, ready for decisions.
@@ -218,6 +220,19 @@ impl GatePolicy {
         let excluded = self.resource_exclude.is_match(&by_kind)
             || self.resource_exclude.is_match(&by_resource);
         included && !excluded
+    }
+
+    /// For a resource whose kind could not be resolved (a subresource of a resource discovery
+    /// does not know): guarded unless the policy excludes it by resource name, since a pattern
+    /// over kinds cannot be ruled out (fail closed).
+    pub fn guards_unresolved_resource(&self, group: &str, resource: &str) -> bool {
+        let group = if group.is_empty() { "core" } else { group };
+        if group == "driftgate.dev" {
+            return false;
+        }
+        !self
+            .resource_exclude
+            .is_match(format!("{group}/{resource}"))
     }
 
     pub fn guards_operation(&self, operation: GuardedOperation) -> bool {
@@ -834,6 +849,29 @@ impl Checker<'_> {
                 }
             }
         });
+        let reason_pattern =
+            spec.reason_pattern.as_ref().and_then(|pattern| {
+                match regex::Regex::new(&pattern.value) {
+                    Ok(regex) => Some(regex),
+                    Err(error) => {
+                        let problem = match error {
+                            regex::Error::Syntax(text) => {
+                                text.lines().last().unwrap_or("").to_owned()
+                            }
+                            other => other.to_string(),
+                        };
+                        self.error(
+                            pattern.referenced,
+                            "spec.breakGlass.reasonPattern",
+                            format!(
+                                "\"{}\" is not a valid regular expression: {problem}",
+                                pattern.value
+                            ),
+                        );
+                        None
+                    }
+                }
+            });
         let openers = self.identity(
             "spec.breakGlass.openers",
             spec.openers.referenced,
@@ -850,6 +888,7 @@ impl Checker<'_> {
             namespace_wide: spec.namespace_wide.unwrap_or(false),
             refuse_reverts_for,
             record_values: spec.record_values.unwrap_or(false),
+            reason_pattern,
         })
     }
 }

@@ -27,7 +27,7 @@ use tower_http::timeout::TimeoutLayer;
 
 use crate::decision::{Decision, DecisionInput, decide, needs_parent};
 use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, Parent, ParentLookup};
+use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog};
 use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
@@ -47,6 +47,8 @@ pub struct AppState {
     pub policies: Arc<ArcSwap<PolicySet>>,
     pub namespaces: NamespaceCache,
     pub parents: ParentLookup,
+    /// Kinds and status subresources from API discovery; disabled without a cluster.
+    pub resources: ResourceCatalog,
     pub events: EventSink,
     /// Backport records; disabled without a cluster.
     pub ledger: Ledger,
@@ -70,6 +72,7 @@ impl AppState {
             policies,
             namespaces,
             parents,
+            resources: ResourceCatalog::disabled(),
             events,
             ledger: Ledger::disabled(metrics.clone()),
             windows: WindowTracker::new(metrics.clone()),
@@ -77,6 +80,11 @@ impl AppState {
             clock: Arc::new(Timestamp::now),
             accepting: AtomicBool::new(true),
         }
+    }
+
+    pub fn with_resources(mut self, resources: ResourceCatalog) -> Self {
+        self.resources = resources;
+        self
     }
 
     pub fn with_ledger(mut self, ledger: Ledger) -> Self {
@@ -289,8 +297,13 @@ async fn decide_with_cluster(
     };
     let namespace = namespace_name.and_then(|ns| state.namespaces.get(ns));
     let namespace_meta = namespace.as_ref().map(|ns| &ns.metadata);
+    let resource = state
+        .resources
+        .lookup(&request.resource.group, &request.resource.resource)
+        .await;
     let input = DecisionInput {
         request,
+        resource: resource.as_ref(),
         namespace: namespace_meta,
         parent: None,
         now,

@@ -31,6 +31,7 @@ const NOW: &str = "2026-11-30T09:00:00Z";
 fn input(request: &AdmissionRequest<DynamicObject>, now: Timestamp) -> DecisionInput<'_> {
     DecisionInput {
         request,
+        resource: None,
         namespace: None,
         parent: None,
         now,

@@ -55,6 +55,7 @@ pub fn decide_with(
         policies,
         &DecisionInput {
             request,
+            resource: None,
             namespace: None,
             parent,
             now: now.parse().expect("an RFC 3339 time"),

@@ -284,6 +284,7 @@ fn decide_with_cluster(policies: &PolicySet, request: &AdmissionRequest<DynamicO
     });
     let input = DecisionInput {
         request,
+        resource: None,
         namespace: namespace.map(|ns| &ns.metadata),
         parent: None,
         now: now(),
