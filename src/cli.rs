@@ -244,6 +244,15 @@ pub fn eval(args: &EvalArgs, out: &mut impl Write) -> ExitCode {
 pub fn policy_check(paths: &[PathBuf], out: &mut impl Write) -> ExitCode {
     match PolicySet::load_all(paths) {
         Ok(set) => {
+            for policy in set.policies() {
+                for warning in policy.warnings() {
+                    let _ = writeln!(
+                        out,
+                        "warning: {}: policy {}: {warning}",
+                        policy.source, policy.name
+                    );
+                }
+            }
             let names: Vec<_> = set
                 .policies()
                 .iter()

@@ -459,12 +459,13 @@ impl<'a> Facts<'a> {
     /// The command an opener would run, for denial messages.
     fn open_command(&self) -> String {
         let name = echo(&self.request.name, MAX_NAME_CHARS);
-        let target = format!("{}/{name}", self.target_type());
         if self.is_namespace_object() {
+            // Without KIND/NAME the CLI opens the namespace-wide window on -n's Namespace.
             return format!(
-                "driftgate break-glass open {target} --for 1h --reason \"{REASON_PLACEHOLDER}\""
+                "driftgate break-glass open -n {name} --for 1h --reason \"{REASON_PLACEHOLDER}\""
             );
         }
+        let target = format!("{}/{name}", self.target_type());
         let ns = self.namespace.unwrap_or("default");
         format!(
             "driftgate break-glass open {target} -n {ns} --for 1h --reason \"{REASON_PLACEHOLDER}\""
@@ -1050,14 +1051,19 @@ fn is_break_glass_path(path: &FieldPath, rules: &BreakGlassRules) -> bool {
 /// What a reason should look like, in messages.
 const REASON_EXAMPLE: &str = "INC-4711: api scaled to 8, checkout p99 over 2 s";
 
+/// Whether `reason` is the hint's placeholder, copied rather than replaced.
+pub fn is_placeholder_reason(reason: &str) -> bool {
+    let placeholder = REASON_PLACEHOLDER
+        .split_once(": ")
+        .map_or(REASON_PLACEHOLDER, |(_, rest)| rest);
+    reason.contains('…') || reason.to_lowercase().contains(placeholder)
+}
+
 /// Why a window's reason is not acceptable: the hint's placeholder copied verbatim, or not the
 /// policy's `reasonPattern`.
 fn reason_problem(reason: Option<&str>, rules: &BreakGlassRules) -> Option<String> {
     let reason = reason?;
-    let placeholder = REASON_PLACEHOLDER
-        .split_once(": ")
-        .map_or(REASON_PLACEHOLDER, |(_, rest)| rest);
-    if reason.contains('…') || reason.to_lowercase().contains(placeholder) {
+    if is_placeholder_reason(reason) {
         return Some(format!(
             "the reason \"{}\" is the placeholder from driftgate's hint; say what the emergency is and why (e.g. \"{REASON_EXAMPLE}\")",
             echo(reason, MAX_REASON_CHARS)

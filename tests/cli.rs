@@ -230,3 +230,19 @@ fn policy_test_reports_a_failing_case_and_exits_1() {
         "{stdout}"
     );
 }
+
+#[test]
+fn policy_check_warns_about_settings_that_do_not_do_what_they_seem() {
+    let out = driftgate(&["policy", "check", "tests/fixtures/policies/warnings.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("warning: tests/fixtures/policies/warnings.yaml: policy surprising: spec.subresources: \"status\" guards nothing by itself"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("spec.delegations[0].fields: \"metadata.labels[*]\" covers the break-glass label metadata.labels[driftgate.dev/break-glass]; delegation labeller never changes it"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ok: 1 policy"), "{stdout}");
+}

@@ -453,3 +453,33 @@ async fn only_subresource_requests_have_a_parent() {
         (0, 0)
     );
 }
+
+/// The catalog reads kinds and status subresources from aggregated discovery (the shape
+/// kube-apiserver 1.35 serves at /apis): the kind behind `rollouts/scale` is Rollout, not Scale.
+#[test]
+fn the_catalog_reads_kinds_and_status_subresources_from_discovery() {
+    use driftgate::kube_state::catalog_from_discovery;
+    let apis: kube::core::discovery::v2::APIGroupDiscoveryList = serde_json::from_value(json!({
+        "kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+        "items": [{
+            "metadata": {"name": "argoproj.io"},
+            "versions": [{"version": "v1alpha1", "resources": [
+                {"resource": "rollouts", "responseKind": {"group": "argoproj.io", "version": "v1alpha1", "kind": "Rollout"},
+                 "scope": "Namespaced", "verbs": ["get", "update"],
+                 "subresources": [
+                    {"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": ["get", "update"]},
+                    {"subresource": "status", "responseKind": {"group": "argoproj.io", "version": "v1alpha1", "kind": "Rollout"}, "verbs": ["get", "update"]}]},
+                {"resource": "analysisruns", "responseKind": {"group": "argoproj.io", "version": "v1alpha1", "kind": "AnalysisRun"},
+                 "scope": "Namespaced", "verbs": ["get"]}
+            ]}]
+        }]
+    }))
+    .unwrap();
+    let catalog = catalog_from_discovery(&[apis]);
+    let rollouts = &catalog["argoproj.io"]["rollouts"];
+    assert_eq!(rollouts.kind, "Rollout");
+    assert!(rollouts.has_status);
+    let runs = &catalog["argoproj.io"]["analysisruns"];
+    assert_eq!(runs.kind, "AnalysisRun");
+    assert!(!runs.has_status);
+}

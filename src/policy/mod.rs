@@ -19,7 +19,7 @@ use document::{
     GuardedOperation, KIND,
 };
 
-use crate::fieldpath::FieldPattern;
+use crate::fieldpath::{FieldPath, FieldPattern};
 use crate::timefmt::WindowDuration;
 
 pub const DEFAULT_BREAK_GLASS_LABEL: &str = "driftgate.dev/break-glass";
@@ -220,6 +220,38 @@ impl GatePolicy {
         let excluded = self.resource_exclude.is_match(&by_kind)
             || self.resource_exclude.is_match(&by_resource);
         included && !excluded
+    }
+
+    /// What `policy check` warns about: settings that load but do not do what they seem to.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.subresources.iter().any(|s| s == "status") {
+            warnings.push(
+                "spec.subresources: \"status\" guards nothing by itself: a status write that changes more than status (labels, annotations, finalizers, spec) is judged as a write to the object (\"\"), and status alone belongs to the controllers"
+                    .to_owned(),
+            );
+        }
+        if let Some(rules) = &self.break_glass {
+            let label = FieldPath::new(["metadata", "labels", rules.label.as_str()]);
+            let reason =
+                FieldPath::new(["metadata", "annotations", rules.reason_annotation.as_str()]);
+            for (index, delegation) in self.delegations.iter().enumerate() {
+                for pattern in &delegation.fields {
+                    for (path, what) in [
+                        (&label, "break-glass label"),
+                        (&reason, "reason annotation"),
+                    ] {
+                        if pattern.covers(path) {
+                            warnings.push(format!(
+                                "spec.delegations[{index}].fields: \"{pattern}\" covers the {what} {path}; delegation {} never changes it, since only the break-glass rules judge it",
+                                delegation.name
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        warnings
     }
 
     /// For a resource whose kind could not be resolved (a subresource of a resource discovery

@@ -215,9 +215,9 @@ fn api_error(what: &str, error: kube::Error) -> Error {
 pub async fn open(args: &OpenArgs, out: &mut impl std::io::Write) -> Result<()> {
     let duration =
         WindowDuration::parse(&args.duration).map_err(|e| Error::Config(format!("--for: {e}")))?;
-    if args.reason.trim().is_empty() {
+    if args.reason.trim().is_empty() || crate::decision::is_placeholder_reason(&args.reason) {
         return Err(Error::Config(
-            "--reason must say why (e.g. \"INC-123: api pods OOM, raising the memory limit\")"
+            "--reason must say why, in your words, not the hint's placeholder (e.g. \"INC-123: api pods OOM, raising the memory limit\")"
                 .into(),
         ));
     }
