@@ -20,7 +20,7 @@ use crate::fieldpath::FieldPath;
 use crate::ownership::forged_ownership;
 use crate::policy::document::GuardedOperation;
 use crate::policy::{BreakGlassRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet};
-use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, echo, warning};
+use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
 use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
 
 /// Audit annotation keys. The API server prefixes each with the webhook's name
@@ -569,6 +569,11 @@ fn reason_of(meta: &ObjectMeta, rules: &BreakGlassRules) -> Option<String> {
 }
 
 fn describe_window(window: &BreakGlassWindow) -> String {
+    describe_window_within(window, MAX_REASON_CHARS)
+}
+
+/// [`describe_window`] with at most `reason_chars` of the reason.
+fn describe_window_within(window: &BreakGlassWindow, reason_chars: usize) -> String {
     let place = match window.scope {
         WindowScope::Object => "on the object",
         WindowScope::Namespace => "on the namespace",
@@ -577,7 +582,7 @@ fn describe_window(window: &BreakGlassWindow) -> String {
         Some(reason) => format!(
             "the break-glass window {place} (until {}, reason \"{}\")",
             human_utc(window.expires_at),
-            echo(reason, MAX_REASON_CHARS)
+            echo(reason, reason_chars)
         ),
         None => format!(
             "the break-glass window {place} (until {}, no reason given)",
@@ -899,12 +904,19 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     if let Some(window) = open_window(&states) {
         if rules.openers.matches(user) {
             let mut outcome = RuleOutcome::admit(Rule::BreakGlassWindow);
-            // The instruction first: the API server keeps 256 characters of a warning.
-            outcome.warning = Some(warning(format!(
-                "driftgate: backport it to Git before the window closes, or the controller will revert it: {who} changed {} under {}, an emergency change.",
-                facts.object_words(),
-                describe_window(window),
-            )));
+            // The API server keeps 256 characters of a warning: the sentence is short, and the
+            // reason gives way, so that the instruction at its end survives.
+            let object = facts.object_words();
+            let text = |reason_chars| {
+                format!(
+                    "driftgate: {who} changed {object} under {}; backport it to Git before the window closes.",
+                    describe_window_within(window, reason_chars),
+                )
+            };
+            let without_reason = text(0).chars().count();
+            let reason_chars =
+                MAX_REASON_CHARS.min(MAX_WARNING_CHARS.saturating_sub(without_reason + 1));
+            outcome.warning = Some(warning(text(reason_chars)));
             outcome.window = Some(window.clone());
             outcome.new_window = new_window;
             return Some(outcome);

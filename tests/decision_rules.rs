@@ -1473,3 +1473,39 @@ fn a_policy_can_require_a_reason_pattern() {
         "{error}"
     );
 }
+
+/// A reason of any length leaves the warning's instruction whole, within the 256 characters
+/// the API server keeps, with no control character.
+#[test]
+fn a_long_reason_gives_way_in_the_warning() {
+    let reason = format!("INC-9: a\nb {}", "x".repeat(5000));
+    let request = Req::update(
+        "alice",
+        with_window("20261130T1000Z", Some(&reason)),
+        deployment(
+            json!({"app": "api", LABEL: "20261130T1000Z"}),
+            json!({REASON: reason}),
+            "api:2",
+            3,
+        ),
+    )
+    .build();
+    let decision = decide(
+        &policies(),
+        &DecisionInput {
+            request: &request,
+            resource: None,
+            namespace: None,
+            parent: None,
+            now: now(),
+        },
+    );
+    let warning = &decision.warnings[0];
+    assert!(warning.chars().count() <= 256, "{warning}");
+    assert!(!warning.chars().any(char::is_control), "{warning}");
+    assert!(warning.contains("INC-9: a\\nb x"), "{warning}");
+    assert!(
+        warning.ends_with("backport it to Git before the window closes."),
+        "{warning}"
+    );
+}

@@ -556,7 +556,7 @@ async fn placeholder_reasons_are_refused_and_echoed_text_is_escaped() {
     let warning = edit
         .stderr
         .lines()
-        .find(|l| l.contains("driftgate: backport it to Git"))
+        .find(|l| l.contains("Warning: driftgate: alice changed Deployment prod-m5/api under"))
         .unwrap_or_else(|| panic!("no backport warning in:\n{}", edit.stderr));
     assert!(
         warning.contains(r"line one\nline two \u{1b}[2J"),
