@@ -293,3 +293,53 @@ async fn an_idle_kept_alive_connection_outlives_the_header_timeout() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(send_review(&mut stream, &body).await.unwrap().0, 200);
 }
+
+/// A username is the client's text: with a newline in it, the review's log line must stay one
+/// line (escaped), or it could forge a second review line in the text format.
+#[tokio::test]
+async fn request_text_cannot_forge_a_log_line() {
+    use std::io::Read;
+    install_provider();
+    let mut server = start_logging("forged-logs", "info");
+    let mut stream = connect(&server).await;
+    let mut review: serde_json::Value =
+        serde_json::from_slice(&fixture("kubectl-edit.json")).unwrap();
+    review["request"]["userInfo"]["username"] =
+        serde_json::json!("bob\n2026-12-01T00:00:00Z INFO review user=admin decision=allowed");
+    let (status, body) = send_review(&mut stream, &serde_json::to_vec(&review).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.contains("bob\\\\n2026"),
+        "the denial escapes it too: {body}"
+    );
+    drop(stream);
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let mut stderr = String::new();
+    server
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let reviews: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("driftgate::server: review "))
+        .collect();
+    assert_eq!(reviews.len(), 1, "{stderr}");
+    assert!(
+        reviews[0].contains(r"user=bob\n2026-12-01T00:00:00Z INFO review user=admin"),
+        "{}",
+        reviews[0]
+    );
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.starts_with("2026-12-01T00:00:00Z")),
+        "{stderr}"
+    );
+}

@@ -32,6 +32,7 @@ use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
 use crate::review::parse_review;
+use crate::text::{MAX_NAME_CHARS, echo};
 use windows::WindowTracker;
 
 /// Large enough for a review carrying two 1.5 MiB objects (old and new) and its envelope;
@@ -368,14 +369,16 @@ fn observe(
         })
         .inc();
     state.metrics.review_duration.observe(elapsed.as_secs_f64());
+    // Request text is escaped: in the text format a newline in a username would forge a line.
+    let text = |value: &str| echo(value, MAX_NAME_CHARS).into_owned();
     tracing::info!(
-        uid = %request.uid,
+        uid = %text(&request.uid),
         operation = %record.operation,
-        kind = %record.object.kind,
-        subresource = %record.object.subresource,
-        namespace = %record.object.namespace,
-        name = %record.object.name,
-        user = %record.user,
+        kind = %text(&record.object.kind),
+        subresource = %text(&record.object.subresource),
+        namespace = %text(&record.object.namespace),
+        name = %text(&record.object.name),
+        user = %text(&record.user),
         dry_run = record.dry_run,
         decision = verdict,
         policy,
