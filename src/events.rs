@@ -306,7 +306,8 @@ fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
         | Rule::BreakGlassRefused
         | Rule::WindowExpired
         | Rule::WindowTooLong
-        | Rule::NotPermitted => {
+        | Rule::NotPermitted
+        | Rule::Unreadable => {
             if verdict.allowed {
                 return None;
             }
