@@ -484,3 +484,34 @@ fn a_guarded_write_whose_object_cannot_be_read_is_refused_with_why() {
         );
     });
 }
+
+/// What the ledger does with an admitted object (serialize it to a value and to bytes, clone
+/// and compare it, drop the copies: all recursive in serde), at the deepest Kubernetes
+/// accepts, fits in the stack a review of it is given.
+#[test]
+fn the_stack_given_to_a_deep_review_holds_what_the_ledger_does_with_its_object() {
+    use driftgate::review::{MAX_DEPTH, parse_envelope, stack_for};
+    std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(|| {
+            let body = deep_review("kubectl-edit.json", &["spec", "deep"], false, MAX_DEPTH);
+            let Ok(review) = parse_envelope(body.as_bytes()).unwrap().read_objects() else {
+                panic!("an object {MAX_DEPTH} levels deep is read");
+            };
+            assert_eq!(review.depth(), MAX_DEPTH);
+            let stack = stack_for(review.depth());
+            stacker::maybe_grow(stack, stack, || {
+                let object = review.object.as_ref().unwrap();
+                let value = serde_json::to_value(object).unwrap();
+                let copy = object.clone();
+                assert!(copy == *object);
+                let bytes = serde_json::to_vec(&value).unwrap();
+                assert!(bytes.len() > 5 * MAX_DEPTH);
+                drop(copy);
+                drop(value);
+            });
+        })
+        .unwrap()
+        .join()
+        .expect("the test thread did not panic");
+}
