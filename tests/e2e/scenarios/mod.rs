@@ -8,6 +8,7 @@
 
 mod break_glass;
 mod bypass;
+mod deep;
 mod gitops;
 mod scope;
 
