@@ -444,3 +444,88 @@ pub fn read_object(path: &Path) -> Result<DynamicObject> {
     }
     Ok(object)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixtures() -> Vec<(String, Vec<u8>)> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut out: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "json"))
+            .map(|path| (path.display().to_string(), std::fs::read(&path).unwrap()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The two-step parse gives the request kube's own one-step parse gives.
+    #[test]
+    fn reads_every_fixture_as_kube_does() {
+        let fixtures = fixtures();
+        assert!(fixtures.len() >= 30);
+        for (name, body) in fixtures {
+            let expected: AdmissionRequest<DynamicObject> = serde_json::from_slice::<
+                kube::core::admission::AdmissionReview<DynamicObject>,
+            >(&body)
+            .unwrap()
+            .try_into()
+            .unwrap();
+            let request = parse_review(&body).unwrap();
+            // kube's types hold no PartialEq for the request: compare what they serialize to.
+            let mut expected = serde_json::to_value(&expected).unwrap();
+            if expected["name"] == "" {
+                expected["name"] = request.name.clone().into();
+            }
+            assert_eq!(serde_json::to_value(&request).unwrap(), expected, "{name}");
+            assert_eq!(
+                request.types,
+                TypeMeta {
+                    api_version: ADMISSION_API_VERSION.into(),
+                    kind: ADMISSION_KIND.into(),
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn nesting_counts_brackets_outside_strings() {
+        for (text, depth) in [
+            ("1", 0),
+            ("{}", 1),
+            (r#"{"a":[1,{"b":[]}]}"#, 4),
+            (r#"{"a":"{[{[\"{"}"#, 1),
+            (r#"["\\", ["x"]]"#, 2),
+            (r#"[{"}":"]"},[[]]]"#, 3),
+        ] {
+            assert_eq!(nesting(text), depth, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_collection_delete_is_named_from_its_object_without_reading_it() {
+        let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+            "uid":"u","kind":{"group":"","version":"v1","kind":"ConfigMap"},
+            "resource":{"group":"","version":"v1","resource":"configmaps"},"namespace":"dev",
+            "operation":"DELETE","userInfo":{"username":"bob"},"object":null,
+            "oldObject":{"metadata":{"name":"settings","managedFields":[{"fieldsV1":{"f:data":{}}}]},"data":{"k":"v"}}}}"#;
+        let review = parse_envelope(body).unwrap().without_objects();
+        assert_eq!(review.name, "settings");
+        assert!(review.old_object.is_none() && review.object.is_none());
+        let review = parse_envelope(body).unwrap().read_objects().ok().unwrap();
+        assert_eq!(review.name, "settings");
+        assert_eq!(review.depth(), 6);
+        assert!(review.object.is_none());
+    }
+
+    #[test]
+    fn a_value_deeper_than_any_stack_is_dropped_without_recursion() {
+        let mut value = Value::Null;
+        for _ in 0..1_000_000 {
+            value = Value::Array(vec![value]);
+        }
+        dismantle(value);
+    }
+}

@@ -15,7 +15,7 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use driftgate::decision::{Decision, DecisionInput, decide, needs_parent};
+use driftgate::decision::{Decision, DecisionInput, decide, may_guard, needs_parent};
 use driftgate::events::{EventSink, planned_events};
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
@@ -302,6 +302,13 @@ fn decide_with_cluster(policies: &PolicySet, request: &AdmissionRequest<DynamicO
         now: now(),
     };
     let mut decision = decide(policies, &input);
+    // The server reads objects only when the envelope says a policy may guard the write: it
+    // must say so whenever one does.
+    assert!(
+        decision.record.verdicts.is_empty() || may_guard(policies, request, input.namespace),
+        "a write policy {} guards, which may_guard says none may",
+        decision.record.verdicts[0].policy
+    );
     if needs_parent(policies, &decision) {
         let mut parent = parent().clone();
         parent.metadata.name = Some(request.name.clone());
