@@ -61,8 +61,9 @@ pub struct Envelope<'a> {
 
 /// A review whose objects, once read, are dropped without recursion however deep they are.
 pub struct Review {
-    /// Always `Some`; taken only by [`Review::into_request`].
-    request: Option<AdmissionRequest<DynamicObject>>,
+    /// Always `Some`; taken only by [`Review::into_request`]. Boxed: a review is moved
+    /// through results, and the request is over a kilobyte.
+    request: Option<Box<AdmissionRequest<DynamicObject>>>,
     depth: usize,
 }
 
@@ -127,7 +128,7 @@ pub fn parse_envelope<'a>(body: &'a [u8]) -> Result<Envelope<'a>, ReviewError> {
     };
     Ok(Envelope {
         review: Review {
-            request: Some(request),
+            request: Some(Box::new(request)),
             depth: 0,
         },
         object,
@@ -218,7 +219,7 @@ impl Review {
     }
 
     pub fn into_request(mut self) -> AdmissionRequest<DynamicObject> {
-        self.request.take().expect("a review holds its request")
+        *self.request.take().expect("a review holds its request")
     }
 
     fn request_mut(&mut self) -> &mut AdmissionRequest<DynamicObject> {
