@@ -73,15 +73,16 @@ pub struct Unreadable {
     pub error: ObjectError,
 }
 
-/// The outer AdmissionReview, its request kept raw. Unknown fields (`response`) are skipped,
-/// as the API server may add some.
+/// The outer AdmissionReview, its request's fields kept raw (one pass over the body, which
+/// skips the objects without recursion). Unknown fields (`response`) are skipped, as the API
+/// server may add some.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawReview<'a> {
     api_version: String,
     kind: String,
     #[serde(borrow, default)]
-    request: Option<&'a RawValue>,
+    request: Option<BTreeMap<String, &'a RawValue>>,
 }
 
 /// Parses an `admission.k8s.io/v1` AdmissionReview's envelope, leaving its objects unparsed.
@@ -110,13 +111,9 @@ pub fn parse_envelope<'a>(body: &'a [u8]) -> Result<Envelope<'a>, ReviewError> {
     if review.kind != ADMISSION_KIND {
         return Err(ReviewError::WrongKind(review.kind));
     }
-    let raw = review
-        .request
-        .filter(|raw| raw.get() != "null")
-        .ok_or(ReviewError::MissingRequest)?;
-    // The request's fields, each still raw: the objects are set aside, and the rest (a few
-    // hundred bytes) is parsed as kube's AdmissionRequest.
-    let mut fields: BTreeMap<String, &'a RawValue> = serde_json::from_str(raw.get())?;
+    // The objects are set aside, and the rest of the request (a few hundred bytes) is parsed
+    // as kube's AdmissionRequest.
+    let mut fields = review.request.ok_or(ReviewError::MissingRequest)?;
     let present = |value: Option<&'a RawValue>| value.filter(|raw| raw.get() != "null");
     let object = present(fields.remove("object"));
     let old_object = present(fields.remove("oldObject"));
