@@ -255,10 +255,25 @@ fn parse_field(
     raw.map(|raw| {
         parse_object(raw).map_err(|reason| ObjectError {
             field,
-            reason: reason.to_string(),
+            reason: bounded(reason.to_string()),
         })
     })
     .transpose()
+}
+
+/// serde's errors quote the offending value, which the client chose: the reason goes into a
+/// refusal and a log line, so keep it short.
+fn bounded(mut reason: String) -> String {
+    const MAX: usize = 200;
+    if reason.len() > MAX {
+        let mut end = MAX;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+        reason.push('…');
+    }
+    reason
 }
 
 /// Parses one object without serde_json's recursion limit (the caller provides the stack, see
@@ -486,6 +501,28 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn an_unreadable_object_is_described_in_a_bounded_sentence() {
+        let long = "é".repeat(100_000);
+        let body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{
+            "uid":"u","kind":{{"group":"","version":"v1","kind":"ConfigMap"}},
+            "resource":{{"group":"","version":"v1","resource":"configmaps"}},"namespace":"dev",
+            "operation":"CREATE","userInfo":{{"username":"bob"}},"object":{{"metadata":"{long}"}}}}}}"#
+        );
+        let Err(unreadable) = parse_envelope(body.as_bytes()).unwrap().read_objects() else {
+            panic!("the object is read");
+        };
+        let reason = unreadable.error.to_string();
+        assert!(reason.len() < 300, "{reason}");
+        assert!(
+            reason.starts_with(
+                "the request's object is not a Kubernetes object: invalid type: string"
+            ),
+            "{reason}"
+        );
     }
 
     #[test]
