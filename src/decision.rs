@@ -60,7 +60,8 @@ pub enum Rule {
     /// The window's expiry is further away than `maxDuration`: not opened through driftgate.
     WindowTooLong,
     NotPermitted,
-    /// A guarded review driftgate cannot judge (an UPDATE without both objects): refused.
+    /// A guarded review driftgate cannot judge: an object it could not read, or an UPDATE
+    /// without both objects. Refused (fail closed).
     Unreadable,
 }
 
@@ -1320,4 +1321,86 @@ fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
         audit_annotations,
         record,
     }
+}
+
+/// Whether any policy may guard this write, judged from the review's envelope alone: its
+/// objects may be unread (`None`). Conservative: true whenever [`decide`] could find the write
+/// in scope. A subresource write may be judged as a write to the object itself, and its kind
+/// is not known from the envelope (`kind` is the subresource's, such as `Scale`), so any
+/// subresource write in a guarded namespace counts; so does a Namespace object, whose own
+/// labels may select policies.
+pub fn may_guard(
+    policies: &PolicySet,
+    request: &AdmissionRequest<DynamicObject>,
+    namespace: Option<&ObjectMeta>,
+) -> bool {
+    policies
+        .policies()
+        .iter()
+        .any(|policy| may_guard_with(policy, request, namespace))
+}
+
+fn may_guard_with(
+    policy: &GatePolicy,
+    request: &AdmissionRequest<DynamicObject>,
+    namespace: Option<&ObjectMeta>,
+) -> bool {
+    let operation = match request.operation {
+        Operation::Create => GuardedOperation::Create,
+        Operation::Update => GuardedOperation::Update,
+        Operation::Delete => GuardedOperation::Delete,
+        Operation::Connect => return false,
+    };
+    if !policy.guards_operation(operation) {
+        return false;
+    }
+    if request.kind.group.is_empty() && request.kind.kind == "Namespace" {
+        return true;
+    }
+    let Some(name) = request.namespace.as_deref().filter(|ns| !ns.is_empty()) else {
+        return false;
+    };
+    let labels = match namespace {
+        Some(meta) => NamespaceLabels::Known(meta.labels.as_ref().unwrap_or(empty_labels())),
+        None => NamespaceLabels::Unknown,
+    };
+    if !policy.guards_namespace(name, labels) {
+        return false;
+    }
+    let resource = &request.resource;
+    match request.sub_resource.as_deref().unwrap_or("") {
+        "" => {
+            policy.guards_subresource("")
+                && policy.guards_resource(&resource.group, &request.kind.kind, &resource.resource)
+        }
+        _ => true,
+    }
+}
+
+/// The decision for a write that [`may_guard`] but whose object could not be read (`problem`
+/// says why): every policy that may guard it refuses (an Audit policy only warns), since
+/// nothing can be said about what the write changes.
+pub fn unreadable(policies: &PolicySet, input: &DecisionInput<'_>, problem: &str) -> Decision {
+    let facts = Facts::new(input);
+    let who = match facts.username {
+        "" => "an anonymous client",
+        name => name,
+    };
+    let verdicts = policies
+        .policies()
+        .iter()
+        .filter(|policy| may_guard_with(policy, input.request, input.namespace))
+        .map(|policy| {
+            let message = format!(
+                "{who} may not {} {}: driftgate could not read the object in the request ({problem}), so it cannot tell what the change does (policy \"{}\", rule Unreadable). \
+                 Send the object as valid Kubernetes JSON; if the API server sent this request, report it to driftgate's maintainers{}.",
+                facts.operation_word(),
+                facts.object_words(),
+                policy.name,
+                owner_suffix(policy),
+            );
+            apply_mode(policy, RuleOutcome::deny(Rule::Unreadable, message))
+        })
+        .collect();
+    assemble(&facts, verdicts)
 }

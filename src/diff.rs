@@ -17,7 +17,7 @@ use crate::fieldpath::FieldPath;
 /// `spec.template.spec.containers[0].image`, not as the whole `spec`. A list whose length
 /// changed is reported as the list itself.
 pub fn changed_paths(old: &DynamicObject, new: &DynamicObject) -> Vec<FieldPath> {
-    let mut out = Vec::new();
+    let mut out: Vec<FieldPath> = Vec::new();
     let mut path = vec!["metadata".to_owned()];
     let (o, n) = (&old.metadata, &new.metadata);
     diff_string_map(
@@ -52,32 +52,38 @@ pub fn changed_paths(old: &DynamicObject, new: &DynamicObject) -> Vec<FieldPath>
         }
     }
     path.clear();
+    let mut walk = Walk {
+        path,
+        out,
+        tasks: Vec::new(),
+    };
     match (&old.data, &new.data) {
         (Value::Object(a), Value::Object(b)) => {
             // `status` is written by controllers through its own subresource; it is never drift.
-            for key in union_keys(a, b).filter(|key| *key != "status") {
-                path.push(key.to_owned());
-                diff_value(&mut path, a.get(key), b.get(key), &mut out);
-                path.pop();
-            }
+            let keys = union_keys(a, b).filter(|key| *key != "status");
+            walk.push_pairs(keys.map(|key| (Segment::Key(key), a.get(key), b.get(key))));
         }
-        (a, b) => diff_value(&mut path, Some(a), Some(b), &mut out),
+        (a, b) => walk.tasks.push(Task::Diff(None, Some(a), Some(b))),
     }
-    out
+    walk.run();
+    walk.out
 }
 
 /// The changed fields under `.status`, for resources without a status subresource, where the
 /// API server stores `.status` written through the object itself.
 pub fn changed_status_paths(old: &DynamicObject, new: &DynamicObject) -> Vec<FieldPath> {
-    let mut out = Vec::new();
-    let mut path = vec!["status".to_owned()];
-    diff_value(
-        &mut path,
+    let mut walk = Walk {
+        path: Vec::new(),
+        out: Vec::new(),
+        tasks: Vec::new(),
+    };
+    walk.push_pairs(std::iter::once((
+        Segment::Key("status"),
         old.data.get("status"),
         new.data.get("status"),
-        &mut out,
-    );
-    out
+    )));
+    walk.run();
+    walk.out
 }
 
 fn union_keys<'a>(
@@ -118,39 +124,121 @@ fn is_absent(value: Option<&Value>) -> bool {
     matches!(value, None | Some(Value::Null))
 }
 
-fn diff_value(
-    path: &mut Vec<String>,
-    old: Option<&Value>,
-    new: Option<&Value>,
-    out: &mut Vec<FieldPath>,
-) {
-    match (old, new) {
-        (Some(Value::Object(a)), Some(Value::Object(b))) => {
-            for key in union_keys(a, b) {
-                path.push(key.clone());
-                diff_value(path, a.get(key), b.get(key), out);
-                path.pop();
+/// One step of a path: a map key or a list index.
+#[derive(Clone, Copy)]
+enum Segment<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// Work left in the walk. Objects may nest thousands of levels (Kubernetes accepts them), so
+/// the walk keeps its own stack on the heap rather than recursing on the call stack.
+enum Task<'a> {
+    /// Compare two values, after stepping into `Segment` (none at the top).
+    Diff(Option<Segment<'a>>, Option<&'a Value>, Option<&'a Value>),
+    /// Step back out of a segment.
+    Pop,
+    /// A map that exists on one side only is done: if none of its leaves was reported (it held
+    /// only nulls), report the map itself.
+    WholeMapDone { reported_before: usize },
+}
+
+struct Walk<'a> {
+    path: Vec<String>,
+    out: Vec<FieldPath>,
+    tasks: Vec<Task<'a>>,
+}
+
+impl<'a> Walk<'a> {
+    /// Schedules comparisons to run in the given order (the task stack runs last-in first).
+    fn push_pairs(
+        &mut self,
+        pairs: impl Iterator<Item = (Segment<'a>, Option<&'a Value>, Option<&'a Value>)>,
+    ) {
+        let first = self.tasks.len();
+        self.tasks
+            .extend(pairs.map(|(segment, a, b)| Task::Diff(Some(segment), a, b)));
+        self.tasks[first..].reverse();
+    }
+
+    fn run(&mut self) {
+        while let Some(task) = self.tasks.pop() {
+            match task {
+                Task::Pop => {
+                    self.path.pop();
+                }
+                Task::WholeMapDone { reported_before } => {
+                    if self.out.len() == reported_before {
+                        self.out.push(FieldPath(self.path.clone()));
+                    }
+                }
+                Task::Diff(segment, old, new) => {
+                    if let Some(segment) = segment {
+                        self.path.push(match segment {
+                            Segment::Key(key) => key.to_owned(),
+                            Segment::Index(index) => index.to_string(),
+                        });
+                        // Runs after everything this comparison schedules.
+                        self.tasks.push(Task::Pop);
+                    }
+                    self.diff(old, new);
+                }
             }
         }
-        (Some(Value::Array(a)), Some(Value::Array(b))) if a.len() == b.len() => {
-            for (index, (x, y)) in a.iter().zip(b).enumerate() {
-                path.push(index.to_string());
-                diff_value(path, Some(x), Some(y), out);
-                path.pop();
+    }
+
+    /// Compares two values at the current path, reporting a leaf or scheduling their children.
+    fn diff(&mut self, old: Option<&'a Value>, new: Option<&'a Value>) {
+        match (old, new) {
+            (Some(Value::Object(a)), Some(Value::Object(b))) => {
+                let pairs = union_keys(a, b).map(|key| (Segment::Key(key), a.get(key), b.get(key)));
+                self.push_pairs(pairs);
             }
+            (Some(Value::Array(a)), Some(Value::Array(b))) if a.len() == b.len() => {
+                let pairs = a
+                    .iter()
+                    .zip(b)
+                    .enumerate()
+                    .map(|(index, (x, y))| (Segment::Index(index), Some(x), Some(y)));
+                self.push_pairs(pairs);
+            }
+            // A map that appears or disappears as a whole is reported leaf by leaf, so that a
+            // delegated `spec.replicas` still matches when the old object had no `spec` at all;
+            // one that holds only nulls still appeared, so like an empty map it is reported
+            // itself.
+            (Some(Value::Object(a)), b) if is_absent(b) && !a.is_empty() => {
+                self.whole_map(a, Side::Old)
+            }
+            (a, Some(Value::Object(b))) if is_absent(a) && !b.is_empty() => {
+                self.whole_map(b, Side::New)
+            }
+            (a, b) if is_absent(a) && is_absent(b) => {}
+            (Some(a), Some(b)) if scalars_equal(a, b) => {}
+            _ => self.out.push(FieldPath(self.path.clone())),
         }
-        // A map that appears or disappears as a whole is reported leaf by leaf, so that a
-        // delegated `spec.replicas` still matches when the old object had no `spec` at all; one
-        // that holds only nulls still appeared, so like an empty map it is reported itself.
-        (Some(Value::Object(a)), b) if is_absent(b) && !a.is_empty() => {
-            whole_map(path, a, Side::Old, out)
-        }
-        (a, Some(Value::Object(b))) if is_absent(a) && !b.is_empty() => {
-            whole_map(path, b, Side::New, out)
-        }
-        (a, b) if is_absent(a) && is_absent(b) => {}
-        (a, b) if a == b => {}
-        _ => out.push(FieldPath(path.clone())),
+    }
+
+    fn whole_map(&mut self, map: &'a serde_json::Map<String, Value>, side: Side) {
+        self.tasks.push(Task::WholeMapDone {
+            reported_before: self.out.len(),
+        });
+        let pairs = map.iter().map(|(key, value)| match side {
+            Side::Old => (Segment::Key(key.as_str()), Some(value), None),
+            Side::New => (Segment::Key(key.as_str()), None, Some(value)),
+        });
+        self.push_pairs(pairs);
+    }
+}
+
+/// Equality of two values that reached a leaf of the walk. Two maps, or two lists of equal
+/// length, never get here (they are walked); anything else that is not a scalar differs from
+/// its counterpart in type or length, so no comparison recurses.
+fn scalars_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Array(x), Value::Array(y)) => x.is_empty() && y.is_empty(),
+        (Value::Object(x), Value::Object(y)) => x.is_empty() && y.is_empty(),
+        (Value::Array(_) | Value::Object(_), _) | (_, Value::Array(_) | Value::Object(_)) => false,
+        (a, b) => a == b,
     }
 }
 
@@ -159,26 +247,6 @@ fn diff_value(
 enum Side {
     Old,
     New,
-}
-
-fn whole_map(
-    path: &mut Vec<String>,
-    map: &serde_json::Map<String, Value>,
-    side: Side,
-    out: &mut Vec<FieldPath>,
-) {
-    let before = out.len();
-    for (key, value) in map {
-        path.push(key.clone());
-        match side {
-            Side::Old => diff_value(path, Some(value), None, out),
-            Side::New => diff_value(path, None, Some(value), out),
-        }
-        path.pop();
-    }
-    if out.len() == before {
-        out.push(FieldPath(path.clone()));
-    }
 }
 
 #[cfg(test)]

@@ -61,6 +61,10 @@ pub struct Metrics {
     pub webhook_connections_open: Gauge,
     /// Connections closed at once because --max-connections were open.
     pub webhook_connections_refused: Counter,
+    /// Bytes of request bodies reserved under --max-body-bytes-in-flight.
+    pub webhook_body_bytes_in_flight: Gauge,
+    /// Requests answered 503 because the body budget stayed full.
+    pub webhook_body_budget_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -180,6 +184,18 @@ impl Metrics {
             "Connections to the webhook port closed at once because --max-connections were open",
             webhook_connections_refused.clone(),
         );
+        let webhook_body_bytes_in_flight = Gauge::default();
+        registry.register(
+            "webhook_body_bytes_in_flight",
+            "Bytes of request bodies being read or reviewed, reserved under --max-body-bytes-in-flight",
+            webhook_body_bytes_in_flight.clone(),
+        );
+        let webhook_body_budget_refused = Counter::default();
+        registry.register(
+            "webhook_body_budget_refused",
+            "Requests answered 503 because --max-body-bytes-in-flight stayed reserved by others",
+            webhook_body_budget_refused.clone(),
+        );
         // Series that alerts read exist from the start, at zero, rather than appearing on first use.
         for family in [
             &policy_reloads,
@@ -216,6 +232,8 @@ impl Metrics {
             emergency_changes_reverted,
             webhook_connections_open,
             webhook_connections_refused,
+            webhook_body_bytes_in_flight,
+            webhook_body_budget_refused,
             ledger_writes,
         }
     }

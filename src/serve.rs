@@ -24,10 +24,13 @@ use crate::server::reload::spawn_policy_reloader;
 use crate::server::tls::{
     TlsFiles, install_crypto_provider, load_rustls_config, spawn_tls_reloader,
 };
-use crate::server::{AppState, admin_router, router};
+use crate::server::{AppState, MAX_BODY_BYTES, admin_router, router};
 
 pub const DEV_CERT_DIR: &str = "certs-dev";
 pub const DEV_POLICY: &str = "policies/example.yaml";
+
+/// HTTP/2 streams one connection may have open at once.
+pub const MAX_CONCURRENT_STREAMS: u32 = 32;
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -89,6 +92,12 @@ pub struct ServeArgs {
     /// few per replica). Counted in driftgate_webhook_connections_refused_total.
     #[arg(long, value_name = "N", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// Bytes of request bodies held at once, across all connections and HTTP/2 streams (e.g.
+    /// 32Mi); a quarter is kept for bodies up to 64 KiB. A request that finds no room within 1s
+    /// is answered 503. Counted in driftgate_webhook_body_bytes_in_flight and
+    /// driftgate_webhook_body_budget_refused_total.
+    #[arg(long, value_name = "BYTES", default_value = "32Mi", value_parser = parse_body_budget)]
+    pub max_body_bytes_in_flight: usize,
     /// How many Events may wait for the API server before new ones are dropped.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub event_queue: usize,
@@ -130,6 +139,39 @@ fn parse_duration(value: &str) -> std::result::Result<Duration, String> {
         .map(|d| d.as_signed().unsigned_abs())
         .map_err(|e| e.to_string())
 }
+
+/// A byte count, plain or with a Ki/Mi/Gi suffix, with room for one body at the limit beside
+/// the quarter kept for small ones.
+fn parse_body_budget(value: &str) -> std::result::Result<usize, String> {
+    let (digits, unit) = match value.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => value.split_at(at),
+        None => (value, ""),
+    };
+    let scale: usize = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => return Err(format!("\"{value}\" is not a byte count such as 32Mi")),
+    };
+    let bytes = digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("\"{value}\" is not a byte count such as 32Mi"))?;
+    let least = MIN_BODY_BUDGET;
+    if bytes < least {
+        return Err(format!(
+            "must be at least {}Mi: room for one review at the {} MiB body limit beside the quarter kept for small ones",
+            least >> 20,
+            MAX_BODY_BYTES >> 20
+        ));
+    }
+    Ok(bytes)
+}
+
+/// The smallest body budget: three quarters of it hold one body at the limit.
+const MIN_BODY_BUDGET: usize = (MAX_BODY_BYTES / 3 * 4 + (1 << 20) - 1) & !((1 << 20) - 1);
 
 /// How long recording a break-glass change may take: a second less than the request timeout
 /// (which bounds the whole review), at least half of it.
@@ -298,7 +340,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             metrics.clone(),
         )
         .with_ledger(ledger)
-        .with_resources(resources),
+        .with_resources(resources)
+        .with_body_budget(args.max_body_bytes_in_flight),
     );
 
     let force_reload = Arc::new(Notify::new());
@@ -342,6 +385,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .timer(TokioTimer::new())
         .keep_alive(true)
         .header_read_timeout(Some(args.idle_timeout));
+    // Every stream is a request whose body may wait for the body budget; the budget bounds
+    // their memory, this bounds how many one connection may hold open (hyper's default: 200).
+    server
+        .http_builder()
+        .http2()
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
     let server = server.first_request_timeout(args.header_timeout);
     let app = router(state.clone(), args.request_timeout);
     let webhook = tokio::spawn(server.serve(app.into_make_service()));
@@ -461,6 +510,17 @@ async fn wait_for_signal(force_reload: Arc<Notify>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn body_budgets_are_byte_counts_with_room_for_one_review() {
+        assert_eq!(parse_body_budget("32Mi"), Ok(32 << 20));
+        assert_eq!(parse_body_budget("1Gi"), Ok(1 << 30));
+        assert_eq!(parse_body_budget("10485760"), Ok(10 << 20));
+        assert_eq!(MIN_BODY_BUDGET, 10 << 20);
+        for bad in ["9Mi", "32MB", "", "Mi", "-1"] {
+            assert!(parse_body_budget(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn recording_gives_up_before_the_review_times_out() {

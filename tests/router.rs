@@ -174,7 +174,7 @@ async fn malformed_reviews_get_a_400_that_says_why() {
 }
 
 #[tokio::test]
-async fn bodies_up_to_8_mib_are_read_and_larger_ones_refused_with_413() {
+async fn bodies_up_to_7_mib_are_read_and_larger_ones_refused_with_413() {
     let h = harness();
     // A review carrying two ~1.5 MiB objects: a large ConfigMap edited by bob.
     let big = "x".repeat(1536 * 1024);
@@ -269,4 +269,249 @@ async fn a_bad_reload_keeps_the_last_good_policy_and_readiness() {
     assert_eq!(answer["response"]["allowed"], true);
     assert_eq!(answer["response"]["auditAnnotations"]["rule"], "OutOfScope");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `levels` maps nested in one another, as JSON text: a serde_json::Value that deep would
+/// overflow the test's own stack when dropped.
+fn nested(levels: usize) -> String {
+    format!("{}1{}", "{\"a\":".repeat(levels), "}".repeat(levels))
+}
+
+/// A fixture whose `object` (and `oldObject` when `old`) holds nested maps at `place`, so
+/// that the object nests `levels` deep (Kubernetes accepts 10,000).
+fn deep_review(fixture_name: &str, place: &[&str], old: bool, levels: usize) -> String {
+    let mut review: Value = serde_json::from_slice(&fixture(fixture_name)).unwrap();
+    let fields: &[&str] = if old {
+        &["object", "oldObject"]
+    } else {
+        &["object"]
+    };
+    for field in fields {
+        let mut node = &mut review["request"][field];
+        for key in place {
+            node = &mut node[key];
+        }
+        *node = Value::String("DEEP-PLACEHOLDER".into());
+    }
+    serde_json::to_string(&review)
+        .unwrap()
+        .replace("\"DEEP-PLACEHOLDER\"", &nested(levels - place.len()))
+}
+
+/// kubectl-edit.json with `field` of the request set to `value`.
+fn edit_with(field: &str, value: Value) -> String {
+    let mut review: Value = serde_json::from_slice(&fixture("kubectl-edit.json")).unwrap();
+    review["request"][field] = value;
+    review.to_string()
+}
+
+fn not_an_object() -> Value {
+    serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": "x"})
+}
+
+/// Runs `test` on a thread with the 2 MiB stack of a tokio worker, on a runtime of its own.
+fn on_a_worker_stack(test: impl Future<Output = ()> + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(test)
+        })
+        .unwrap()
+        .join()
+        .expect("the test thread did not panic");
+}
+
+async fn decided(h: &Harness, body: String, what: &str) -> Value {
+    let (status, answer) = post(&h.webhook, body).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{what}: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    answer["response"].clone()
+}
+
+#[test]
+fn objects_of_any_depth_kubernetes_accepts_are_decided_on_a_worker_stack() {
+    on_a_worker_stack(async {
+        let h = harness();
+        for levels in [130, 1000, 10_000] {
+            for (what, fixture_name, place, old, allowed, rule) in [
+                // Bob's edit is refused whatever its status holds.
+                (
+                    "bob's edit, deep status",
+                    "kubectl-edit.json",
+                    &["status"][..],
+                    true,
+                    false,
+                    "NotPermitted",
+                ),
+                (
+                    "bob's edit, deep spec",
+                    "kubectl-edit.json",
+                    &["spec", "deep"][..],
+                    false,
+                    false,
+                    "NotPermitted",
+                ),
+                // Flux's apply is the desired state, however deep.
+                (
+                    "flux's apply, deep spec",
+                    "flux-ssa-update.json",
+                    &["spec", "deep"][..],
+                    false,
+                    true,
+                    "Controller",
+                ),
+                // A status writer through /status: read (a subresource may guard), not guarded.
+                (
+                    "a status write, deep status",
+                    "status-update.json",
+                    &["status"][..],
+                    true,
+                    true,
+                    "OutOfScope",
+                ),
+            ] {
+                let what = format!("{what}, {levels} levels");
+                let response =
+                    decided(&h, deep_review(fixture_name, place, old, levels), &what).await;
+                assert_eq!(response["allowed"], allowed, "{what}: {response}");
+                assert_eq!(
+                    response["auditAnnotations"]["rule"], rule,
+                    "{what}: {response}"
+                );
+                if !allowed {
+                    let message = response["status"]["message"].as_str().unwrap();
+                    assert!(
+                        message.starts_with("bob may not update Deployment prod-payments/api"),
+                        "{what}: {message}"
+                    );
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn an_unguarded_write_is_admitted_whatever_its_objects_hold() {
+    on_a_worker_stack(async {
+        let h = harness();
+        let unguarded = |body: String| body.replace("\"prod-payments\"", "\"dev-team\"");
+        for (what, body) in [
+            (
+                "130 levels",
+                deep_review("kubectl-edit.json", &["status"], true, 130),
+            ),
+            (
+                "10,000 levels",
+                deep_review("kubectl-edit.json", &["spec", "deep"], false, 10_000),
+            ),
+            // Deeper than Kubernetes accepts: never parsed.
+            (
+                "100,000 levels",
+                deep_review("kubectl-edit.json", &["spec", "deep"], false, 100_000),
+            ),
+            (
+                "an object that is not one",
+                edit_with("object", not_an_object()),
+            ),
+        ] {
+            let response = decided(&h, unguarded(body), what).await;
+            assert_eq!(response["allowed"], true, "{what}: {response}");
+            assert_eq!(
+                response["auditAnnotations"]["rule"], "OutOfScope",
+                "{what}: {response}"
+            );
+            assert_eq!(
+                response["auditAnnotations"]["decision"], "allowed",
+                "{what}: {response}"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_guarded_write_whose_object_cannot_be_read_is_refused_with_why() {
+    on_a_worker_stack(async {
+        let h = harness();
+        for (what, body, says) in [
+            (
+                "metadata that is not a map",
+                edit_with("object", not_an_object()),
+                "the request's object is not a Kubernetes object: invalid type: string",
+            ),
+            (
+                "an old object that is a list",
+                edit_with("oldObject", serde_json::json!([1, 2])),
+                "the request's oldObject is not a Kubernetes object",
+            ),
+            (
+                "deeper than Kubernetes accepts",
+                deep_review("kubectl-edit.json", &["spec", "deep"], false, 10_001),
+                "nested 10001 levels deep, more than the 10000 Kubernetes accepts",
+            ),
+        ] {
+            let response = decided(&h, body, what).await;
+            assert_eq!(response["allowed"], false, "{what}: {response}");
+            assert_eq!(
+                response["auditAnnotations"]["rule"], "Unreadable",
+                "{what}: {response}"
+            );
+            assert_eq!(
+                response["auditAnnotations"]["policy"], "production",
+                "{what}: {response}"
+            );
+            assert_eq!(response["status"]["code"], 403, "{what}: {response}");
+            let message = response["status"]["message"].as_str().unwrap();
+            assert!(
+                message.starts_with("bob may not update Deployment prod-payments/api: driftgate could not read the object in the request (")
+                    && message.contains(says)
+                    && message.contains("(policy \"production\", rule Unreadable). Send the object as valid Kubernetes JSON"),
+                "{what}: {message}"
+            );
+        }
+        let (_, metrics) = get(&h.admin, "/metrics").await;
+        assert!(
+            metrics.contains("driftgate_admission_reviews_total{decision=\"denied\",rule=\"Unreadable\",policy=\"production\",operation=\"UPDATE\"} 3"),
+            "{metrics}"
+        );
+    });
+}
+
+/// What the ledger does with an admitted object (serialize it to a value and to bytes, clone
+/// and compare it, drop the copies: all recursive in serde), at the deepest Kubernetes
+/// accepts, fits in the stack a review of it is given.
+#[test]
+fn the_stack_given_to_a_deep_review_holds_what_the_ledger_does_with_its_object() {
+    use driftgate::review::{MAX_DEPTH, parse_envelope, stack_for};
+    std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(|| {
+            let body = deep_review("kubectl-edit.json", &["spec", "deep"], false, MAX_DEPTH);
+            let Ok(review) = parse_envelope(body.as_bytes()).unwrap().read_objects() else {
+                panic!("an object {MAX_DEPTH} levels deep is read");
+            };
+            assert_eq!(review.depth(), MAX_DEPTH);
+            let stack = stack_for(review.depth());
+            stacker::maybe_grow(stack, stack, || {
+                let object = review.object.as_ref().unwrap();
+                let value = serde_json::to_value(object).unwrap();
+                let copy = object.clone();
+                assert!(copy == *object);
+                let bytes = serde_json::to_vec(&value).unwrap();
+                assert!(bytes.len() > 5 * MAX_DEPTH);
+                drop(copy);
+                drop(value);
+            });
+        })
+        .unwrap()
+        .join()
+        .expect("the test thread did not panic");
 }

@@ -25,19 +25,28 @@ use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::decision::{Decision, DecisionInput, decide, needs_parent};
+use crate::decision::{Decision, DecisionInput, decide, may_guard, needs_parent, unreadable};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog};
 use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
-use crate::review::parse_review;
+use crate::review::{Envelope, Review, SHALLOW_DEPTH, Unreadable, parse_envelope, stack_for};
 use crate::text::{MAX_NAME_CHARS, echo};
+use connections::BodyBudget;
 use windows::WindowTracker;
 
-/// Large enough for a review carrying two 1.5 MiB objects (old and new) and its envelope;
-/// etcd's default request limit is 1.5 MiB per object.
-pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// Large enough for a review carrying two objects (old and new) at the API server's limit for
+/// a request body (3 MiB; etcd stores at most 1.5 MiB by default), and its envelope.
+pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+
+/// The default of `serve --max-body-bytes-in-flight`: room for three reviews at the body limit
+/// beside the share kept for small ones, which keeps the memory of bodies (read, copied once,
+/// parsed) well under the chart's 256 MiB limit.
+pub const DEFAULT_BODY_BUDGET: usize = 32 * 1024 * 1024;
+
+/// How long a request waits for room in the body budget before it is answered 503.
+pub const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
 
 /// Where the decision's "now" comes from; tests pin it.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -59,6 +68,8 @@ pub struct AppState {
     pub clock: Clock,
     /// Cleared when shutdown starts, so the API server's endpoints drop this pod first.
     pub accepting: AtomicBool,
+    /// Bytes of request bodies that may be held at once.
+    pub body_budget: BodyBudget,
 }
 
 impl AppState {
@@ -69,7 +80,12 @@ impl AppState {
         events: EventSink,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let body_budget = BodyBudget::new(
+            DEFAULT_BODY_BUDGET,
+            metrics.webhook_body_bytes_in_flight.clone(),
+        );
         AppState {
+            body_budget,
             policies,
             namespaces,
             parents,
@@ -93,6 +109,12 @@ impl AppState {
         self
     }
 
+    pub fn with_body_budget(mut self, bytes: usize) -> Self {
+        self.body_budget =
+            BodyBudget::new(bytes, self.metrics.webhook_body_bytes_in_flight.clone());
+        self
+    }
+
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
@@ -105,6 +127,10 @@ pub fn router(state: Arc<AppState>, request_timeout: Duration) -> Router {
     Router::new()
         .route("/validate", post(validate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            reserve_body_budget,
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             refuse_announced_oversize,
@@ -207,32 +233,68 @@ fn too_large(state: &AppState, size: &str) -> Response {
         state,
         StatusCode::PAYLOAD_TOO_LARGE,
         format!(
-            "The request body is {size}; driftgate reads at most {MAX_BODY_BYTES} bytes (8 MiB), \
-             room for a review of two objects at etcd's 1.5 MiB limit, so this is not a review \
-             from the API server."
+            "The request body is {size}; driftgate reads at most {MAX_BODY_BYTES} bytes (7 MiB), \
+             room for a review of two objects at the API server's 3 MiB request limit, so this is \
+             not a review from the API server."
         ),
     )
 }
 
 /// Refuses a body whose Content-Length is over the limit before reading a byte of it, so a
-/// client announcing 50 MB costs neither the time nor the memory to receive 8 MiB of it.
+/// client announcing 50 MB costs neither the time nor the memory to receive 7 MiB of it.
 /// Bodies without a length (chunked) are cut at the limit while they are read.
 async fn refuse_announced_oversize(
     State(state): State<Arc<AppState>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let announced = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    if let Some(length) = announced
+    if let Some(length) = announced_length(&request)
         && length > MAX_BODY_BYTES as u64
     {
         return too_large(&state, &format!("{length} bytes"));
     }
     next.run(request).await
+}
+
+fn announced_length(request: &Request) -> Option<u64> {
+    request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok())
+}
+
+/// Reserves the request's body in the budget before it is read, and holds it until the answer
+/// is made (the body, its parsed objects and the decision live that long). Over HTTP/2 a
+/// stream waiting here is not read, so its flow-control window stops its sender.
+async fn reserve_body_budget(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    // Past refuse_announced_oversize, an announced length is within the limit.
+    let bytes = announced_length(&request).map_or(MAX_BODY_BYTES, |length| length as usize);
+    let budget = &state.body_budget;
+    let Ok(reservation) = tokio::time::timeout(BODY_BUDGET_WAIT, budget.reserve(bytes)).await
+    else {
+        state.metrics.webhook_body_budget_refused.inc();
+        tracing::warn!(bytes, "refused a request: the body budget stayed full");
+        let message = format!(
+            "driftgate is reading or reviewing as many request bodies as it holds at once ({} bytes, --max-body-bytes-in-flight), \
+             and this request's {bytes} bytes found no room within {BODY_BUDGET_WAIT:?}; retry. \
+             If the API server's reviews get this answer, raise --max-body-bytes-in-flight and the pod's memory limit with it.\n",
+            budget.total()
+        );
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            message,
+        )
+            .into_response();
+    };
+    let response = next.run(request).await;
+    drop(reservation);
+    response
 }
 
 async fn validate(
@@ -254,11 +316,11 @@ async fn validate(
             );
         }
     };
-    let request = match parse_review(&body) {
-        Ok(request) => request,
+    let envelope = match parse_envelope(&body) {
+        Ok(envelope) => envelope,
         Err(error) => return bad_request(&state, error.to_string()),
     };
-    let decision = review(&state, &request).await;
+    let (request, decision) = judge(&state, envelope).await;
     // Side effects never delay the answer: `record` only queues.
     state.events.record(&request, &decision);
     if !request.dry_run && !state.ledger.is_connected() {
@@ -268,6 +330,89 @@ async fn validate(
     let elapsed = started.elapsed();
     observe(&state, &request, &decision, elapsed);
     axum::Json(response).into_response()
+}
+
+/// Decides from the envelope alone when no policy may guard the write, so that nothing in its
+/// objects (depth, size, validity) can turn an unguarded write into an error; otherwise reads
+/// the objects and decides, refusing a guarded write whose objects cannot be read.
+async fn judge(state: &AppState, envelope: Envelope<'_>) -> (Review, Decision) {
+    let policies = state.policies.load();
+    let namespace = namespace_of(state, envelope.request());
+    let namespace_meta = namespace.as_ref().map(|ns| &ns.metadata);
+    if !may_guard(&policies, envelope.request(), namespace_meta) {
+        let request = envelope.without_objects();
+        let decision = review(state, &request).await;
+        return (request, decision);
+    }
+    match envelope.read_objects() {
+        Ok(request) if request.depth() > SHALLOW_DEPTH => {
+            // The decision and the ledger walk, serialize and clone objects recursively.
+            let decision = GrownStack::new(review(state, &request), stack_for(request.depth()));
+            let decision = decision.await;
+            (request, decision)
+        }
+        Ok(request) => {
+            let decision = review(state, &request).await;
+            (request, decision)
+        }
+        Err(Unreadable { review, error }) => {
+            let input = DecisionInput {
+                request: &review,
+                resource: None,
+                namespace: namespace_meta,
+                parent: None,
+                now: (state.clock)(),
+            };
+            let decision = unreadable(&policies, &input, &error.to_string());
+            tracing::warn!(uid = %review.uid, %error, "could not read the object of a review");
+            (review, decision)
+        }
+    }
+}
+
+/// A future polled on a stack of at least `bytes`, grown on the heap when the thread's is
+/// shorter (a tokio worker has 2 MiB).
+struct GrownStack<F> {
+    inner: std::pin::Pin<Box<F>>,
+    bytes: usize,
+}
+
+impl<F: Future> GrownStack<F> {
+    fn new(inner: F, bytes: usize) -> Self {
+        GrownStack {
+            inner: Box::pin(inner),
+            bytes,
+        }
+    }
+}
+
+impl<F: Future> Future for GrownStack<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.get_mut();
+        let bytes = this.bytes;
+        stacker::maybe_grow(bytes, bytes, || this.inner.as_mut().poll(cx))
+    }
+}
+
+/// The Namespace that scopes a request, from the cache: the request's namespace, or for a
+/// Namespace object the object itself.
+fn namespace_of(
+    state: &AppState,
+    request: &AdmissionRequest<DynamicObject>,
+) -> Option<Arc<k8s_openapi::api::core::v1::Namespace>> {
+    let name = match request.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => ns,
+        _ if request.kind.group.is_empty() && request.kind.kind == "Namespace" => {
+            request.name.as_str()
+        }
+        _ => return None,
+    };
+    state.namespaces.get(name)
 }
 
 /// The decision for one request, fetching the parent of a subresource only when a window on it
@@ -289,14 +434,7 @@ async fn decide_with_cluster(
     policies: &PolicySet,
     now: Timestamp,
 ) -> Decision {
-    let namespace_name = match request.namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => Some(ns),
-        _ if request.kind.group.is_empty() && request.kind.kind == "Namespace" => {
-            Some(request.name.as_str())
-        }
-        _ => None,
-    };
-    let namespace = namespace_name.and_then(|ns| state.namespaces.get(ns));
+    let namespace = namespace_of(state, request);
     let namespace_meta = namespace.as_ref().map(|ns| &ns.metadata);
     let resource = state
         .resources

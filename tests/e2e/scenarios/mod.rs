@@ -8,6 +8,7 @@
 
 mod break_glass;
 mod bypass;
+mod deep;
 mod effects;
 mod gitops;
 mod scope;

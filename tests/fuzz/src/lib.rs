@@ -15,12 +15,12 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use driftgate::decision::{Decision, DecisionInput, decide, needs_parent};
+use driftgate::decision::{Decision, DecisionInput, decide, may_guard, needs_parent};
 use driftgate::events::{EventSink, planned_events};
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;
-use driftgate::review::parse_review;
+use driftgate::review::{ReviewError, parse_envelope, parse_review};
 use driftgate::server::{AppState, router};
 use driftgate::timefmt::format_expiry;
 use http_body_util::BodyExt;
@@ -228,6 +228,19 @@ pub fn admission_review(body: &[u8]) {
     let answer_text = String::from_utf8_lossy(&answer);
     let request = match parse_review(body) {
         Ok(request) => request,
+        // A valid envelope is answered whatever its objects hold: admitted when no policy may
+        // guard the write, refused (rule Unreadable) when one may.
+        Err(ReviewError::Object(_)) => {
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "a review whose object is unreadable got {status}: {answer_text}"
+            );
+            let envelope = parse_envelope(body).expect("the envelope parses");
+            let review: Value = serde_json::from_slice(&answer).expect("the answer is JSON");
+            check_answer(envelope.request(), &review);
+            return;
+        }
         Err(error) => {
             assert_eq!(
                 status,
@@ -290,6 +303,13 @@ fn decide_with_cluster(policies: &PolicySet, request: &AdmissionRequest<DynamicO
         now: now(),
     };
     let mut decision = decide(policies, &input);
+    // The server reads objects only when the envelope says a policy may guard the write: it
+    // must say so whenever one does.
+    assert!(
+        decision.record.verdicts.is_empty() || may_guard(policies, request, input.namespace),
+        "a write policy {} guards, which may_guard says none may",
+        decision.record.verdicts[0].policy
+    );
     if needs_parent(policies, &decision) {
         let mut parent = parent().clone();
         parent.metadata.name = Some(request.name.clone());
