@@ -10,6 +10,7 @@ mod break_glass;
 mod bypass;
 mod gitops;
 mod scope;
+mod subresources;
 
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
