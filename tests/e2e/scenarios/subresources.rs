@@ -11,12 +11,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
 use base64::prelude::BASE64_STANDARD;
+use driftgate::timefmt::format_expiry;
 use hyper::Request;
+use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
-use crate::harness::{ADMIN, control_plane, install_crypto_provider};
+use crate::harness::{
+    ADMIN, BOB, Driftgate, FLUX, Identity, KubectlOutput, control_plane, install_crypto_provider,
+    shared, webhook_configuration,
+};
 
-use super::IMAGE;
+use super::{IMAGE, assert_denied, flux_apply, get_json, namespace_with_api, show};
 
 /// What a write can change besides `status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -1206,4 +1211,376 @@ async fn what_the_api_server_keeps_through_each_subresource_is_as_the_table_says
     }
     cleanup.run(&api).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// What driftgate is sent and how it judges it: the chart's webhook configuration, the example
+// policy (the shared driftgate) or a policy of the test's own.
+
+const BREAK_GLASS: &str = "driftgate.dev/break-glass";
+
+/// The namespace controller, which empties a terminating Namespace's `spec.finalizers` through
+/// `finalize` (the bootstrap RBAC of the API server grants it that).
+const NAMESPACE_CONTROLLER: Identity = Identity {
+    user: "system:serviceaccount:kube-system:namespace-controller",
+    groups: &[
+        "system:serviceaccounts",
+        "system:serviceaccounts:kube-system",
+    ],
+};
+const DEPLOYMENT_CONTROLLER: Identity = Identity {
+    user: "system:serviceaccount:kube-system:deployment-controller",
+    groups: &[
+        "system:serviceaccounts",
+        "system:serviceaccounts:kube-system",
+    ],
+};
+const SERVICE_CONTROLLER: Identity = Identity {
+    user: "system:serviceaccount:kube-system:service-controller",
+    groups: &[
+        "system:serviceaccounts",
+        "system:serviceaccounts:kube-system",
+    ],
+};
+
+/// A label value for a window that ends in an hour.
+fn expiry_in_an_hour() -> String {
+    format_expiry(
+        Timestamp::now()
+            .checked_add(SignedDuration::from_hours(1))
+            .expect("a near expiry"),
+    )
+}
+
+/// `PUT /api/v1/namespaces/NAME/{subresource}` as `who`, with the stored Namespace changed by
+/// `edit` (kubectl has no `--subresource=finalize`; `replace --raw` sends the body as given).
+fn put_namespace(
+    who: Identity,
+    name: &str,
+    subresource: &str,
+    edit: impl FnOnce(&mut Value),
+) -> KubectlOutput {
+    let mut namespace = get_json(&format!("namespace/{name}"), name);
+    edit(&mut namespace);
+    let uri = format!("/api/v1/namespaces/{name}/{subresource}");
+    show(control_plane().kubectl_with_stdin(
+        who,
+        &["replace", "--raw", &uri, "-f", "-"],
+        Some(&namespace.to_string()),
+    ))
+}
+
+/// Runs `write` and asserts that `driftgate` was sent it (one more review of `name` by `who`):
+/// what fails after this is driftgate's judgement, not the chart's rules.
+#[track_caller]
+fn sent(
+    driftgate: &Driftgate,
+    namespace: &str,
+    name: &str,
+    who: Identity,
+    write: impl FnOnce() -> KubectlOutput,
+) -> KubectlOutput {
+    let before = reviews_of(driftgate, namespace, name, who.user);
+    let out = write();
+    assert_eq!(
+        reviews_of(driftgate, namespace, name, who.user),
+        before + 1,
+        "{} {} was not sent to driftgate",
+        out.program,
+        out.args.join(" ")
+    );
+    out
+}
+
+/// How many reviews of `name` in `namespace` by `user` `driftgate` logged (one line each).
+fn reviews_of(driftgate: &Driftgate, namespace: &str, name: &str, user: &str) -> usize {
+    let needle = format!("namespace={namespace} name={name} user={user} ");
+    driftgate
+        .log_tail(usize::MAX)
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .count()
+}
+
+#[tokio::test]
+async fn a_break_glass_label_through_finalize_or_status_is_judged_as_the_namespaces_own_write() {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-sr1";
+    show(flux_apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: {{team: payments}}}}\n"
+    )))
+    .ok();
+    let window = expiry_in_an_hour();
+    let open = |o: &mut Value| o["metadata"]["labels"][BREAK_GLASS] = json!(window);
+
+    // Through status and finalize the API server keeps label changes: a namespace-wide window,
+    // opened by someone who is no opener, would hold Flux off in the whole namespace.
+    for subresource in ["status", "finalize"] {
+        let refused = sent(shared(), ns, ns, BOB, || {
+            put_namespace(BOB, ns, subresource, open)
+        });
+        assert_denied(
+            &refused,
+            &format!(
+                "bob may not change the break-glass window on Namespace {ns} (through \
+                 {subresource}): only group sre-oncall may open, extend or amend a window"
+            ),
+            "BreakGlassRefused",
+        );
+    }
+    let live = get_json(&format!("namespace/{ns}"), ns);
+    assert!(live["metadata"]["labels"][BREAK_GLASS].is_null(), "{live}");
+    assert_eq!(live["metadata"]["labels"]["team"], "payments", "{live}");
+    assert_eq!(live["spec"]["finalizers"], json!(["kubernetes"]), "{live}");
+    // ... so Flux is not held off.
+    show(flux_apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: {{team: payments}}}}\n"
+    )))
+    .ok();
+}
+
+/// Guards every kind, Pods included, in namespaces labelled `subres.driftgate.test/guarded`.
+const SELECTOR_POLICY: &str = r#"
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: selected}
+spec:
+  mode: Enforce
+  namespaces:
+    selector: {matchLabels: {subres.driftgate.test/guarded: "true"}}
+  controllers:
+    - name: flux
+      usernames: ["system:serviceaccount:flux-system:kustomize-controller"]
+      fieldManagers: ["kustomize-controller"]
+    - name: kubernetes
+      usernames: ["system:serviceaccount:kube-system:namespace-controller"]
+"#;
+
+/// A driftgate of the test's own with [`SELECTOR_POLICY`], sent the writes in `namespace` (and
+/// to it), and that Namespace, labelled for the policy, created by Flux with `manifest` in it.
+fn selected_namespace(name: &str, namespace: &str, manifest: &str) -> Driftgate {
+    let policy = control_plane().dir().join(format!("{name}-policy.yaml"));
+    std::fs::write(&policy, SELECTOR_POLICY).expect("the policy is written");
+    let driftgate = Driftgate::start(name, &policy, &[]);
+    show(flux_apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n  labels: {{subres.driftgate.test/guarded: \"true\"}}\n---\n{manifest}"
+    )))
+    .ok();
+    let mut configuration = webhook_configuration(
+        &format!("driftgate-e2e-{name}"),
+        &driftgate.webhook_url(),
+        driftgate.ca_pem(),
+    );
+    configuration["webhooks"][0]["namespaceSelector"] =
+        json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+    driftgate.register_probing(configuration, namespace);
+    driftgate
+}
+
+#[tokio::test]
+async fn removing_the_label_a_selector_relies_on_through_status_or_finalize_is_refused() {
+    install_crypto_provider();
+    let ns = "subres-selected";
+    let driftgate = selected_namespace("sr2", ns, "");
+    let unlabel = |o: &mut Value| {
+        o["metadata"]["labels"]
+            .as_object_mut()
+            .expect("the Namespace has labels")
+            .remove("subres.driftgate.test/guarded");
+    };
+    for subresource in ["status", "finalize"] {
+        assert_denied(
+            &sent(&driftgate, ns, ns, BOB, || {
+                put_namespace(BOB, ns, subresource, unlabel)
+            }),
+            &format!(
+                "bob may not update Namespace {ns} (through {subresource}): only its controllers \
+                 (flux, kubernetes) write here"
+            ),
+            "NotPermitted",
+        );
+        let live = get_json(&format!("namespace/{ns}"), ns);
+        assert_eq!(
+            live["metadata"]["labels"]["subres.driftgate.test/guarded"], "true",
+            "through {subresource}: {live}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn resizing_a_guarded_pod_through_resize_is_refused() {
+    install_crypto_provider();
+    let ns = "subres-resize";
+    let pod = format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: api, namespace: {ns}}}
+spec:
+  containers:
+    - name: api
+      image: {IMAGE}
+      resources:
+        requests: {{cpu: 100m, memory: 64Mi}}
+        limits: {{cpu: 200m, memory: 128Mi}}
+"
+    );
+    let driftgate = selected_namespace("sr3", ns, &pod);
+    // A strategic merge patch: the container's other resources stay as they are.
+    let resized = sent(&driftgate, ns, "api", BOB, || {
+        show(control_plane().kubectl(
+            BOB,
+            &[
+                "patch",
+                "pod/api",
+                "-n",
+                ns,
+                "--subresource=resize",
+                "-p",
+                r#"{"spec":{"containers":[{"name":"api","resources":{"requests":{"cpu":"150m"},"limits":{"cpu":"300m"}}}]}}"#,
+            ],
+        ))
+    });
+    assert_denied(
+        &resized,
+        &format!(
+            "bob may not update Pod {ns}/api (through resize): only its controllers (flux, \
+             kubernetes) write here"
+        ),
+        "NotPermitted",
+    );
+    let live = get_json("pod/api", ns);
+    assert_eq!(
+        live["spec"]["containers"][0]["resources"]["limits"]["cpu"], "200m",
+        "{live}"
+    );
+}
+
+#[tokio::test]
+async fn routine_status_writes_are_not_sent_and_the_namespace_controllers_finalize_is_admitted() {
+    install_crypto_provider();
+    let shared = shared();
+    let ns = "prod-sr4";
+    show(flux_apply(&format!(
+        "{}---\napiVersion: v1\nkind: Service\nmetadata: {{name: api, namespace: {ns}}}\nspec:\n  type: LoadBalancer\n  selector: {{app: api}}\n  ports: [{{port: 80}}]\n",
+        namespace_with_api(ns)
+    )))
+    .ok();
+
+    // The deployment controller's and the service controller's status writes (PUTs, as their
+    // bootstrap roles allow) change only status: the matchCondition keeps them from driftgate.
+    let deployment_status = json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+        "readyReplicas": 2, "availableReplicas": 2});
+    let service_status = json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}});
+    for (who, target, status) in [
+        (DEPLOYMENT_CONTROLLER, "deployment/api", deployment_status),
+        (SERVICE_CONTROLLER, "service/api", service_status),
+    ] {
+        let before = reviews_of(shared, ns, "api", who.user);
+        let mut object = get_json(target, ns);
+        object["status"] = status;
+        show(control_plane().kubectl_with_stdin(
+            who,
+            &["replace", "--subresource=status", "-f", "-"],
+            Some(&object.to_string()),
+        ))
+        .ok();
+        assert_eq!(
+            reviews_of(shared, ns, "api", who.user),
+            before,
+            "{}'s status write on {target} was sent to driftgate",
+            who.user
+        );
+    }
+    assert_eq!(get_json("deployment/api", ns)["status"]["readyReplicas"], 2);
+    // The deployment controller records the revision as an annotation through status on every
+    // rollout: sent (annotations are kept there), and admitted (its delegation).
+    let before = reviews_of(shared, ns, "api", DEPLOYMENT_CONTROLLER.user);
+    let mut deployment = get_json("deployment/api", ns);
+    deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = json!("1");
+    show(control_plane().kubectl_with_stdin(
+        DEPLOYMENT_CONTROLLER,
+        &["replace", "--subresource=status", "-f", "-"],
+        Some(&deployment.to_string()),
+    ))
+    .ok();
+    assert_eq!(
+        reviews_of(shared, ns, "api", DEPLOYMENT_CONTROLLER.user),
+        before + 1
+    );
+    assert_eq!(
+        get_json("deployment/api", ns)["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "1"
+    );
+    assert_eq!(
+        get_json("service/api", ns)["status"]["loadBalancer"]["ingress"][0]["ip"],
+        "192.0.2.10"
+    );
+
+    // Flux deletes the namespace; the namespace controller empties it, then removes the
+    // `kubernetes` finalizer through finalize: sent (it changes spec), and admitted.
+    show(control_plane().kubectl(FLUX, &["delete", "namespace", ns, "--wait=false"])).ok();
+    show(control_plane().kubectl(
+        NAMESPACE_CONTROLLER,
+        &["delete", "deployment/api", "service/api", "-n", ns],
+    ))
+    .ok();
+    put_namespace(NAMESPACE_CONTROLLER, ns, "finalize", |o| {
+        o["spec"]["finalizers"] = json!([]);
+    })
+    .ok();
+    assert!(
+        reviews_of(shared, ns, ns, NAMESPACE_CONTROLLER.user) >= 1,
+        "the namespace controller's finalize was not sent"
+    );
+    super::eventually("the namespace to be gone", || async {
+        let out = control_plane().kubectl(ADMIN, &["get", "namespace", ns]);
+        (!out.success() && out.stderr.contains("NotFound")).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_annotation_through_status_is_judged_as_the_objects_own_write() {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-sr5";
+    show(flux_apply(&format!(
+        "{}---\napiVersion: v1\nkind: Service\nmetadata: {{name: api, namespace: {ns}}}\nspec:\n  selector: {{app: api}}\n  ports: [{{port: 80}}]\n",
+        namespace_with_api(ns)
+    )))
+    .ok();
+    // `kustomize.toolkit.fluxcd.io/reconcile: disabled` would stop Flux reconciling the object:
+    // through services/status and deployments/status the API server keeps it.
+    let annotate =
+        r#"{"metadata":{"annotations":{"kustomize.toolkit.fluxcd.io/reconcile":"disabled"}}}"#;
+    for (target, kind) in [("service/api", "Service"), ("deployment/api", "Deployment")] {
+        let refused = sent(shared(), ns, "api", BOB, || {
+            show(control_plane().kubectl(
+                BOB,
+                &[
+                    "patch",
+                    target,
+                    "-n",
+                    ns,
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    annotate,
+                ],
+            ))
+        });
+        assert_denied(
+            &refused,
+            &format!(
+                "bob may not update {kind} {ns}/api (through status): only its controllers \
+                 (flux, kubernetes) write here"
+            ),
+            "NotPermitted",
+        );
+        let live = get_json(target, ns);
+        assert!(
+            live["metadata"]["annotations"]["kustomize.toolkit.fluxcd.io/reconcile"].is_null(),
+            "{live}"
+        );
+    }
 }
