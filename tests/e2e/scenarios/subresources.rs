@@ -1028,11 +1028,11 @@ impl Cleanup {
     /// Takes the probe's finalizer off each object, then deletes it.
     async fn run(self, api: &Api) {
         for path in self.paths.iter().rev() {
-            if let Ok(mut object) = api.call("GET", path, None).await {
-                if let Some(finalizers) = object["metadata"]["finalizers"].as_array_mut() {
-                    finalizers.retain(|f| f != PROBE_KEY);
-                    let _ = api.call("PUT", path, Some(&object)).await;
-                }
+            if let Ok(mut object) = api.call("GET", path, None).await
+                && let Some(finalizers) = object["metadata"]["finalizers"].as_array_mut()
+            {
+                finalizers.retain(|f| f != PROBE_KEY);
+                let _ = api.call("PUT", path, Some(&object)).await;
             }
             let _ = api.call("DELETE", path, None).await;
         }
@@ -1583,4 +1583,69 @@ async fn an_annotation_through_status_is_judged_as_the_objects_own_write() {
             "{live}"
         );
     }
+}
+
+/// A custom resource with a status subresource and a spec of `items` entries, in a namespace no
+/// policy guards.
+fn big_object(items: usize) -> Value {
+    let list: Vec<Value> = (0..items)
+        .map(|i| json!({"name": format!("item-{i:06}"), "value": "x".repeat(16)}))
+        .collect();
+    json!({
+        "apiVersion": "big.subres.driftgate.test/v1",
+        "kind": "Big",
+        "metadata": {"name": "big", "namespace": "subres-big"},
+        "spec": {"items": list}
+    })
+}
+
+#[tokio::test]
+async fn a_status_write_on_a_large_object_stays_within_the_match_conditions_cost_budget() {
+    install_crypto_provider();
+    let shared = shared();
+    let mut crd = probe_crd();
+    crd["metadata"]["name"] = json!("bigs.big.subres.driftgate.test");
+    crd["spec"]["group"] = json!("big.subres.driftgate.test");
+    crd["spec"]["names"] =
+        json!({"plural": "bigs", "singular": "big", "kind": "Big", "listKind": "BigList"});
+    let api = Api {
+        client: control_plane().client(ADMIN).await,
+    };
+    api.create(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &crd,
+    )
+    .await;
+    control_plane()
+        .kubectl(ADMIN, &["create", "namespace", "subres-big"])
+        .ok();
+    control_plane()
+        .kubectl(
+            ADMIN,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=30s",
+                "crd/bigs.big.subres.driftgate.test",
+            ],
+        )
+        .ok();
+    // 30,000 entries, about 1.1 MB of JSON (40,000 exceed etcd's limit of 1.5 MB per request).
+    let collection = "/apis/big.subres.driftgate.test/v1/namespaces/subres-big/bigs";
+    let created = api.create(collection, &big_object(30_000)).await;
+    assert!(created.to_string().len() > 1_000_000);
+
+    // A status-only write compares the whole spec in the matchCondition: an evaluation over
+    // the cost budget would be an error, which failurePolicy Fail turns into a refusal.
+    let before = reviews_of(shared, "subres-big", "big", ADMIN.user);
+    let mut object = api.get(&format!("{collection}/big")).await;
+    object["status"] = json!({"phase": "Probed"});
+    api.call("PUT", &format!("{collection}/big/status"), Some(&object))
+        .await
+        .unwrap_or_else(|e| panic!("the status write was refused: {e}"));
+    assert_eq!(
+        reviews_of(shared, "subres-big", "big", ADMIN.user),
+        before,
+        "a status-only write was sent"
+    );
 }
