@@ -65,10 +65,9 @@ struct SpecChange {
 #[derive(Clone, Copy)]
 enum Expect {
     /// The request body is the whole object (kubectl's `--subresource` PUTs or PATCHes it). One
-    /// write per aspect; those in `kept` are kept, those in `refused` refused, the rest dropped.
+    /// write per aspect; those in `kept` are kept, the rest dropped (none is refused).
     Object {
         kept: &'static [Aspect],
-        refused: &'static [Aspect],
         /// The change this subresource exists for, instead of the kind's default `spec` change.
         spec: Option<SpecChange>,
     },
@@ -85,11 +84,7 @@ enum Expect {
 }
 
 const fn object(kept: &'static [Aspect]) -> Expect {
-    Expect::Object {
-        kept,
-        refused: &[],
-        spec: None,
-    }
+    Expect::Object { kept, spec: None }
 }
 
 /// Metadata kept, spec reset: the status strategies of most kinds. A managedFields entry sent
@@ -145,7 +140,6 @@ const TABLE: &[(&str, &str, Expect)] = &[
         "pods/ephemeralcontainers",
         Expect::Object {
             kept: &[Spec],
-            refused: &[],
             spec: Some(DEBUG_CONTAINER),
         },
     ),
@@ -167,11 +161,10 @@ const TABLE: &[(&str, &str, Expect)] = &[
         "pods/resize",
         Expect::Object {
             kept: &[Spec],
-            refused: &[],
             spec: Some(RESIZE),
         },
     ),
-    // The pod status strategy keeps the owner references (old kubelets corrupted them).
+    // The pod status strategy resets ownerReferences (old kubelets corrupted them).
     (
         "",
         "pods/status",
@@ -987,14 +980,12 @@ async fn probe_other_kind(
 }
 
 /// What the table expects of an `Object` or `OtherKind` row, aspect by aspect.
-fn expected(kept: &[Aspect], refused: &[Aspect]) -> Observed {
+fn expected(kept: &[Aspect]) -> Observed {
     ASPECTS
         .iter()
         .map(|a| {
             let outcome = if kept.contains(a) {
                 Outcome::Kept
-            } else if refused.contains(a) {
-                Outcome::Refused
             } else {
                 Outcome::Dropped
             };
@@ -1052,161 +1043,142 @@ async fn create(api: &Api, fixture: &Fixture, cleanup: &mut Cleanup) -> Result<S
     Ok(path)
 }
 
+/// The probe's namespace (the owner in its ownerReferences), CRD and Node, made by the admin.
+async fn set_up(api: &Api, cleanup: &mut Cleanup) -> Value {
+    let namespace =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NS}});
+    let namespace = api.create("/api/v1/namespaces", &namespace).await;
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    api.create(crds, &probe_crd()).await;
+    cleanup.paths.push(format!("{crds}/probes.{PROBE_GROUP}"));
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": PROBE_NODE}});
+    api.create("/api/v1/nodes", &node).await;
+    cleanup.paths.push(format!("/api/v1/nodes/{PROBE_NODE}"));
+    super::eventually("the probe CRD to be served", move || async move {
+        api.call("GET", &format!("/apis/{PROBE_GROUP}/v1"), None)
+            .await
+            .ok()
+            .filter(|list| list["resources"].as_array().is_some_and(|r| r.len() >= 3))
+    })
+    .await;
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "name": PROBE_NS,
+        "uid": namespace["metadata"]["uid"]
+    })
+}
+
+/// How the table and discovery differ, if they do.
+fn table_against(found: &BTreeMap<(String, String), BTreeSet<String>>) -> Option<String> {
+    let listed: BTreeSet<(String, String)> = TABLE
+        .iter()
+        .map(|(g, r, _)| ((*g).to_owned(), (*r).to_owned()))
+        .collect();
+    let discovered: BTreeSet<(String, String)> = found.keys().cloned().collect();
+    let missing: Vec<_> = discovered.difference(&listed).collect();
+    let gone: Vec<_> = listed.difference(&discovered).collect();
+    (!missing.is_empty() || !gone.is_empty()).then(|| {
+        format!(
+            "discovery and the table differ: discovered but not in the table {missing:?}; \
+             in the table but not discovered {gone:?}"
+        )
+    })
+}
+
+fn refusals_note(refusals: &[String]) -> String {
+    if refusals.is_empty() {
+        String::new()
+    } else {
+        format!("\n  refusals: {refusals:#?}")
+    }
+}
+
+/// Probes one row of the table; Err says how the API server differs from it.
+async fn probe_row(
+    api: &Api,
+    owner: &Value,
+    cleanup: &mut Cleanup,
+    (group, name, expect): (&str, &str, Expect),
+) -> Result<(), String> {
+    let (resource, subresource) = name.split_once('/').expect("resource/subresource");
+    let label = format!("{}/{name}", if group.is_empty() { "core" } else { group });
+    let fixture = match expect {
+        Expect::Connect => {
+            eprintln!("{label}: CONNECT or read only, nothing to write");
+            return Ok(());
+        }
+        _ => fixture(group, resource, &format!("subres-{resource}-{subresource}")),
+    };
+    let path = match fixture.existing {
+        Some(existing) => format!("{}/{existing}", fixture.collection),
+        None => create(api, &fixture, cleanup)
+            .await
+            .map_err(|e| format!("{label}: the fixture: {e}"))?,
+    };
+    let (observed, deleted, want, deletes) = match expect {
+        Expect::Object { kept, spec } => {
+            let spec = spec.unwrap_or(fixture.spec);
+            let dry_run = fixture.existing.is_some();
+            let (observed, refusals) =
+                probe_object(api, &path, subresource, owner, &spec, dry_run).await;
+            eprintln!(
+                "{label} (spec: {}): {}{}",
+                spec.what,
+                summary(&observed),
+                refusals_note(&refusals)
+            );
+            (observed, false, expected(kept), false)
+        }
+        Expect::OtherKind {
+            kind,
+            kept,
+            deletes,
+        } => {
+            let (observed, deleted, refusals) =
+                probe_other_kind(api, &path, subresource, kind, owner).await;
+            let gone = if deleted {
+                " — the object is gone"
+            } else {
+                ""
+            };
+            eprintln!(
+                "{label} ({kind}): {}{gone}{}",
+                summary(&observed),
+                refusals_note(&refusals)
+            );
+            (observed, deleted, expected(kept), deletes)
+        }
+        Expect::Connect => unreachable!("answered above"),
+    };
+    if deleted != deletes || (!deleted && observed != want) {
+        let deleted_word = |d: bool| if d { ", deleted" } else { "" };
+        return Err(format!(
+            "{label}: observed {}{}, the table says {}{}",
+            summary(&observed),
+            deleted_word(deleted),
+            summary(&want),
+            deleted_word(deletes),
+        ));
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn what_the_api_server_keeps_through_each_subresource_is_as_the_table_says() {
     install_crypto_provider();
     let api = Api {
         client: control_plane().client(ADMIN).await,
     };
-    let namespace =
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NS}});
-    let namespace = api.create("/api/v1/namespaces", &namespace).await;
-    let owner = json!({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "name": PROBE_NS,
-        "uid": namespace["metadata"]["uid"]
-    });
-    api.create(
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &probe_crd(),
-    )
-    .await;
     let mut cleanup = Cleanup { paths: vec![] };
-    let node = api
-        .create(
-            "/api/v1/nodes",
-            &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": PROBE_NODE}}),
-        )
-        .await;
-    cleanup.paths.push(format!(
-        "/api/v1/nodes/{}",
-        node["metadata"]["name"].as_str().unwrap()
-    ));
-    cleanup.paths.push(format!(
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/probes.{PROBE_GROUP}"
-    ));
-    let served = &api;
-    super::eventually("the probe CRD to be served", move || async move {
-        served
-            .call("GET", &format!("/apis/{PROBE_GROUP}/v1"), None)
-            .await
-            .ok()
-            .filter(|list| list["resources"].as_array().is_some_and(|r| r.len() >= 3))
-    })
-    .await;
+    let owner = set_up(&api, &mut cleanup).await;
 
-    // The table covers exactly the subresources discovery lists.
     let found = discovered(&api).await;
-    let listed: BTreeSet<(String, String)> = TABLE
-        .iter()
-        .map(|(g, r, _)| ((*g).to_owned(), (*r).to_owned()))
-        .collect();
-    let discovered_keys: BTreeSet<(String, String)> = found.keys().cloned().collect();
-    let missing: Vec<_> = discovered_keys.difference(&listed).collect();
-    let gone: Vec<_> = listed.difference(&discovered_keys).collect();
-    eprintln!("discovered subresources: {found:#?}");
-
-    let mut failures = Vec::new();
-    if !missing.is_empty() || !gone.is_empty() {
-        failures.push(format!(
-            "discovery and the table differ: discovered but not in the table {missing:?}; \
-             in the table but not discovered {gone:?}"
-        ));
-    }
-    for (group, name, expect) in TABLE {
-        let (resource, subresource) = name.split_once('/').expect("resource/subresource");
-        let object_name = format!("subres-{resource}-{subresource}");
-        let label = format!("{group}/{name}");
-        match *expect {
-            Expect::Connect => {
-                let verbs = &found.get(&((*group).to_owned(), (*name).to_owned()));
-                eprintln!("{label}: CONNECT or read only (verbs {verbs:?})");
-            }
-            Expect::Object {
-                kept,
-                refused,
-                spec,
-            } => {
-                let fixture = fixture(group, resource, &object_name);
-                let spec = spec.unwrap_or(fixture.spec);
-                let path = match fixture.existing {
-                    Some(existing) => format!("{}/{existing}", fixture.collection),
-                    None => match create(&api, &fixture, &mut cleanup).await {
-                        Ok(path) => path,
-                        Err(e) => {
-                            failures.push(format!("{label}: the fixture: {e}"));
-                            continue;
-                        }
-                    },
-                };
-                let (observed, refusals) = probe_object(
-                    &api,
-                    &path,
-                    subresource,
-                    &owner,
-                    &spec,
-                    fixture.existing.is_some(),
-                )
-                .await;
-                let want = expected(kept, refused);
-                eprintln!(
-                    "{label} (spec: {}): {}{}",
-                    spec.what,
-                    summary(&observed),
-                    if refusals.is_empty() {
-                        String::new()
-                    } else {
-                        format!("\n  refusals: {refusals:#?}")
-                    }
-                );
-                if observed != want {
-                    failures.push(format!(
-                        "{label}: observed {}, the table says {}",
-                        summary(&observed),
-                        summary(&want)
-                    ));
-                }
-            }
-            Expect::OtherKind {
-                kind,
-                kept,
-                deletes,
-            } => {
-                let fixture = fixture(group, resource, &object_name);
-                let path = match create(&api, &fixture, &mut cleanup).await {
-                    Ok(path) => path,
-                    Err(e) => {
-                        failures.push(format!("{label}: the fixture: {e}"));
-                        continue;
-                    }
-                };
-                let (observed, deleted, refusals) =
-                    probe_other_kind(&api, &path, subresource, kind, &owner).await;
-                eprintln!(
-                    "{label} ({kind}): {}{}{}",
-                    summary(&observed),
-                    if deleted {
-                        " — the object is gone"
-                    } else {
-                        ""
-                    },
-                    if refusals.is_empty() {
-                        String::new()
-                    } else {
-                        format!("\n  refusals: {refusals:#?}")
-                    }
-                );
-                if deleted != deletes || (!deleted && observed != expected(kept, &[])) {
-                    failures.push(format!(
-                        "{label}: observed {}{}, the table says {}{}",
-                        summary(&observed),
-                        if deleted { ", deleted" } else { "" },
-                        summary(&expected(kept, &[])),
-                        if deletes { ", deleted" } else { "" },
-                    ));
-                }
-            }
+    eprintln!("discovered subresources and their verbs: {found:#?}");
+    let mut failures: Vec<String> = table_against(&found).into_iter().collect();
+    for row in TABLE {
+        if let Err(failure) = probe_row(&api, &owner, &mut cleanup, *row).await {
+            failures.push(failure);
         }
     }
     cleanup.run(&api).await;
