@@ -1206,6 +1206,12 @@ const DEPLOYMENT_CONTROLLER: Identity = Identity {
         "system:serviceaccounts:kube-system",
     ],
 };
+/// A kubelet, with the `system:node` role (bound by the test that uses it).
+const KUBELET_NODE: &str = "subres-node";
+const KUBELET: Identity = Identity {
+    user: "system:node:subres-node",
+    groups: &["system:nodes"],
+};
 const SERVICE_CONTROLLER: Identity = Identity {
     user: "system:serviceaccount:kube-system:service-controller",
     groups: &[
@@ -1433,21 +1439,42 @@ async fn routine_status_writes_are_not_sent_and_the_namespace_controllers_finali
     let shared = shared();
     let ns = "prod-sr4";
     show(flux_apply(&format!(
-        "{}---\napiVersion: v1\nkind: Service\nmetadata: {{name: api, namespace: {ns}}}\nspec:\n  type: LoadBalancer\n  selector: {{app: api}}\n  ports: [{{port: 80}}]\n",
-        namespace_with_api(ns)
+        "{}---\napiVersion: v1\nkind: Service\nmetadata: {{name: api, namespace: {ns}}}\nspec:\n  type: LoadBalancer\n  selector: {{app: api}}\n  ports: [{{port: 80}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: api-0, namespace: {ns}}}\nspec:\n  nodeName: {}\n  containers: [{{name: api, image: {IMAGE}}}]\n",
+        namespace_with_api(ns),
+        KUBELET_NODE
     )))
     .ok();
+    // The kubelet's role; the API server binds it to no one by default (the Node authorizer,
+    // which real clusters use for kubelets, is not enabled in the test cluster).
+    control_plane().apply(
+        ADMIN,
+        &format!(
+            "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: subres-e2e-kubelet}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: \"system:node\"}}
+subjects:
+  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: \"{}\"}}
+",
+            KUBELET.user
+        ),
+    );
 
-    // The deployment controller's and the service controller's status writes (PUTs, as their
-    // bootstrap roles allow) change only status: the matchCondition keeps them from driftgate.
+    // The deployment controller's, the service controller's and the kubelet's status writes
+    // (PUTs, as their bootstrap roles allow) change only status: the matchCondition keeps them
+    // from driftgate.
     let deployment_status = json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
         "readyReplicas": 2, "availableReplicas": 2});
     let service_status = json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}});
+    let pod_status =
+        json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
     for (who, target, status) in [
         (DEPLOYMENT_CONTROLLER, "deployment/api", deployment_status),
         (SERVICE_CONTROLLER, "service/api", service_status),
+        (KUBELET, "pod/api-0", pod_status),
     ] {
-        let before = reviews_of(shared, ns, "api", who.user);
+        let name = target.split_once('/').expect("kind/name").1;
+        let before = reviews_of(shared, ns, name, who.user);
         let mut object = get_json(target, ns);
         object["status"] = status;
         show(control_plane().kubectl_with_stdin(
@@ -1457,12 +1484,13 @@ async fn routine_status_writes_are_not_sent_and_the_namespace_controllers_finali
         ))
         .ok();
         assert_eq!(
-            reviews_of(shared, ns, "api", who.user),
+            reviews_of(shared, ns, name, who.user),
             before,
             "{}'s status write on {target} was sent to driftgate",
             who.user
         );
     }
+    assert_eq!(get_json("pod/api-0", ns)["status"]["phase"], "Running");
     assert_eq!(get_json("deployment/api", ns)["status"]["readyReplicas"], 2);
     // The deployment controller records the revision as an annotation through status on every
     // rollout: sent (annotations are kept there), and admitted (its delegation).
@@ -1494,6 +1522,19 @@ async fn routine_status_writes_are_not_sent_and_the_namespace_controllers_finali
     show(control_plane().kubectl(
         NAMESPACE_CONTROLLER,
         &["delete", "deployment/api", "service/api", "-n", ns],
+    ))
+    .ok();
+    // No kubelet confirms the Pod's end: delete it at once.
+    show(control_plane().kubectl(
+        NAMESPACE_CONTROLLER,
+        &[
+            "delete",
+            "pod/api-0",
+            "-n",
+            ns,
+            "--grace-period=0",
+            "--force",
+        ],
     ))
     .ok();
     put_namespace(NAMESPACE_CONTROLLER, ns, "finalize", |o| {
