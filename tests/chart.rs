@@ -367,7 +367,8 @@ fn the_webhook_defaults_are_safe() {
         manifests.one("Deployment")["spec"]["selector"]["matchLabels"]
     );
 
-    // `*` does not reach subresources; `*/scale` must be listed, `*/*` never.
+    // `*` does not reach subresources; those that can change more than status must be listed
+    // (tests/e2e/scenarios/subresources.rs probes each), `*/*` never.
     let rules = webhook["rules"].as_array().unwrap();
     let resources: Vec<&str> = rules
         .iter()
@@ -381,13 +382,20 @@ fn the_webhook_defaults_are_safe() {
     assert_eq!(broad["apiVersions"], json!(["*"]));
     assert_eq!(broad["operations"], json!(["CREATE", "UPDATE", "DELETE"]));
     assert_eq!(broad["resources"], json!(["*", "*/scale", "*/status"]));
-    // Namespace objects carry namespace-wide break-glass windows: their writes are sent too.
+    // pods/resize and pods/ephemeralcontainers change a Pod's spec.
     assert!(
-        rules
-            .iter()
-            .any(|r| strings(&r["resources"]).contains(&"namespaces")
-                && r["apiGroups"] == json!([""])
-                && r["scope"] != "Namespaced"),
+        rules.iter().any(|r| r["apiGroups"] == json!([""])
+            && strings(&r["resources"]) == ["pods/resize", "pods/ephemeralcontainers"]
+            && r["operations"] == json!(["UPDATE"])),
+        "{rules:?}"
+    );
+    // Namespace objects carry namespace-wide break-glass windows: their writes are sent too,
+    // and through `finalize` and `status` the API server keeps label changes.
+    assert!(
+        rules.iter().any(|r| r["apiGroups"] == json!([""])
+            && strings(&r["resources"])
+                == ["namespaces", "namespaces/status", "namespaces/finalize"]
+            && r["scope"] != "Namespaced"),
         "{rules:?}"
     );
 
@@ -396,18 +404,23 @@ fn the_webhook_defaults_are_safe() {
     // Leader election (Leases) never waits on the webhook.
     let conditions = serde_json::to_string(&webhook["matchConditions"]).unwrap();
     assert!(conditions.contains("leases"), "{conditions}");
-    // Status writes reach driftgate only when they change labels (a break-glass label set
-    // through services/status or namespaces/status; tests/e2e/scenarios/bypass.rs).
-    assert!(
-        conditions.contains("!has(request.subResource) || request.subResource != 'status' ||"),
-        "{conditions}"
-    );
-    assert!(
-        rules
-            .iter()
-            .any(|r| strings(&r["resources"]).contains(&"namespaces/status")),
-        "{rules:?}"
-    );
+    // A subresource write other than `scale` reaches driftgate only when it changes more than
+    // status (tests/e2e/scenarios/subresources.rs proves it on the API server).
+    let condition = webhook["matchConditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "subresource-changes-more-than-status")
+        .unwrap_or_else(|| panic!("no subresource condition: {conditions}"));
+    let expression = str(&condition["expression"]);
+    for part in [
+        "!has(request.subResource) || request.subResource == 'scale' ||",
+        "object == null || oldObject == null ||",
+        "!(k in ['status', 'metadata'])",
+        "!(k in ['resourceVersion', 'managedFields'])",
+    ] {
+        assert!(expression.contains(part), "{part} is not in {expression}");
+    }
 }
 
 /// The namespaceSelector keeps kube-system and the webhook's own namespace out, whatever else

@@ -12,6 +12,7 @@ mod deep;
 mod effects;
 mod gitops;
 mod scope;
+mod subresources;
 
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
