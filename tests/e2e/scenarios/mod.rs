@@ -9,6 +9,7 @@
 mod break_glass;
 mod bypass;
 mod gitops;
+mod normal_day;
 mod scope;
 
 use std::future::Future;
