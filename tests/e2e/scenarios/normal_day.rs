@@ -125,6 +125,33 @@ fn assert_no_controller_refused(driftgate: &Driftgate) {
     );
 }
 
+/// What Kubernetes' identities wrote in the namespace, as driftgate judged it (shown with
+/// `--nocapture`; the README's "What Kubernetes' controllers write" lists the same).
+fn print_what_kubernetes_wrote(driftgate: &Driftgate) {
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for r in reviews(driftgate) {
+        if r["namespace"] == NS && r["user"].as_str().is_some_and(is_kubernetes) {
+            let key = format!(
+                "{} {} {}{} -> {}",
+                r["user"].as_str().unwrap_or(""),
+                r["operation"].as_str().unwrap_or(""),
+                r["kind"].as_str().unwrap_or(""),
+                r["subresource"]
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .map(|s| format!("/{s}"))
+                    .unwrap_or_default(),
+                r["rule"].as_str().unwrap_or(""),
+            );
+            *seen.entry(key).or_default() += 1;
+        }
+    }
+    eprintln!("What Kubernetes' controllers wrote in {NS}:");
+    for (write, count) in seen {
+        eprintln!("  {count:3} x {write}");
+    }
+}
+
 /// Panics unless driftgate admitted a review by `user` of `operation` on `kind` as `rule`.
 fn assert_admitted(driftgate: &Driftgate, user: &str, operation: &str, kind: &str, rule: &str) {
     let all = reviews(driftgate);
@@ -286,6 +313,15 @@ async fn kubernetes_controllers_are_never_refused_on_a_normal_day() {
     .await;
 
     // The service controller of a cloud provider adds its cleanup finalizer, then the address.
+    // kube-controller-manager was asked for it and did not start it:
+    let log = std::fs::read_to_string(control_plane().controller_manager_log())
+        .expect("the controller manager's log reads");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("Skipping a cloud provider controller")
+                && l.contains("service-lb-controller")),
+        "kube-controller-manager did not say it skips service-lb-controller"
+    );
     as_service_controller(Patch::Strategic(
         json!({"metadata": {"finalizers": [LB_CLEANUP]}}),
     ))
@@ -438,6 +474,7 @@ async fn kubernetes_controllers_are_never_refused_on_a_normal_day() {
         "Controller",
     );
     assert_no_controller_refused(&driftgate);
+    print_what_kubernetes_wrote(&driftgate);
     assert_eq!(
         driftgate.counter(REVIEWS, &[DENIED]),
         denied_before,
