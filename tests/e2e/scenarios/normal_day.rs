@@ -285,7 +285,35 @@ async fn kubernetes_controllers_are_never_refused_on_a_normal_day() {
     let driftgate = start_driftgate();
     assert_eq!(driftgate.counter(REVIEWS, &[DENIED]), 0.0);
 
-    // Morning: Flux creates the namespace; Kubernetes equips it.
+    morning().await;
+    assert_no_controller_refused(&driftgate);
+    assert_eq!(
+        driftgate.counter(REVIEWS, &[DENIED]),
+        0.0,
+        "a write was refused"
+    );
+
+    let denied_before = noon(&driftgate).await;
+    evening().await;
+    assert_admitted(
+        &driftgate,
+        "system:serviceaccount:kube-system:namespace-controller",
+        "DELETE",
+        "Deployment",
+        "Controller",
+    );
+    assert_no_controller_refused(&driftgate);
+    print_what_kubernetes_wrote(&driftgate);
+    assert_eq!(
+        driftgate.counter(REVIEWS, &[DENIED]),
+        denied_before,
+        "a write was refused under or after the window"
+    );
+}
+
+/// Flux creates the namespace and Kubernetes equips it; the (impersonated) service controller
+/// takes the LoadBalancer Service; Flux rolls out a new image.
+async fn morning() {
     show(flux_apply(&git(IMAGE))).ok();
     eventually(
         "the namespace's default ServiceAccount and kube-root-ca.crt",
@@ -335,8 +363,7 @@ async fn kubernetes_controllers_are_never_refused_on_a_normal_day() {
         json!([LB_CLEANUP])
     );
 
-    // Flux rolls out a new image; the deployment controller makes a new ReplicaSet and scales
-    // the old one to 0.
+    // The deployment controller makes a new ReplicaSet and scales the old one to 0.
     show(flux_apply(&git(NEW_IMAGE))).ok();
     eventually("the rollout to complete", || async {
         let mut sets = replica_sets();
@@ -344,16 +371,13 @@ async fn kubernetes_controllers_are_never_refused_on_a_normal_day() {
         (sets == [(IMAGE.to_owned(), 0), (NEW_IMAGE.to_owned(), 2)]).then_some(())
     })
     .await;
-    assert_no_controller_refused(&driftgate);
-    assert_eq!(
-        driftgate.counter(REVIEWS, &[DENIED]),
-        0.0,
-        "a write was refused"
-    );
+}
 
-    // Noon: alice opens a namespace-wide window, and Kubernetes' controllers keep writing
-    // under it: the root CA publisher restores kube-root-ca.crt, the tokens controller fills in
-    // a token Secret alice adds.
+/// alice opens a namespace-wide window, and Kubernetes' controllers keep writing under it: the
+/// root CA publisher restores kube-root-ca.crt, the tokens controller fills in a token Secret
+/// alice adds; then she closes it. Returns the denials counted once both driftgates had seen
+/// the window (any before that are hers, not a controller's).
+async fn noon(driftgate: &Driftgate) -> f64 {
     show(driftgate_cli(
         ALICE,
         &[
@@ -369,7 +393,7 @@ async fn kubernetes_controllers_are_never_refused_on_a_normal_day() {
     ))
     .ok();
     // Both driftgates read Namespaces from a watch: a dry run of alice's delete is admitted
-    // once each has seen the window (a refusal before that is hers, not a controller's).
+    // once each has seen the window.
     eventually("both driftgates to see the namespace window", || async {
         control_plane()
             .kubectl(
@@ -407,14 +431,14 @@ async fn kubernetes_controllers_are_never_refused_on_a_normal_day() {
     })
     .await;
     assert_admitted(
-        &driftgate,
+        driftgate,
         "system:serviceaccount:kube-system:root-ca-cert-publisher",
         "CREATE",
         "ConfigMap",
         "Controller",
     );
     assert_admitted(
-        &driftgate,
+        driftgate,
         "system:kube-controller-manager",
         "UPDATE",
         "Secret",
@@ -430,10 +454,13 @@ async fn kubernetes_controllers_are_never_refused_on_a_normal_day() {
         namespace["metadata"]["labels"]["driftgate.dev/break-glass"].is_null(),
         "{namespace}"
     );
+    denied_before
+}
 
-    // Evening: Flux deletes the namespace. The namespace controller empties it, the garbage
-    // collector and the tokens controller delete what they own, the service controller removes
-    // its finalizer once the Service is being deleted (as it does after deleting the balancer).
+/// Flux deletes the namespace. The namespace controller empties it, the garbage collector and
+/// the tokens controller delete what they own, and the service controller removes its finalizer
+/// once the Service is being deleted (as it does after deleting the balancer); it goes.
+async fn evening() {
     show(control_plane().kubectl(FLUX, &["delete", "namespace", NS, "--wait=false"])).ok();
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut finalizer_removed = false;
@@ -465,20 +492,6 @@ async fn kubernetes_controllers_are_never_refused_on_a_normal_day() {
     assert!(
         finalizer_removed,
         "the Service was never seen being deleted"
-    );
-    assert_admitted(
-        &driftgate,
-        "system:serviceaccount:kube-system:namespace-controller",
-        "DELETE",
-        "Deployment",
-        "Controller",
-    );
-    assert_no_controller_refused(&driftgate);
-    print_what_kubernetes_wrote(&driftgate);
-    assert_eq!(
-        driftgate.counter(REVIEWS, &[DENIED]),
-        denied_before,
-        "a write was refused under or after the window"
     );
 }
 
