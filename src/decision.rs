@@ -670,10 +670,21 @@ pub fn needs_parent(policies: &PolicySet, decision: &Decision) -> bool {
             .and_then(|p| p.break_glass.as_ref());
         match (verdict.rule, rules) {
             (Rule::NotPermitted, Some(_)) => true,
-            (Rule::Controller, Some(rules)) => rules.hold_controller,
+            (Rule::Controller, Some(rules)) => rules.hold_controller && held(policies, verdict),
             _ => false,
         }
     })
+}
+
+/// Whether the controller a verdict matched is one that windows hold.
+fn held(policies: &PolicySet, verdict: &PolicyVerdict) -> bool {
+    policies
+        .policies()
+        .iter()
+        .filter(|p| p.name == verdict.policy)
+        .flat_map(|p| &p.controllers)
+        .find(|c| verdict.matched.as_deref() == Some(c.name.as_str()))
+        .is_none_or(|c| c.held_by_windows)
 }
 
 /// Decides the whole request against every policy.
@@ -774,7 +785,8 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
 
     let rules = policy.break_glass.as_ref();
 
-    // 3. The controller's writes are the desired state, unless a window holds the object.
+    // 3. The controller's writes are the desired state, unless a window holds the object (and
+    //    the controller is one that windows hold: GitOps, not Kubernetes' own).
     let controller = policy.controllers.iter().find(|c| {
         c.identity.matches(user)
             && match facts.field_manager {
@@ -783,7 +795,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
             }
     });
     if let Some(controller) = controller {
-        if let Some(rules) = rules.filter(|r| r.hold_controller) {
+        if let Some(rules) = rules.filter(|r| r.hold_controller && controller.held_by_windows) {
             let states = windows(facts, rules);
             if let Some(window) = open_window(&states) {
                 if closes_window_only(facts, rules) {

@@ -1114,6 +1114,228 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// [`POLICY`] with Kubernetes' own controllers, as `policies/example.yaml` lists them: not held
+/// by windows, and the service controller delegated its finalizer.
+fn kubernetes_policies() -> PolicySet {
+    let controllers = r#"  delegations:
+"#;
+    let kubernetes = r#"    - name: kubernetes
+      usernames: ["system:serviceaccount:kube-system:namespace-controller",
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+        "system:serviceaccount:kube-system:root-ca-cert-publisher",
+        "system:kube-controller-manager"]
+      heldByWindows: false
+  delegations:
+    - name: service-controller-finalizer
+      usernames: ["system:serviceaccount:kube-system:service-controller"]
+      fields: ["metadata.finalizers"]
+"#;
+    assert!(POLICY.contains(controllers), "POLICY has no delegations");
+    PolicySet::from_yaml("inline", &POLICY.replacen(controllers, kubernetes, 1)).unwrap()
+}
+
+/// Kubernetes' own controllers (`heldByWindows: false`): a window holds Flux, never them.
+fn kubernetes_cases() -> Vec<Case> {
+    vec![
+        case(
+            "the namespace controller deletes under a namespace window",
+            Req::update(NAMESPACE_CONTROLLER, plain(), Value::Null).collection(),
+            true,
+            Rule::Controller,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"})),
+        case(
+            "the namespace controller deletes an object that carries a window",
+            Req::update(
+                NAMESPACE_CONTROLLER,
+                with_window("20261130T1000Z", Some("INC-1: OOM")),
+                Value::Null,
+            )
+            .collection(),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "the garbage collector deletes a dependent under a namespace window",
+            Req::update(GARBAGE_COLLECTOR, plain(), Value::Null)
+                .op("DELETE")
+                .fm(None),
+            true,
+            Rule::Controller,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"})),
+        case(
+            "the root CA publisher creates kube-root-ca.crt under a namespace window",
+            Req::update(
+                ROOT_CA_PUBLISHER,
+                Value::Null,
+                root_ca(json!({"ca.crt": "PEM"})),
+            )
+            .configmap("kube-root-ca.crt")
+            .op("CREATE")
+            .fm(None),
+            true,
+            Rule::Controller,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"})),
+        case(
+            "the tokens controller fills in a token Secret under a namespace window",
+            Req::update(KCM, token_secret(json!({})), token_secret(filled_token()))
+                .secret("api-token")
+                .fm(None),
+            true,
+            Rule::Controller,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"})),
+        case(
+            "the tokens controller deletes a token Secret whose ServiceAccount is gone",
+            Req::update(KCM, token_secret(filled_token()), Value::Null)
+                .secret("api-token")
+                .op("DELETE")
+                .fm(None),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "Flux is still held by the namespace window the controllers write under",
+            Req::update(FLUX, plain(), edited()).fm(Some("kustomize-controller")),
+            false,
+            Rule::ControllerHeld,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"})),
+        // The service controller writes through services/status, which keeps metadata changes;
+        // judged as the object itself (here built as such), its write is the finalizer only.
+        case(
+            "the service controller adds its load-balancer cleanup finalizer",
+            Req::update(
+                SERVICE_CONTROLLER,
+                service(json!([])),
+                service(json!([LB_CLEANUP])),
+            )
+            .service()
+            .fm(None),
+            true,
+            Rule::Delegation,
+        ),
+        case(
+            "the service controller adds its finalizer under a namespace window",
+            Req::update(
+                SERVICE_CONTROLLER,
+                service(json!([])),
+                service(json!([LB_CLEANUP])),
+            )
+            .service()
+            .fm(None),
+            true,
+            Rule::Delegation,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"})),
+        case(
+            "the service controller may not change anything else",
+            Req::update(SERVICE_CONTROLLER, service(json!([])), {
+                let mut svc = service(json!([LB_CLEANUP]));
+                svc["spec"]["type"] = json!("NodePort");
+                svc
+            })
+            .service()
+            .fm(None),
+            false,
+            Rule::NotPermitted,
+        ),
+    ]
+}
+
+#[test]
+fn kubernetes_controllers_are_never_held() {
+    let policies = kubernetes_policies();
+    let mut failures = Vec::new();
+    for case in kubernetes_cases() {
+        let request = case.req.build();
+        let namespace: Option<ObjectMeta> =
+            case.namespace.map(|v| serde_json::from_value(v).unwrap());
+        let decision = decide(
+            &policies,
+            &DecisionInput {
+                request: &request,
+                resource: None,
+                namespace: namespace.as_ref(),
+                parent: None,
+                now: case.now,
+            },
+        );
+        if decision.allowed != case.allowed || decision.record.rule != case.rule {
+            failures.push(format!(
+                "{}: expected allowed={} rule={}; got allowed={} rule={} message={:?}",
+                case.name,
+                case.allowed,
+                case.rule,
+                decision.allowed,
+                decision.record.rule,
+                decision.message
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
+const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+const ROOT_CA_PUBLISHER: &str = "system:serviceaccount:kube-system:root-ca-cert-publisher";
+const SERVICE_CONTROLLER: &str = "system:serviceaccount:kube-system:service-controller";
+/// The tokens controller keeps kube-controller-manager's own credentials.
+const KCM: &str = "system:kube-controller-manager";
+const LB_CLEANUP: &str = "service.kubernetes.io/load-balancer-cleanup";
+
+impl Req {
+    fn configmap(mut self, name: &'static str) -> Self {
+        self.kind = ("", "ConfigMap");
+        self.resource = ("", "configmaps");
+        self.name = name;
+        self
+    }
+
+    fn secret(mut self, name: &'static str) -> Self {
+        self.kind = ("", "Secret");
+        self.resource = ("", "secrets");
+        self.name = name;
+        self
+    }
+
+    fn service(mut self) -> Self {
+        self.kind = ("", "Service");
+        self.resource = ("", "services");
+        self
+    }
+}
+
+fn root_ca(data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kube-root-ca.crt", "namespace": "prod-payments"}, "data": data})
+}
+
+/// A service-account-token Secret as Git declares it, with `data` as the tokens controller left it.
+fn token_secret(data: Value) -> Value {
+    let mut annotations = json!({"kubernetes.io/service-account.name": "api"});
+    if data.as_object().is_some_and(|d| !d.is_empty()) {
+        annotations["kubernetes.io/service-account.uid"] =
+            json!("5e1f0c2a-0b7e-4d55-9a43-1f2e3d4c5b6a");
+    }
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "api-token", "namespace": "prod-payments", "annotations": annotations},
+        "data": data})
+}
+
+fn filled_token() -> Value {
+    json!({"token": "ZXlK", "ca.crt": "LS0t", "namespace": "cHJvZC1wYXltZW50cw=="})
+}
+
+fn service(finalizers: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "api", "namespace": "prod-payments", "finalizers": finalizers},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "api"},
+            "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}]}})
+}
+
 #[test]
 fn every_rule_in_order() {
     let policies = policies();
@@ -1508,4 +1730,28 @@ fn a_long_reason_gives_way_in_the_warning() {
         warning.ends_with("backport it to Git before the window closes."),
         "{warning}"
     );
+}
+
+#[test]
+fn kubernetes_controllers_never_need_the_parent_of_a_subresource() {
+    // A controller that no window holds decides the same with or without the parent's labels,
+    // so its subresource writes cost no GET; Flux's still do.
+    let policies = kubernetes_policies();
+    let for_user = |user: &'static str| {
+        let request = Req::update(user, scale(3), scale(5)).scale().build();
+        let decision = decide(
+            &policies,
+            &DecisionInput {
+                request: &request,
+                resource: None,
+                namespace: None,
+                parent: None,
+                now: now(),
+            },
+        );
+        assert_eq!(decision.record.rule, Rule::Controller, "{user}");
+        driftgate::decision::needs_parent(&policies, &decision)
+    };
+    assert!(!for_user(GARBAGE_COLLECTOR));
+    assert!(for_user(FLUX));
 }

@@ -108,6 +108,11 @@ pub struct ControllerSpec {
     pub groups: Vec<Spanned<String>>,
     #[serde(default)]
     pub field_managers: Vec<Spanned<String>>,
+    /// Whether a break-glass window holds this controller off (default true): true for GitOps
+    /// controllers, whose next apply would revert the emergency change; false for Kubernetes'
+    /// own controllers, which never revert it and must keep the namespace working.
+    #[serde(default)]
+    pub held_by_windows: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]

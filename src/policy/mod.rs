@@ -128,6 +128,8 @@ pub struct Controller {
     /// Empty: any field manager (or none) is accepted from this identity.
     pub field_managers: GlobSet,
     pub field_manager_patterns: Vec<String>,
+    /// Whether an open break-glass window refuses this controller's writes (`ControllerHeld`).
+    pub held_by_windows: bool,
 }
 
 /// Another legitimate writer, limited to named fields (the HPA on `spec.replicas`).
@@ -682,7 +684,11 @@ impl Checker<'_> {
             Some(list) => self.subresource_list("spec.subresources", list),
         };
 
-        let controllers = self.controllers(&spec.controllers);
+        let holds = spec
+            .break_glass
+            .as_ref()
+            .map(|bg| bg.value.hold_controller.unwrap_or(true));
+        let controllers = self.controllers(&spec.controllers, holds);
         let delegations = self.delegations(&spec.delegations, &subresources);
         let break_glass = spec.break_glass.map(|bg| self.break_glass(bg.value));
 
@@ -742,7 +748,8 @@ impl Checker<'_> {
         }
     }
 
-    fn controllers(&mut self, specs: &[ControllerSpec]) -> Vec<Controller> {
+    /// `holds`: whether the policy's windows hold controllers at all (None: it has no breakGlass).
+    fn controllers(&mut self, specs: &[ControllerSpec], holds: Option<bool>) -> Vec<Controller> {
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
@@ -752,6 +759,9 @@ impl Checker<'_> {
                 self.identity(&field, spec.name.referenced, &spec.usernames, &spec.groups);
             let field_managers =
                 self.globs(&format!("{field}.fieldManagers"), &spec.field_managers);
+            if let Some(held) = &spec.held_by_windows {
+                self.held_by_windows_has_effect(&format!("{field}.heldByWindows"), held, holds);
+            }
             out.push(Controller {
                 name: spec.name.value.clone(),
                 identity,
@@ -761,9 +771,34 @@ impl Checker<'_> {
                     .iter()
                     .map(|s| s.value.clone())
                     .collect(),
+                held_by_windows: spec.held_by_windows.as_ref().is_none_or(|h| h.value),
             });
         }
         out
+    }
+
+    /// `heldByWindows` means something only where windows hold controllers; said anywhere else
+    /// it would promise a protection (or an exemption) that does not exist.
+    fn held_by_windows_has_effect(
+        &mut self,
+        field: &str,
+        held: &Spanned<bool>,
+        holds: Option<bool>,
+    ) {
+        let problem = match holds {
+            Some(true) => return,
+            Some(false) => {
+                "has no effect: spec.breakGlass.holdController is false, so no window holds any controller"
+            }
+            None => {
+                "has no effect: the policy has no spec.breakGlass, so no window holds any controller"
+            }
+        };
+        self.error(
+            held.referenced,
+            field,
+            format!("{problem}; remove it, or set holdController: true"),
+        );
     }
 
     fn delegations(&mut self, specs: &[DelegationSpec], guarded: &[String]) -> Vec<Delegation> {
@@ -951,6 +986,49 @@ mod tests {
         ] {
             assert!(!is_qualified_name(bad), "{bad}");
         }
+    }
+
+    const HELD: &str = r#"
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: p}
+spec:
+  namespaces: {include: ["prod-*"]}
+  controllers:
+    - {name: flux, usernames: [flux]}
+    - {name: kubernetes, usernames: [kcm], heldByWindows: false}
+"#;
+
+    #[test]
+    fn held_by_windows_defaults_to_true_and_can_be_turned_off() {
+        let text = format!("{HELD}  breakGlass: {{maxDuration: 1h, openers: {{groups: [sre]}}}}\n");
+        let set = PolicySet::from_yaml("inline", &text).unwrap();
+        let held: Vec<_> = set.policies()[0]
+            .controllers
+            .iter()
+            .map(|c| (c.name.as_str(), c.held_by_windows))
+            .collect();
+        assert_eq!(held, [("flux", true), ("kubernetes", false)]);
+    }
+
+    #[test]
+    fn held_by_windows_without_windows_that_hold_is_an_error() {
+        let errors = PolicySet::from_yaml("inline", HELD).unwrap_err().0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "spec.controllers[1].heldByWindows");
+        assert_eq!(errors[0].line, 9);
+        assert!(
+            errors[0].problem.contains("no spec.breakGlass"),
+            "{errors:?}"
+        );
+        let text = format!(
+            "{HELD}  breakGlass: {{maxDuration: 1h, openers: {{groups: [sre]}}, holdController: false}}\n"
+        );
+        let errors = PolicySet::from_yaml("inline", &text).unwrap_err().0;
+        assert!(
+            errors[0].problem.contains("holdController is false"),
+            "{errors:?}"
+        );
     }
 
     #[test]

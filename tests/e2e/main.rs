@@ -1,6 +1,7 @@
-//! End-to-end tests against a real control plane: etcd and kube-apiserver built from the
-//! Kubernetes release pinned in `tests/e2e/testenv/go.mod` (needs Go; the first run builds them,
-//! which takes many minutes), with `driftgate serve` registered as its validating webhook.
+//! End-to-end tests against a real control plane: etcd, kube-apiserver and
+//! kube-controller-manager built from the Kubernetes release pinned in `tests/e2e/testenv/go.mod`
+//! (needs Go; the first run builds them, which takes many minutes), with `driftgate serve`
+//! registered as its validating webhook.
 
 mod faults;
 mod harness;

@@ -1,9 +1,12 @@
-//! etcd and kube-apiserver on loopback, shared by every test in the binary, with a client
-//! certificate and kubeconfig per test identity and the RBAC the scenarios need.
+//! etcd, kube-apiserver and kube-controller-manager on loopback, shared by every test in the
+//! binary, with a client certificate and kubeconfig per test identity and the RBAC the scenarios
+//! need.
 //!
-//! No controller-manager or scheduler runs: Deployments get no ReplicaSets, a deleted Namespace
-//! stays Terminating, and the ServiceAccount admission plugin is off (nothing creates the
-//! `default` service accounts).
+//! kube-controller-manager runs Kubernetes' usual controllers as a cluster does
+//! (`--use-service-account-credentials`: each writes as its own service account), so Deployments
+//! get ReplicaSets and Pods, a deleted Namespace is emptied and goes, the garbage collector
+//! deletes dependents, and every namespace gets its `default` ServiceAccount (the ServiceAccount
+//! admission plugin is on) and `kube-root-ca.crt`. No scheduler runs: Pods stay Pending.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -56,6 +59,39 @@ pub const BOB: Identity = Identity {
     user: "bob",
     groups: &[],
 };
+/// kube-controller-manager's own credentials (bound to `system:kube-controller-manager` by the
+/// API server's bootstrap RBAC). With `--use-service-account-credentials` only its tokens
+/// controller writes as this identity; the others write as `system:serviceaccount:kube-system:*`.
+pub const KUBE_CONTROLLER_MANAGER: Identity = Identity {
+    user: "system:kube-controller-manager",
+    groups: &[],
+};
+/// The controllers [`ControlPlane`] runs, by their 1.35 names: the usual set of a cluster
+/// without a cloud provider. `service-lb-controller` is asked for too: kube-controller-manager 1.35
+/// skips it as a cloud-provider controller (it lives in cloud-controller-manager), and says so in
+/// its log.
+pub const CONTROLLERS: &[&str] = &[
+    "serviceaccount-token-controller",
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "statefulset-controller",
+    "daemonset-controller",
+    "job-controller",
+    "cronjob-controller",
+    "ttl-after-finished-controller",
+    "endpoints-controller",
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
+    "disruption-controller",
+    "resourcequota-controller",
+    "pod-garbage-collector-controller",
+    "persistentvolumeclaim-protection-controller",
+    "service-lb-controller",
+];
 /// `driftgate serve`'s own identity: namespaces, parent objects, Events.
 pub const DRIFTGATE: Identity = Identity {
     user: "system:serviceaccount:driftgate:driftgate",
@@ -126,7 +162,8 @@ pub struct ControlPlane {
 }
 
 /// The control plane, started by the first test that asks for it. It lives as long as the test
-/// binary: etcd and kube-apiserver run under [`Guarded`], so they exit with it.
+/// binary: etcd, kube-apiserver and kube-controller-manager run under [`Guarded`], so they exit
+/// with it.
 pub fn control_plane() -> &'static ControlPlane {
     static CONTROL_PLANE: LazyLock<ControlPlane> = LazyLock::new(ControlPlane::start);
     &CONTROL_PLANE
@@ -265,8 +302,6 @@ impl ControlPlane {
             ))
             .arg("--authorization-mode=RBAC")
             .arg("--service-cluster-ip-range=10.0.0.0/24")
-            // Nothing creates service accounts without a controller-manager.
-            .arg("--disable-admission-plugins=ServiceAccount")
             .arg("--enable-admission-plugins=ValidatingAdmissionWebhook")
             .arg("--allow-privileged=true");
         processes.push(Guarded::spawn(
@@ -297,6 +332,14 @@ impl ControlPlane {
                     .kubectl(ADMIN, &["get", "--raw=/readyz"])
                     .success()
             },
+        );
+        let controller_manager = control_plane.start_controller_manager();
+        processes.push(controller_manager);
+        wait_for(
+            &mut processes,
+            "kube-controller-manager's service-account and root CA controllers",
+            Duration::from_secs(120),
+            || control_plane.namespace_equipped("default"),
         );
         *control_plane.lock_processes() = processes;
         control_plane.apply(ADMIN, RBAC);
@@ -333,11 +376,62 @@ impl ControlPlane {
         control_plane
     }
 
+    /// kube-controller-manager as a cluster runs it: its own kubeconfig, each controller with
+    /// its own service account, the harness's signing key and CA for the token Secrets it fills
+    /// in, no leader election, loopback only.
+    fn start_controller_manager(&self) -> Guarded {
+        let path = |name: &str| self.dir.join(name).display().to_string();
+        let mut command = Command::new(binaries().kube_controller_manager());
+        command
+            .arg(format!(
+                "--kubeconfig={}",
+                self.kubeconfig(KUBE_CONTROLLER_MANAGER).display()
+            ))
+            .arg("--use-service-account-credentials=true")
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                path("sa.key")
+            ))
+            .arg(format!("--root-ca-file={}", path("ca.crt")))
+            .arg(format!("--controllers={}", CONTROLLERS.join(",")))
+            .arg("--leader-elect=false")
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={}", free_port()))
+            .arg(format!("--cert-dir={}", path("controller-manager-certs")))
+            .arg("-v=2");
+        Guarded::spawn(
+            "kube-controller-manager",
+            &command,
+            &self.controller_manager_log(),
+            None,
+            Duration::from_secs(2),
+        )
+    }
+
+    /// kube-controller-manager's log (klog, `-v=2`): tests read it for refusals.
+    pub fn controller_manager_log(&self) -> PathBuf {
+        self.dir.join("kube-controller-manager.log")
+    }
+
+    /// Whether kube-controller-manager has given `namespace` its `default` ServiceAccount and
+    /// `kube-root-ca.crt`, as it does for every namespace.
+    pub fn namespace_equipped(&self, namespace: &str) -> bool {
+        self.kubectl(ADMIN, &["get", "serviceaccount/default", "-n", namespace])
+            .success()
+            && self
+                .kubectl(
+                    ADMIN,
+                    &["get", "configmap/kube-root-ca.crt", "-n", namespace],
+                )
+                .success()
+    }
+
     fn lock_processes(&self) -> std::sync::MutexGuard<'_, Vec<Guarded>> {
         self.processes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Panics with the log tail of etcd or kube-apiserver if either has exited.
+    /// Panics with the log tail of etcd, kube-apiserver or kube-controller-manager if one has
+    /// exited.
     pub fn assert_running(&self) {
         for process in self.lock_processes().iter_mut() {
             process.assert_running();

@@ -1,6 +1,7 @@
-//! The e2e harness: a real etcd and kube-apiserver (one per test binary), test identities with
-//! client certificates and RBAC, kubectl and kube-rs clients as each of them, and `driftgate
-//! serve` as a real process registered as the API server's validating webhook.
+//! The e2e harness: a real etcd, kube-apiserver and kube-controller-manager (one per test
+//! binary), test identities with client certificates and RBAC, kubectl and kube-rs clients as
+//! each of them, and `driftgate serve` as a real process registered as the API server's
+//! validating webhook.
 // Each test module uses a different subset of these helpers.
 #![allow(dead_code)]
 
@@ -16,7 +17,8 @@ pub mod testenv;
 
 #[allow(unused_imports)]
 pub use control_plane::{
-    ADMIN, ALICE, BOB, ControlPlane, DRIFTGATE, FLUX, HPA, Identity, KubectlOutput, control_plane,
+    ADMIN, ALICE, BOB, ControlPlane, DRIFTGATE, FLUX, HPA, Identity, KUBE_CONTROLLER_MANAGER,
+    KubectlOutput, control_plane,
 };
 #[allow(unused_imports)]
 pub use driftgate::{Driftgate, driftgate_cli, repo_path, shared, webhook_configuration};

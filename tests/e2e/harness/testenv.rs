@@ -1,5 +1,6 @@
-//! The control-plane binaries: kube-apiserver, etcd and kubectl, built from the Go module in
-//! `tests/e2e/testenv/` by its `build.sh` (once per machine; later runs find them cached).
+//! The control-plane binaries: kube-apiserver, kube-controller-manager, etcd and kubectl, built
+//! from the Go module in `tests/e2e/testenv/` by its `build.sh` (once per machine; later runs
+//! find them cached).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,6 +18,9 @@ impl Binaries {
     }
     pub fn kube_apiserver(&self) -> PathBuf {
         self.dir.join("kube-apiserver")
+    }
+    pub fn kube_controller_manager(&self) -> PathBuf {
+        self.dir.join("kube-controller-manager")
     }
     pub fn kubectl(&self) -> PathBuf {
         self.dir.join("kubectl")
@@ -61,6 +65,7 @@ fn build() -> Binaries {
     for binary in [
         binaries.etcd(),
         binaries.kube_apiserver(),
+        binaries.kube_controller_manager(),
         binaries.kubectl(),
     ] {
         assert!(binary.is_file(), "{} was not built", binary.display());

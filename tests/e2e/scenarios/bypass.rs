@@ -27,6 +27,8 @@ const DAVE: Identity = Identity {
 };
 
 const LABEL: &str = "driftgate.dev/break-glass";
+/// The label of prod-b3's ConfigMaps from Git, as YAML (`key: value`).
+const FROM_GIT: &str = "from-git: b3";
 
 /// A label value for a window that ends `minutes` from now.
 fn expiry_in(minutes: i64) -> String {
@@ -109,18 +111,24 @@ async fn status_writes_cannot_change_spec_and_their_label_changes_are_judged_as_
             "--type=merge",
             "-p",
             r#"{"spec":{"replicas":9,"template":{"spec":{"containers":[{"name":"api","image":"evil:1"}]}}},"metadata":{"labels":{"tier":"bob"}},"status":{"observedGeneration":7}}"#,
+            "-o",
+            "json",
         ],
     )
     .ok();
     assert!(!status.stderr.contains("Warning"), "{}", status.stderr);
-    let live = get_json("deployment/api", ns);
-    assert_eq!(live["spec"]["replicas"], 2);
-    assert_eq!(
-        live["spec"]["template"]["spec"]["containers"][0]["image"],
-        IMAGE
-    );
-    assert!(live["metadata"]["labels"]["tier"].is_null(), "{live}");
-    assert_eq!(live["status"]["observedGeneration"], 7);
+    // The object as bob's write stored it: the deployment controller rewrites the status soon
+    // after, so the status bob wrote is read from the response, not from a later GET.
+    let stored: Value = serde_json::from_str(&status.stdout).expect("kubectl prints JSON");
+    assert_eq!(stored["status"]["observedGeneration"], 7, "{stored}");
+    for live in [stored, get_json("deployment/api", ns)] {
+        assert_eq!(live["spec"]["replicas"], 2);
+        assert_eq!(
+            live["spec"]["template"]["spec"]["containers"][0]["image"],
+            IMAGE
+        );
+        assert!(live["metadata"]["labels"]["tier"].is_null(), "{live}");
+    }
     assert!(
         !reviewed(ns, "api", "bob"),
         "a routine status write was sent"
@@ -222,9 +230,18 @@ async fn kubectl_debug_adds_an_ephemeral_container_that_only_rbac_controls() {
     install_crypto_provider();
     shared();
     let ns = "prod-b2";
+    // A Pod needs its namespace's `default` ServiceAccount (the ServiceAccount admission plugin):
+    // Flux's next reconciliation would apply it once kube-controller-manager has made it.
     show(flux_apply(&format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---
-apiVersion: v1
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
+    )))
+    .ok();
+    super::eventually("the namespace's default ServiceAccount", || async {
+        control_plane().namespace_equipped(ns).then_some(())
+    })
+    .await;
+    show(flux_apply(&format!(
+        "apiVersion: v1
 kind: Pod
 metadata: {{name: api-0, namespace: {ns}, labels: {{app: api}}}}
 spec:
@@ -324,14 +341,17 @@ async fn a_collection_delete_stops_at_its_first_refusal_and_is_recorded_per_obje
     let mut manifest = format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n");
     for name in ["one", "two", "three"] {
         manifest.push_str(&format!(
-            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\ndata: {{key: value}}\n"
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}, labels: {{{FROM_GIT}}}}}\ndata: {{key: value}}\n"
         ));
     }
     show(flux_apply(&manifest)).ok();
+    // The namespace also holds kube-controller-manager's kube-root-ca.crt: the test's collection
+    // is the ConfigMaps from Git.
+    let from_git = || ListParams::default().labels(&FROM_GIT.replace(": ", "="));
     let names = || async {
         let api: Api<ConfigMap> = Api::namespaced(control_plane().client(FLUX).await, ns);
         let mut names: Vec<String> = api
-            .list(&ListParams::default())
+            .list(&from_git())
             .await
             .expect("Flux lists ConfigMaps")
             .items
@@ -372,7 +392,7 @@ async fn a_collection_delete_stops_at_its_first_refusal_and_is_recorded_per_obje
     let before = bobs_deletes();
     let api: Api<ConfigMap> = Api::namespaced(control_plane().client(BOB).await, ns);
     let refused = api
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .delete_collection(&DeleteParams::default(), &from_git())
         .await
         .expect_err("the collection DELETE is refused");
     match refused {
@@ -434,7 +454,7 @@ async fn a_collection_delete_stops_at_its_first_refusal_and_is_recorded_per_obje
     })
     .await;
     let api: Api<ConfigMap> = Api::namespaced(control_plane().client(ALICE).await, ns);
-    api.delete_collection(&DeleteParams::default(), &ListParams::default())
+    api.delete_collection(&DeleteParams::default(), &from_git())
         .await
         .expect("alice's collection DELETE under the namespace window is admitted");
     let left = names().await;

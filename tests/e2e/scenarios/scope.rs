@@ -51,15 +51,23 @@ subjects:
         &["decision=\"allowed\"", "rule=\"Delegation\""],
     );
     let deployments: Api<Deployment> = Api::namespaced(control_plane().client(HPA).await, ns);
-    let mut scale = deployments
-        .get_scale("api")
-        .await
-        .expect("the HPA reads the Scale");
-    scale.spec = Some(ScaleSpec { replicas: Some(4) });
-    let scaled = deployments
-        .replace_scale("api", &PostParams::default(), &scale)
-        .await
-        .expect("the HPA's scale is admitted");
+    // The deployment controller writes the Deployment's status meanwhile: like the HPA, try
+    // again on a conflict.
+    let mut attempts = 0;
+    let scaled = loop {
+        let mut scale = deployments
+            .get_scale("api")
+            .await
+            .expect("the HPA reads the Scale");
+        scale.spec = Some(ScaleSpec { replicas: Some(4) });
+        match deployments
+            .replace_scale("api", &PostParams::default(), &scale)
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 409 && attempts < 10 => attempts += 1,
+            other => break other.expect("the HPA's scale is admitted"),
+        }
+    };
     assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(4));
     assert_eq!(get_json("deployment/api", ns)["spec"]["replicas"], 4);
     // Only this test writes as the HPA: the review it caused was decided by the delegation.
