@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, ParentLookup, client_config, client_for};
-use crate::ledger::service::Ledger;
+use crate::ledger::guard::LedgerGuard;
+use crate::ledger::service::{Ledger, Upkeep};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::server::connections::ConnectionLimit;
@@ -95,9 +96,34 @@ pub struct ServeArgs {
     /// Log lines as JSON (one object per line) or as text.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Who writes backport records and their CRD, and how long settled records are kept.
+    #[command(flatten)]
+    pub ledger: Box<LedgerArgs>,
     /// The reporting instance in Events; default: $POD_NAME, then the host name.
     #[arg(long, value_name = "NAME", env = "POD_NAME")]
     pub instance: Option<String>,
+}
+
+/// `serve`'s flags for the ledger's guard and upkeep (boxed: `serve`'s flags are many).
+#[derive(Debug, Clone, Args)]
+pub struct LedgerArgs {
+    /// driftgate's own username as the API server authenticates it (the chart passes
+    /// system:serviceaccount:NAMESPACE:SERVICEACCOUNT): the only identity that creates
+    /// backport records, moves their phase and deletes them. Default: asked from the API server
+    /// at start (a SelfSubjectReview).
+    #[arg(long, value_name = "USERNAME")]
+    pub service_account: Option<String>,
+    /// A user that may change or delete the backport records' CRD (deleting it deletes every
+    /// record); repeat for more. Nobody else may.
+    #[arg(long, value_name = "USERNAME")]
+    pub ledger_crd_admin_user: Vec<String>,
+    /// A group whose members may change or delete the backport records' CRD; repeat for more.
+    #[arg(long, value_name = "GROUP")]
+    pub ledger_crd_admin_group: Vec<String>,
+    /// Delete a backport record this long after it settled (Backported or Resolved); 0 keeps
+    /// settled records for ever.
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_duration)]
+    pub record_retention: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -225,6 +251,45 @@ fn instance_name(args: &ServeArgs) -> String {
         .unwrap_or_else(|| "driftgate".to_owned())
 }
 
+/// Who may write backport records and their CRD. Without `--service-account`, driftgate asks
+/// the API server who it is; if it cannot tell, nobody writes records (break-glass changes are
+/// then refused once the records webhook sees driftgate's writes) and the log says why.
+async fn ledger_guard(args: &ServeArgs, client: Option<&kube::Client>) -> LedgerGuard {
+    let writer = match (&args.ledger.service_account, client) {
+        (Some(name), _) => Some(name.clone()),
+        (None, None) => None,
+        (None, Some(client)) => {
+            let asked = tokio::time::timeout(
+                Duration::from_secs(5),
+                crate::ledger::identity::who_am_i(client.clone()),
+            )
+            .await;
+            match asked {
+                Ok(Ok(name)) => Some(name),
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "cannot tell driftgate's own identity; set --service-account");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "the API server did not say who driftgate is within 5s; set --service-account"
+                    );
+                    None
+                }
+            }
+        }
+    };
+    tracing::info!(
+        writer = writer.as_deref().unwrap_or("(unknown)"),
+        "backport records are written only by this identity"
+    );
+    LedgerGuard {
+        writer,
+        crd_admin_users: args.ledger.ledger_crd_admin_user.clone(),
+        crd_admin_groups: args.ledger.ledger_crd_admin_group.clone(),
+    }
+}
+
 /// Runs until SIGTERM or SIGINT, then drains: readiness fails first, in-flight reviews finish,
 /// kept-alive connections are closed.
 pub async fn serve(args: ServeArgs) -> Result<()> {
@@ -270,7 +335,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 metrics.clone(),
                 policies.clone(),
                 namespaces.clone(),
-                args.expiry_check_interval,
+                Upkeep {
+                    expiry_interval: args.expiry_check_interval,
+                    retention: Some(args.ledger.record_retention).filter(|d| !d.is_zero()),
+                },
                 shutdown.clone(),
             );
             tasks.extend(ledger_tasks);
@@ -279,6 +347,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         }
         None => Ledger::disabled(metrics.clone()),
     };
+    let ledger = ledger.with_guard(ledger_guard(&args, client.as_ref()).await);
     let state = Arc::new(
         AppState::new(
             policies.clone(),
