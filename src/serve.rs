@@ -251,40 +251,11 @@ fn instance_name(args: &ServeArgs) -> String {
         .unwrap_or_else(|| "driftgate".to_owned())
 }
 
-/// Who may write backport records and their CRD. Without `--service-account`, driftgate asks
-/// the API server who it is; if it cannot tell, nobody writes records (break-glass changes are
-/// then refused once the records webhook sees driftgate's writes) and the log says why.
-async fn ledger_guard(args: &ServeArgs, client: Option<&kube::Client>) -> LedgerGuard {
-    let writer = match (&args.ledger.service_account, client) {
-        (Some(name), _) => Some(name.clone()),
-        (None, None) => None,
-        (None, Some(client)) => {
-            let asked = tokio::time::timeout(
-                Duration::from_secs(5),
-                crate::ledger::identity::who_am_i(client.clone()),
-            )
-            .await;
-            match asked {
-                Ok(Ok(name)) => Some(name),
-                Ok(Err(error)) => {
-                    tracing::warn!(%error, "cannot tell driftgate's own identity; set --service-account");
-                    None
-                }
-                Err(_) => {
-                    tracing::warn!(
-                        "the API server did not say who driftgate is within 5s; set --service-account"
-                    );
-                    None
-                }
-            }
-        }
-    };
-    tracing::info!(
-        writer = writer.as_deref().unwrap_or("(unknown)"),
-        "backport records are written only by this identity"
-    );
+/// Who may write backport records and their CRD, as far as the flags tell. Without
+/// `--service-account` the writer is asked from the API server (see [`Ledger::learn_writer`]).
+fn ledger_guard(args: &ServeArgs) -> LedgerGuard {
     LedgerGuard {
-        writer,
+        writer: args.ledger.service_account.clone(),
         crd_admin_users: args.ledger.ledger_crd_admin_user.clone(),
         crd_admin_groups: args.ledger.ledger_crd_admin_group.clone(),
     }
@@ -347,7 +318,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         }
         None => Ledger::disabled(metrics.clone()),
     };
-    let ledger = ledger.with_guard(ledger_guard(&args, client.as_ref()).await);
+    let ledger = ledger.with_guard(ledger_guard(&args));
+    if let (None, Some(client)) = (&args.ledger.service_account, &client) {
+        tasks.push(ledger.learn_writer(client.clone(), shutdown.clone()));
+    }
     let state = Arc::new(
         AppState::new(
             policies.clone(),

@@ -73,7 +73,9 @@ pub struct Ledger {
     metrics: Arc<Metrics>,
     write_timeout: Duration,
     /// Who may write records and their CRD; the decision judges those writes with it.
-    guard: Arc<LedgerGuard>,
+    guard: Arc<ArcSwap<LedgerGuard>>,
+    /// Set while driftgate is still asking the API server who it is: not ready until it knows.
+    identity_pending: Arc<AtomicBool>,
 }
 
 struct Connected {
@@ -150,17 +152,57 @@ impl Ledger {
             metrics,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             guard: Arc::default(),
+            identity_pending: Arc::default(),
         }
     }
 
     /// Judges writes of records and of their CRD with `guard`.
-    pub fn with_guard(mut self, guard: LedgerGuard) -> Ledger {
-        self.guard = Arc::new(guard);
+    pub fn with_guard(self, guard: LedgerGuard) -> Ledger {
+        self.guard.store(Arc::new(guard));
         self
     }
 
-    pub fn guard(&self) -> &LedgerGuard {
-        &self.guard
+    pub fn guard(&self) -> Arc<LedgerGuard> {
+        self.guard.load_full()
+    }
+
+    /// Asks the API server who driftgate is (a SelfSubjectReview), retrying until it answers,
+    /// and makes that identity the guard's writer. Not ready until then: without it, driftgate's
+    /// own writes of records would be refused wherever its records webhook sees them.
+    pub fn learn_writer(
+        &self,
+        client: kube::Client,
+        shutdown: CancellationToken,
+    ) -> JoinHandle<()> {
+        self.identity_pending.store(true, Ordering::Relaxed);
+        let (guard, pending) = (self.guard.clone(), self.identity_pending.clone());
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(200);
+            loop {
+                let asked = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    asked = crate::ledger::identity::who_am_i(client.clone()) => asked,
+                };
+                match asked {
+                    Ok(writer) => {
+                        tracing::info!(%writer, "backport records are written only by driftgate's own identity");
+                        let mut known = LedgerGuard::clone(&guard.load());
+                        known.writer = Some(writer);
+                        guard.store(Arc::new(known));
+                        pending.store(false, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot tell driftgate's own identity yet (or set --service-account); retrying")
+                    }
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        })
     }
 
     /// Recording a break-glass change (a few API calls) gives up after `timeout`, and the
@@ -250,6 +292,7 @@ impl Ledger {
                 metrics,
                 write_timeout: DEFAULT_WRITE_TIMEOUT,
                 guard: Arc::default(),
+                identity_pending: Arc::default(),
             },
             vec![watcher_task, expiry_task],
         )
@@ -260,11 +303,14 @@ impl Ledger {
         self.inner.is_some()
     }
 
-    /// Ready once the records are synced (or when there is no cluster).
+    /// Ready once the records are synced (or when there is no cluster) and driftgate knows its
+    /// own identity.
     pub fn is_ready(&self) -> bool {
-        self.inner
-            .as_ref()
-            .is_none_or(|inner| inner.ready.load(Ordering::Relaxed))
+        !self.identity_pending.load(Ordering::Relaxed)
+            && self
+                .inner
+                .as_ref()
+                .is_none_or(|inner| inner.ready.load(Ordering::Relaxed))
     }
 
     /// Records what `decision` admits under break-glass before it is answered, and judges a

@@ -295,7 +295,7 @@ async fn decide_with_cluster(
         parent: None,
         now,
     };
-    let decision = decide_with_ledger(policies, &input, state.ledger.guard());
+    let decision = decide_with_ledger(policies, &input, &state.ledger.guard());
     if !needs_parent(policies, &decision) {
         return decision;
     }
@@ -306,7 +306,7 @@ async fn decide_with_cluster(
                 parent: Some(&parent),
                 ..input
             },
-            state.ledger.guard(),
+            &state.ledger.guard(),
         ),
         Parent::Absent => decision,
         Parent::Unreadable(error) => parent_unreadable(decision, &error),
