@@ -9,6 +9,7 @@
 mod break_glass;
 mod bypass;
 mod gitops;
+mod ledger_guard;
 mod scope;
 
 use std::future::Future;
