@@ -1146,6 +1146,18 @@ fn the_records_webhook_guards_every_namespace_but_never_driftgates_own_writes() 
             conditions["not-namespace-deletion"]
                 .contains("system:serviceaccount:kube-system:namespace-controller")
         );
+        // The gate never gets records: each write is reviewed once, and driftgate's own are
+        // never sent back to it through the gate's `*` rule.
+        let not_records = gate["matchConditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "not-records")
+            .unwrap_or_else(|| panic!("{file}: the gate has no not-records condition"));
+        assert_eq!(
+            not_records["expression"],
+            "request.resource.group != 'driftgate.dev'"
+        );
 
         // The decision is told the same identity, the retention and the CRD's admins.
         let args = strings(&manifests.container()["args"]);

@@ -118,10 +118,9 @@ fn refused_and_unchanged(name: &str, rule: &str, who: &str, attempt: KubectlOutp
     let (_, before) = stored(name);
     let refused = attempt.failed();
     assert!(
-        // The gate webhook sends records in the namespaces it sees too; either webhook is
-        // driftgate, judging by the ledger's guard.
-        (refused.stderr.contains("\"records.driftgate.dev\" denied")
-            || refused.stderr.contains("\"gate.driftgate.dev\" denied"))
+        refused
+            .stderr
+            .contains("admission webhook \"records.driftgate.dev\" denied")
             && refused.stderr.contains(&format!("rule {rule}"))
             && refused.stderr.contains(&format!("{who} may not"))
             && refused
