@@ -1533,3 +1533,44 @@ fn without_a_known_identity_nobody_writes_records() {
         decision.message
     );
 }
+
+#[test]
+fn a_record_whose_policy_is_gone_is_resolved_only_by_the_crds_admins() {
+    let retired = |status| edit(record(status), |r| r["spec"]["policy"] = json!("retired"));
+    let policies = policies();
+    let judge = |user| {
+        let request = Req::record(
+            "UPDATE",
+            user,
+            Some(retired(awaiting())),
+            Some(retired(resolved_by(user, "09:00:00"))),
+        )
+        .status()
+        .build();
+        decide_with_ledger(
+            &policies,
+            &DecisionInput {
+                request: &request,
+                namespace: None,
+                parent: None,
+                now: now(),
+            },
+            &ledger_guard(),
+        )
+    };
+    let alice = judge("alice");
+    assert_eq!(
+        (alice.allowed, alice.record.rule),
+        (false, Rule::ResolveRefused)
+    );
+    assert!(
+        alice.message.contains("policy \"retired\" is not loaded by driftgate, so its openers are unknown; only the CRD's admins (users platform-admin; groups system:masters) may resolve its records"),
+        "{}",
+        alice.message
+    );
+    let admin = judge("platform-admin");
+    assert_eq!(
+        (admin.allowed, admin.record.rule),
+        (true, Rule::RecordResolved)
+    );
+}

@@ -321,7 +321,7 @@ fn judge_update(
             &next,
         );
     }
-    match resolution_problem(policies, subject, &old, &old_status, &new_status, now) {
+    match resolution_problem(policies, guard, subject, &old, &old_status, &new_status, now) {
         None => subject.verdict(Rule::RecordResolved, None),
         Some(problem) => subject.deny(
             Rule::ResolveRefused,
@@ -336,8 +336,43 @@ fn judge_update(
 }
 
 /// Why a move to Resolved is not a person's resolution of this record, or None when it is.
+/// Why `subject` may not resolve `record`: only an opener of its policy may, or one of the CRD's
+/// admins (who could delete every record with the CRD anyway), so that a record whose policy was
+/// removed or renamed can still be closed.
+fn resolver_problem(
+    policies: &PolicySet,
+    guard: &LedgerGuard,
+    subject: &Subject<'_>,
+    record: &BackportRequirement,
+) -> Option<String> {
+    if guard.is_crd_admin(subject.user) {
+        return None;
+    }
+    let openers = policies
+        .policies()
+        .iter()
+        .find(|p| p.name == record.spec.policy)
+        .map(|p| p.break_glass.as_ref().map(|rules| &rules.openers));
+    let admins = guard.describe_crd_admins();
+    match openers {
+        Some(Some(openers)) if openers.matches(subject.user) => None,
+        Some(Some(openers)) => Some(format!(
+            "only an opener of the policy ({}) may resolve its records",
+            openers.describe()
+        )),
+        Some(None) => Some(format!(
+            "the policy has no break-glass rules, so it has no openers; only the CRD's admins ({admins}) may resolve its records"
+        )),
+        None => Some(format!(
+            "policy \"{}\" is not loaded by driftgate, so its openers are unknown; only the CRD's admins ({admins}) may resolve its records",
+            record.spec.policy
+        )),
+    }
+}
+
 fn resolution_problem(
     policies: &PolicySet,
+    guard: &LedgerGuard,
     subject: &Subject<'_>,
     record: &BackportRequirement,
     old: &BackportStatus,
@@ -358,24 +393,8 @@ fn resolution_problem(
             return Some(format!("it has settled already ({settled:?})",));
         }
     }
-    let Some(policy) = policies
-        .policies()
-        .iter()
-        .find(|p| p.name == record.spec.policy)
-    else {
-        return Some(format!(
-            "policy \"{}\" is not loaded by driftgate, so its openers are unknown",
-            record.spec.policy
-        ));
-    };
-    let Some(rules) = &policy.break_glass else {
-        return Some("the policy has no break-glass rules, so it has no openers".to_owned());
-    };
-    if !rules.openers.matches(subject.user) {
-        return Some(format!(
-            "only an opener of the policy ({}) may resolve its records",
-            rules.openers.describe()
-        ));
+    if let Some(problem) = resolver_problem(policies, guard, subject, record) {
+        return Some(problem);
     }
     let Some(note) = new
         .resolution_note
