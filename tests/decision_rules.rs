@@ -823,6 +823,13 @@ fn cases() -> Vec<Case> {
         )
         .says("driftgate backlog resolve deployment-api-0123456789 -n team-a"),
         case(
+            "each record of a collection DELETE is named by its oldObject",
+            Req::record("DELETE", "bob", Some(record(awaiting())), None).collection(),
+            false,
+            Rule::RecordErased,
+        )
+        .says("bob may not delete BackportRequirement team-a/deployment-api-0123456789: "),
+        case(
             "an opener deletes a record",
             Req::record("DELETE", "alice", Some(record(awaiting())), None),
             false,

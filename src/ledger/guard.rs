@@ -178,6 +178,16 @@ fn judge_record(
     let new = parse(request.object.as_ref());
     let username = request.user_info.username.as_deref().unwrap_or("");
     let namespace = request.namespace.as_deref().unwrap_or("");
+    // A DELETE of the collection is reviewed one record at a time, with no name: only the old
+    // object names it.
+    let name = match request.name.as_str() {
+        "" => request
+            .old_object
+            .as_ref()
+            .and_then(|o| o.metadata.name.as_deref())
+            .unwrap_or(""),
+        name => name,
+    };
     let stored = match request.operation {
         Operation::Create => new.as_ref(),
         _ => old.as_ref(),
@@ -190,9 +200,9 @@ fn judge_record(
         },
         username,
         user: &request.user_info,
-        record: format!("BackportRequirement {namespace}/{}", request.name),
+        record: format!("BackportRequirement {namespace}/{name}"),
         namespace,
-        name: &request.name,
+        name,
         policy: stored.map_or_else(|| "?".to_owned(), |r| r.spec.policy.clone()),
     };
     match request.operation {

@@ -7,6 +7,9 @@
 
 use std::time::Duration;
 
+use driftgate::ledger::record::BackportRequirement;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 use crate::harness::{
@@ -136,6 +139,21 @@ fn refused_and_unchanged(name: &str, rule: &str, who: &str, attempt: KubectlOutp
     );
 }
 
+/// `DELETE .../namespaces/NS/backportrequirements` as `who`, which must be refused: its message.
+fn delete_collection_as(who: Identity) -> String {
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let refused = runtime.block_on(async {
+        crate::harness::install_crypto_provider();
+        let api: Api<BackportRequirement> = Api::namespaced(control_plane().client(who).await, NS);
+        api.delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await
+    });
+    match refused {
+        Err(kube::Error::Api(status)) if status.code == 403 => status.message,
+        other => panic!("the collection DELETE was not refused: {other:?}"),
+    }
+}
+
 #[test]
 fn a_namespace_admin_cannot_erase_or_settle_a_record_and_an_opener_resolves_it() {
     let control_plane = control_plane();
@@ -183,6 +201,21 @@ fn a_namespace_admin_cannot_erase_or_settle_a_record_and_an_opener_resolves_it()
         "RecordErased",
         "nina",
         kubectl(&["delete", "backportrequirement", &name, "-n", NS]),
+    );
+    // A DELETE of the collection (kubectl deletes one by one; kube-rs sends one request): the
+    // API server reviews it record by record, each without a name.
+    let (_, before) = stored(&name);
+    let message = delete_collection_as(NINA);
+    assert!(
+        message.starts_with(&format!(
+            "admission webhook \"records.driftgate.dev\" denied the request: nina may not delete BackportRequirement {NS}/{name}: "
+        )) && message.contains("rule RecordErased"),
+        "{message}"
+    );
+    assert_eq!(
+        stored(&name).1,
+        before,
+        "the record changed although the DELETE was refused"
     );
     refused_and_unchanged(
         &name,
