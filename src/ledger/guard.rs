@@ -403,9 +403,18 @@ fn resolution_problem(
             return Some(format!("it has settled already ({settled:?})",));
         }
     }
-    if let Some(problem) = resolver_problem(policies, guard, subject, record) {
-        return Some(problem);
-    }
+    resolver_problem(policies, guard, subject, record)
+        .or_else(|| written_problem(subject.username, old, new, now))
+}
+
+/// Why `new` is not `old` resolved by `username` at about `now`: the phase, the note, who, when,
+/// and one transition added, as `driftgate backlog resolve` writes it.
+fn written_problem(
+    username: &str,
+    old: &BackportStatus,
+    new: &BackportStatus,
+    now: Timestamp,
+) -> Option<String> {
     let Some(note) = new
         .resolution_note
         .as_deref()
@@ -415,10 +424,9 @@ fn resolution_problem(
             "a resolution needs a note (status.resolutionNote) saying what happened".to_owned(),
         );
     };
-    if new.resolved_by.as_deref() != Some(subject.username) {
+    if new.resolved_by.as_deref() != Some(username) {
         return Some(format!(
-            "status.resolvedBy must be the resolver's own username ({}), not {:?}",
-            subject.username,
+            "status.resolvedBy must be the resolver's own username ({username}), not {:?}",
             new.resolved_by.as_deref().unwrap_or("absent")
         ));
     }
@@ -451,6 +459,26 @@ fn resolution_problem(
     None
 }
 
+/// The rule that admits an update of the records' CRD by anybody, or the paths that make it the
+/// admins' business.
+fn crd_update(old: &DynamicObject, new: &DynamicObject) -> Result<Rule, Vec<String>> {
+    // Deleting was admitted already (the API server removes its finalizer): nothing left to keep.
+    if old.metadata.deletion_timestamp.is_some() {
+        return Ok(Rule::LedgerCrdAdmin);
+    }
+    let paths = changed_paths(old, new);
+    let changed: Vec<String> = paths
+        .iter()
+        .filter(|p| !is_foreign_metadata(p))
+        .map(ToString::to_string)
+        .collect();
+    match (changed.is_empty(), paths.is_empty()) {
+        (true, true) => Ok(Rule::NoEffectiveChange),
+        (true, false) => Ok(Rule::LedgerMetadata),
+        (false, _) => Err(changed),
+    }
+}
+
 fn judge_crd(guard: &LedgerGuard, request: &AdmissionRequest<DynamicObject>) -> PolicyVerdict {
     let username = request.user_info.username.as_deref().unwrap_or("");
     let who = if username.is_empty() {
@@ -480,24 +508,10 @@ fn judge_crd(guard: &LedgerGuard, request: &AdmissionRequest<DynamicObject>) -> 
         &request.object,
     ) {
         (Operation::Update, Some(old), Some(new)) => {
-            // Deleting was admitted already (the API server removes its finalizer): nothing left to keep.
-            if old.metadata.deletion_timestamp.is_some() {
-                return verdict(Rule::LedgerCrdAdmin, None);
-            }
-            let paths = changed_paths(old, new);
-            let changed: Vec<String> = paths
-                .iter()
-                .filter(|p| !is_foreign_metadata(p))
-                .map(ToString::to_string)
-                .collect();
-            if changed.is_empty() {
-                let rule = if paths.is_empty() {
-                    Rule::NoEffectiveChange
-                } else {
-                    Rule::LedgerMetadata
-                };
-                return verdict(rule, None);
-            }
+            let changed = match crd_update(old, new) {
+                Ok(rule) => return verdict(rule, None),
+                Err(changed) => changed,
+            };
             ("update", format!("it changes {}, and the records' schema and names decide what the API server keeps of every record", changed.join(", ")))
         }
         (Operation::Update, _, _) => (
