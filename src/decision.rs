@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use crate::diff::{changed_paths, changed_status_paths};
 use crate::fieldpath::FieldPath;
+use crate::ledger::guard::LedgerGuard;
 use crate::ownership::forged_ownership;
 use crate::policy::document::GuardedOperation;
 use crate::policy::{BreakGlassRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet};
@@ -63,6 +64,26 @@ pub enum Rule {
     /// A guarded review driftgate cannot judge: an object it could not read, or an UPDATE
     /// without both objects. Refused (fail closed).
     Unreadable,
+    /// driftgate's own identity wrote one of its backport records (see `ledger::guard`).
+    LedgerWriter,
+    /// An opener of the record's policy resolved it, with a note, their name and the time.
+    RecordResolved,
+    /// Only labels or annotations that are not driftgate's changed, on a record or its CRD.
+    LedgerMetadata,
+    /// The namespace controller deleted a record with its namespace.
+    RecordDeletedWithNamespace,
+    /// Somebody other than driftgate created a record.
+    RecordForged,
+    /// A record was deleted other than by driftgate's retention after it settled.
+    RecordErased,
+    /// A record's spec, phase or driftgate labels were changed by somebody other than driftgate.
+    RecordTampered,
+    /// A move to Resolved that is not an opener's resolution with a note, name and time.
+    ResolveRefused,
+    /// An identity named by `--ledger-crd-admin-*` changed or deleted the records' CRD.
+    LedgerCrdAdmin,
+    /// Anybody else tried to change or delete the records' CRD.
+    LedgerCrdProtected,
 }
 
 impl Rule {
@@ -84,6 +105,16 @@ impl Rule {
             Rule::WindowTooLong => "WindowTooLong",
             Rule::NotPermitted => "NotPermitted",
             Rule::Unreadable => "Unreadable",
+            Rule::LedgerWriter => "LedgerWriter",
+            Rule::RecordResolved => "RecordResolved",
+            Rule::LedgerMetadata => "LedgerMetadata",
+            Rule::RecordDeletedWithNamespace => "RecordDeletedWithNamespace",
+            Rule::RecordForged => "RecordForged",
+            Rule::RecordErased => "RecordErased",
+            Rule::RecordTampered => "RecordTampered",
+            Rule::ResolveRefused => "ResolveRefused",
+            Rule::LedgerCrdAdmin => "LedgerCrdAdmin",
+            Rule::LedgerCrdProtected => "LedgerCrdProtected",
         }
     }
 }
@@ -687,9 +718,23 @@ fn held(policies: &PolicySet, verdict: &PolicyVerdict) -> bool {
         .is_none_or(|c| c.held_by_windows)
 }
 
-/// Decides the whole request against every policy.
+/// Decides the whole request against every policy, with no identity trusted to write backport
+/// records (`driftgate eval`); `serve` uses [`decide_with_ledger`].
 pub fn decide(policies: &PolicySet, input: &DecisionInput<'_>) -> Decision {
+    decide_with_ledger(policies, input, &LedgerGuard::default())
+}
+
+/// [`decide`], with `ledger` saying who writes backport records and their CRD: writes of those
+/// are judged by `ledger::guard` alone, in every namespace.
+pub fn decide_with_ledger(
+    policies: &PolicySet,
+    input: &DecisionInput<'_>,
+    ledger: &LedgerGuard,
+) -> Decision {
     let facts = Facts::new(input);
+    if let Some(verdict) = crate::ledger::guard::judge(policies, ledger, input.request, input.now) {
+        return assemble(&facts, vec![verdict]);
+    }
     let mut verdicts = Vec::new();
     for policy in policies.policies() {
         if let Some(outcome) = evaluate(policy, &facts) {
@@ -1346,10 +1391,12 @@ pub fn may_guard(
     request: &AdmissionRequest<DynamicObject>,
     namespace: Option<&ObjectMeta>,
 ) -> bool {
-    policies
-        .policies()
-        .iter()
-        .any(|policy| may_guard_with(policy, request, namespace))
+    // driftgate's own records are guarded in every namespace, and their CRD cluster-wide.
+    crate::ledger::guard::guards(request)
+        || policies
+            .policies()
+            .iter()
+            .any(|policy| may_guard_with(policy, request, namespace))
 }
 
 fn may_guard_with(

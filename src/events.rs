@@ -228,7 +228,12 @@ fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
         | Rule::Controller
         | Rule::Delegation
         | Rule::NoEffectiveChange
-        | Rule::BreakGlassAmended => None,
+        | Rule::BreakGlassAmended
+        | Rule::LedgerWriter
+        | Rule::RecordResolved
+        | Rule::LedgerMetadata
+        | Rule::RecordDeletedWithNamespace
+        | Rule::LedgerCrdAdmin => None,
         Rule::BreakGlassOpened => Some((
             EventReason::BreakGlassOpened,
             format!(
@@ -308,7 +313,12 @@ fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
         | Rule::WindowExpired
         | Rule::WindowTooLong
         | Rule::NotPermitted
-        | Rule::Unreadable => {
+        | Rule::Unreadable
+        | Rule::RecordForged
+        | Rule::RecordErased
+        | Rule::RecordTampered
+        | Rule::ResolveRefused
+        | Rule::LedgerCrdProtected => {
             if verdict.allowed {
                 return None;
             }

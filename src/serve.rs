@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, ParentLookup, ResourceCatalog, client_config, client_for};
-use crate::ledger::service::Ledger;
+use crate::ledger::guard::LedgerGuard;
+use crate::ledger::service::{Ledger, Upkeep};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::server::connections::ConnectionLimit;
@@ -104,9 +105,34 @@ pub struct ServeArgs {
     /// Log lines as JSON (one object per line) or as text.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Who writes backport records and their CRD, and how long settled records are kept.
+    #[command(flatten)]
+    pub ledger: Box<LedgerArgs>,
     /// The reporting instance in Events; default: $POD_NAME, then the host name.
     #[arg(long, value_name = "NAME", env = "POD_NAME")]
     pub instance: Option<String>,
+}
+
+/// `serve`'s flags for the ledger's guard and upkeep (boxed: `serve`'s flags are many).
+#[derive(Debug, Clone, Args)]
+pub struct LedgerArgs {
+    /// driftgate's own username as the API server authenticates it (the chart passes
+    /// system:serviceaccount:NAMESPACE:SERVICEACCOUNT): the only identity that creates
+    /// backport records, moves their phase and deletes them. Default: asked from the API server
+    /// at start (a SelfSubjectReview).
+    #[arg(long, value_name = "USERNAME")]
+    pub service_account: Option<String>,
+    /// A user that may change or delete the backport records' CRD (deleting it deletes every
+    /// record); repeat for more. Nobody else may.
+    #[arg(long, value_name = "USERNAME")]
+    pub ledger_crd_admin_user: Vec<String>,
+    /// A group whose members may change or delete the backport records' CRD; repeat for more.
+    #[arg(long, value_name = "GROUP")]
+    pub ledger_crd_admin_group: Vec<String>,
+    /// Delete a backport record this long after it settled (Backported or Resolved); 0 keeps
+    /// settled records for ever.
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_duration)]
+    pub record_retention: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -267,6 +293,16 @@ fn instance_name(args: &ServeArgs) -> String {
         .unwrap_or_else(|| "driftgate".to_owned())
 }
 
+/// Who may write backport records and their CRD, as far as the flags tell. Without
+/// `--service-account` the writer is asked from the API server (see [`Ledger::learn_writer`]).
+fn ledger_guard(args: &ServeArgs) -> LedgerGuard {
+    LedgerGuard {
+        writer: args.ledger.service_account.clone(),
+        crd_admin_users: args.ledger.ledger_crd_admin_user.clone(),
+        crd_admin_groups: args.ledger.ledger_crd_admin_group.clone(),
+    }
+}
+
 /// Runs until SIGTERM or SIGINT, then drains: readiness fails first, in-flight reviews finish,
 /// kept-alive connections are closed.
 pub async fn serve(args: ServeArgs) -> Result<()> {
@@ -322,7 +358,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 metrics.clone(),
                 policies.clone(),
                 namespaces.clone(),
-                args.expiry_check_interval,
+                Upkeep {
+                    expiry_interval: args.expiry_check_interval,
+                    retention: Some(args.ledger.record_retention).filter(|d| !d.is_zero()),
+                },
                 shutdown.clone(),
             );
             tasks.extend(ledger_tasks);
@@ -331,6 +370,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         }
         None => Ledger::disabled(metrics.clone()),
     };
+    let ledger = ledger.with_guard(ledger_guard(&args));
+    if let (None, Some(client)) = (&args.ledger.service_account, &client) {
+        tasks.push(ledger.learn_writer(client.clone(), shutdown.clone()));
+    }
     let state = Arc::new(
         AppState::new(
             policies.clone(),

@@ -142,11 +142,18 @@ impl Manifests {
             .collect()
     }
 
+    /// The gate: the first webhook (the second guards driftgate's own records).
     fn webhook(&self) -> &Value {
         let vwc = self.one("ValidatingWebhookConfiguration");
         let webhooks = vwc["webhooks"].as_array().expect("webhooks is a list");
-        assert_eq!(webhooks.len(), 1);
+        assert_eq!(webhooks.len(), 2);
         &webhooks[0]
+    }
+
+    /// The webhook that guards driftgate's backport records and their CRD.
+    fn records_webhook(&self) -> &Value {
+        let vwc = self.one("ValidatingWebhookConfiguration");
+        &vwc["webhooks"].as_array().expect("webhooks is a list")[1]
     }
 
     fn container(&self) -> &Value {
@@ -502,6 +509,12 @@ fn the_values_schema_refuses_unsafe_values() {
         ("webhook.rules[0].resources={*/*}", "rules"),
         ("webhook.name=gate.dev", "name"),
         ("webhook.timeoutSeconds=60", "timeoutSeconds"),
+        ("records.failurePolicy=Maybe", "failurePolicy"),
+        ("records.retention=forever", "retention"),
+        (
+            "records.webhookName=gate.driftgate.dev",
+            "must differ from webhook.name",
+        ),
     ] {
         let out = run_helm(&["template", RELEASE, &chart, "--set", set]);
         assert!(!out.status.success(), "--set {set} rendered");
@@ -684,6 +697,8 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             "driftgate.dev/backportrequirements:watch",
             "driftgate.dev/backportrequirements:create",
             "driftgate.dev/backportrequirements:patch",
+            // Retention: settled records are deleted by driftgate, and by nobody else.
+            "driftgate.dev/backportrequirements:delete",
             "driftgate.dev/backportrequirements/status:patch",
         ]
         .into_iter()
@@ -1091,4 +1106,111 @@ fn the_chart_ships_the_crd_driftgate_prints() {
         text(&out.stdout),
         "charts/driftgate/crds is stale: regenerate it with `driftgate crd > charts/driftgate/crds/backportrequirements.driftgate.dev.yaml`"
     );
+}
+
+#[test]
+fn the_records_webhook_guards_every_namespace_but_never_driftgates_own_writes() {
+    for file in VALUES_FILES {
+        let manifests = render(&[file], &[]);
+        let gate = manifests.webhook();
+        let records = manifests.records_webhook();
+        assert_eq!(records["name"], "records.driftgate.dev", "{file}");
+        assert_eq!(records["failurePolicy"], "Fail", "{file}");
+        assert_eq!(records["sideEffects"], "NoneOnDryRun", "{file}");
+        assert_eq!(records["timeoutSeconds"], gate["timeoutSeconds"], "{file}");
+        // The same driftgate, trusted the same way (cert-manager's injector fills both).
+        assert_eq!(records["clientConfig"], gate["clientConfig"], "{file}");
+        // Records live in the namespace of their object, guarded or not, and in driftgate's own.
+        assert_eq!(records["namespaceSelector"], json!({}), "{file}");
+        assert!(records["objectSelector"].is_null(), "{file}");
+        assert_eq!(
+            records["rules"],
+            json!([
+                {"apiGroups": ["driftgate.dev"], "apiVersions": ["*"],
+                 "operations": ["CREATE", "UPDATE", "DELETE"],
+                 "resources": ["backportrequirements", "backportrequirements/status"],
+                 "scope": "Namespaced"},
+                {"apiGroups": ["apiextensions.k8s.io"], "apiVersions": ["*"],
+                 "operations": ["UPDATE", "DELETE"],
+                 "resources": ["customresourcedefinitions"], "scope": "Cluster"},
+            ]),
+            "{file}"
+        );
+        let conditions: BTreeMap<&str, &str> = records["matchConditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (str(&c["name"]), str(&c["expression"])))
+            .collect();
+        assert_eq!(
+            conditions["only-the-records-crd"],
+            "request.resource.group != 'apiextensions.k8s.io' || request.name == 'backportrequirements.driftgate.dev'"
+        );
+        // driftgate writes records while it answers a review: never sent back to itself.
+        let own = format!(
+            "system:serviceaccount:{NAMESPACE}:{}",
+            str(&manifests.one("ServiceAccount")["metadata"]["name"])
+        );
+        assert_eq!(
+            conditions["not-driftgate"],
+            format!("request.userInfo.username != '{own}'")
+        );
+        assert!(
+            conditions["not-namespace-deletion"]
+                .contains("system:serviceaccount:kube-system:namespace-controller")
+        );
+        // The gate never gets records: each write is reviewed once, and driftgate's own are
+        // never sent back to it through the gate's `*` rule.
+        let not_records = gate["matchConditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "not-records")
+            .unwrap_or_else(|| panic!("{file}: the gate has no not-records condition"));
+        assert_eq!(
+            not_records["expression"],
+            "request.resource.group != 'driftgate.dev'"
+        );
+
+        // The decision is told the same identity, the retention and the CRD's admins.
+        let args = strings(&manifests.container()["args"]);
+        let after = |flag: &str| {
+            let at = args
+                .iter()
+                .position(|a| *a == flag)
+                .unwrap_or_else(|| panic!("no {flag}: {args:?}"));
+            args[at + 1]
+        };
+        assert_eq!(after("--service-account"), own, "{file}");
+        assert_eq!(after("--record-retention"), "30d", "{file}");
+        assert_eq!(
+            after("--ledger-crd-admin-group"),
+            "system:masters",
+            "{file}"
+        );
+        assert!(!args.contains(&"--ledger-crd-admin-user"), "{file}");
+    }
+
+    let named = render(
+        &["default-values.yaml"],
+        &[
+            "records.crdAdmins.usernames={platform-admin}",
+            "records.crdAdmins.groups=null",
+            "records.retention=0s",
+            "records.failurePolicy=Ignore",
+        ],
+    );
+    let args = strings(&named.container()["args"]);
+    let at = args
+        .iter()
+        .position(|a| *a == "--ledger-crd-admin-user")
+        .unwrap();
+    assert_eq!(args[at + 1], "platform-admin");
+    assert!(!args.contains(&"--ledger-crd-admin-group"), "{args:?}");
+    let at = args
+        .iter()
+        .position(|a| *a == "--record-retention")
+        .unwrap();
+    assert_eq!(args[at + 1], "0s");
+    assert_eq!(named.records_webhook()["failurePolicy"], "Ignore");
 }

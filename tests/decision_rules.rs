@@ -2,7 +2,10 @@
 //! varies exactly one thing. The fixtures in `tests/fixtures/` cover the same rules with
 //! reviews as a real API server sends them (run as `policy test` suites in `cli.rs`).
 
-use driftgate::decision::{DecisionInput, DiscoveredResource, Rule, WindowScope, decide};
+use driftgate::decision::{
+    DecisionInput, DiscoveredResource, Rule, WindowScope, decide, decide_with_ledger,
+};
+use driftgate::ledger::guard::LedgerGuard;
 use driftgate::policy::PolicySet;
 use driftgate::review::parse_review;
 use jiff::Timestamp;
@@ -450,16 +453,13 @@ fn cases() -> Vec<Case> {
             Rule::NotPermitted,
         )
         .says("(through finalize)"),
+        // driftgate's own records are judged by the ledger's guard, never by a policy's scope
+        // (rows at the end of the table).
         case(
-            "driftgate's own records are never guarded",
-            {
-                let mut r = Req::update("bob", plain(), edited());
-                r.kind = ("driftgate.dev", "BackportRequirement");
-                r.resource = ("driftgate.dev", "backportrequirements");
-                r
-            },
-            true,
-            Rule::OutOfScope,
+            "driftgate's own records are guarded by the ledger, not by the policy",
+            Req::record("UPDATE", "bob", Some(record(awaiting())), Some(edit(record(awaiting()), |r| r["spec"]["policy"] = json!("staging")))).ns("prod-payments"),
+            false,
+            Rule::RecordTampered,
         ),
         case(
             "excluded kind",
@@ -1111,6 +1111,158 @@ fn cases() -> Vec<Case> {
             false,
             Rule::NotPermitted,
         ),
+        // driftgate's own backport records, in a namespace no policy guards (ledger::guard).
+        case(
+            "driftgate creates its record",
+            Req::record("CREATE", DRIFTGATE, None, Some(record(awaiting()))),
+            true,
+            Rule::LedgerWriter,
+        ),
+        case(
+            "bob forges a record",
+            Req::record("CREATE", "bob", None, Some(record(awaiting()))),
+            false,
+            Rule::RecordForged,
+        )
+        .says("bob may not create BackportRequirement team-a/deployment-api-0123456789: backport records are written only by driftgate itself (system:serviceaccount:driftgate:driftgate)"),
+        case(
+            "bob deletes a record",
+            Req::record("DELETE", "bob", Some(record(awaiting())), None),
+            false,
+            Rule::RecordErased,
+        )
+        .says("driftgate backlog resolve deployment-api-0123456789 -n team-a"),
+        case(
+            "each record of a collection DELETE is named by its oldObject",
+            Req::record("DELETE", "bob", Some(record(awaiting())), None).collection(),
+            false,
+            Rule::RecordErased,
+        )
+        .says("bob may not delete BackportRequirement team-a/deployment-api-0123456789: "),
+        case(
+            "an opener deletes a record",
+            Req::record("DELETE", "alice", Some(record(awaiting())), None),
+            false,
+            Rule::RecordErased,
+        ),
+        case(
+            "driftgate deletes a record that has not settled",
+            Req::record("DELETE", DRIFTGATE, Some(record(awaiting())), None),
+            false,
+            Rule::RecordErased,
+        )
+        .says("deletes only records that have settled"),
+        case(
+            "driftgate's retention deletes a settled record",
+            Req::record("DELETE", DRIFTGATE, Some(record(resolved_by("alice", "09:00:00"))), None),
+            true,
+            Rule::LedgerWriter,
+        ),
+        case(
+            "the namespace controller deletes a record with its namespace",
+            Req::record(
+                "DELETE",
+                "system:serviceaccount:kube-system:namespace-controller",
+                Some(record(awaiting())),
+                None,
+            ),
+            true,
+            Rule::RecordDeletedWithNamespace,
+        ),
+        case(
+            "driftgate settles a record",
+            Req::record("UPDATE", DRIFTGATE, Some(record(awaiting())), Some(record(with_phase(awaiting(), "Backported")))).status(),
+            true,
+            Rule::LedgerWriter,
+        ),
+        case(
+            "bob marks a record Backported",
+            Req::record("UPDATE", "bob", Some(record(awaiting())), Some(record(with_phase(awaiting(), "Backported")))).status(),
+            false,
+            Rule::RecordTampered,
+        )
+        .says("it changes the record's status (phase AwaitingBackport to Backported)"),
+        case(
+            "an opener resolves with a note, under her name, now",
+            Req::record("UPDATE", "alice", Some(record(awaiting())), Some(record(resolved_by("alice", "09:00:30")))).status(),
+            true,
+            Rule::RecordResolved,
+        ),
+        case(
+            "bob resolves, not an opener",
+            Req::record("UPDATE", "bob", Some(record(awaiting())), Some(record(resolved_by("bob", "09:00:00")))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("only an opener of the policy (user carol; group sre-oncall) may resolve its records"),
+        case(
+            "an opener resolves without a note",
+            Req::record("UPDATE", "alice", Some(record(awaiting())), Some(record(without_note(resolved_by("alice", "09:00:00"))))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("needs a note"),
+        case(
+            "an opener resolves in another's name",
+            Req::record("UPDATE", "alice", Some(record(awaiting())), Some(record(resolved_by("carol", "09:00:00")))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("status.resolvedBy must be the resolver's own username (alice)"),
+        case(
+            "an opener resolves an hour back",
+            Req::record("UPDATE", "alice", Some(record(awaiting())), Some(record(resolved_by("alice", "08:00:00")))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("more than 120s from driftgate's clock"),
+        case(
+            "an opener resolves and drops the earlier transitions",
+            Req::record("UPDATE", "alice", Some(record(awaiting())), Some(record(dropping_history(resolved_by("alice", "09:00:00"))))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("the transitions so far must be kept"),
+        case(
+            "an opener resolves a record whose window is still open",
+            Req::record("UPDATE", "alice", Some(record_open_until("2026-11-30T10:00:00Z", open_status())), Some(record_open_until("2026-11-30T10:00:00Z", resolved_by("alice", "09:00:00")))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("its break-glass window is open until"),
+        case(
+            "an opener removes who resolved a resolved record",
+            Req::record("UPDATE", "alice", Some(record(resolved_by("alice", "09:00:00"))), Some(record(without_resolver(resolved_by("alice", "09:00:00"))))).status(),
+            false,
+            Rule::RecordTampered,
+        ),
+        case(
+            "an opener edits a record's spec",
+            Req::record("UPDATE", "alice", Some(record(awaiting())), Some(edit(record(awaiting()), |r| r["spec"]["changes"] = json!([])))),
+            false,
+            Rule::RecordTampered,
+        )
+        .says("it changes spec.changes"),
+        case(
+            "bob removes the object uid label",
+            Req::record("UPDATE", "bob", Some(record(awaiting())), Some(edit(record(awaiting()), |r| r["metadata"]["labels"] = json!({})))),
+            false,
+            Rule::RecordTampered,
+        )
+        .says("metadata.labels[driftgate.dev/object-uid]"),
+        case(
+            "bob hands a record to an owner the garbage collector would delete it with",
+            Req::record("UPDATE", "bob", Some(record(awaiting())), Some(edit(record(awaiting()), |r| r["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "c-1"}])))),
+            false,
+            Rule::RecordTampered,
+        )
+        .says("metadata.ownerReferences"),
+        case(
+            "bob labels a record for his own tooling",
+            Req::record("UPDATE", "bob", Some(record(awaiting())), Some(edit(record(awaiting()), |r| r["metadata"]["labels"]["team"] = json!("payments")))),
+            true,
+            Rule::LedgerMetadata,
+        ),
     ]
 }
 
@@ -1345,7 +1497,7 @@ fn every_rule_in_order() {
         let namespace: Option<ObjectMeta> =
             case.namespace.map(|v| serde_json::from_value(v).unwrap());
         let parent: Option<DynamicObject> = case.parent.map(|v| serde_json::from_value(v).unwrap());
-        let decision = decide(
+        let decision = decide_with_ledger(
             &policies,
             &DecisionInput {
                 request: &request,
@@ -1354,6 +1506,7 @@ fn every_rule_in_order() {
                 parent: parent.as_ref(),
                 now: case.now,
             },
+            &ledger_guard(),
         );
         if decision.allowed != case.allowed
             || decision.record.rule != case.rule
@@ -1754,4 +1907,333 @@ fn kubernetes_controllers_never_need_the_parent_of_a_subresource() {
     };
     assert!(!for_user(GARBAGE_COLLECTOR));
     assert!(for_user(FLUX));
+}
+
+/// driftgate's own identity, and who may change the records' CRD, as `serve` is told them.
+const DRIFTGATE: &str = "system:serviceaccount:driftgate:driftgate";
+
+fn ledger_guard() -> LedgerGuard {
+    LedgerGuard {
+        writer: Some(DRIFTGATE.to_owned()),
+        crd_admin_users: vec!["platform-admin".to_owned()],
+        crd_admin_groups: vec!["system:masters".to_owned()],
+    }
+}
+
+impl Req {
+    /// A write of BackportRequirement team-a/deployment-api-0123456789 (a namespace no policy
+    /// guards: records are guarded everywhere).
+    fn record(
+        operation: &'static str,
+        user: &'static str,
+        old: Option<Value>,
+        new: Option<Value>,
+    ) -> Self {
+        Req {
+            operation,
+            user,
+            groups: groups_of(user),
+            field_manager: None,
+            namespace: "team-a",
+            kind: ("driftgate.dev", "BackportRequirement"),
+            resource: ("driftgate.dev", "backportrequirements"),
+            subresource: None,
+            name: "deployment-api-0123456789",
+            old,
+            new,
+        }
+    }
+
+    /// A write of the records' CRD (or of another, `name`).
+    fn crd(
+        operation: &'static str,
+        user: &'static str,
+        name: &'static str,
+        old: Value,
+        new: Option<Value>,
+    ) -> Self {
+        Req {
+            operation,
+            user,
+            groups: match user {
+                "admin" => vec!["system:masters", "system:authenticated"],
+                _ => vec!["system:authenticated"],
+            },
+            field_manager: None,
+            namespace: "",
+            kind: ("apiextensions.k8s.io", "CustomResourceDefinition"),
+            resource: ("apiextensions.k8s.io", "customresourcedefinitions"),
+            subresource: None,
+            name,
+            old: Some(old),
+            new,
+        }
+    }
+}
+
+/// A record of a window on Deployment api that ended at 08:30 (now is 09:00), with `status`.
+fn record(status: Value) -> Value {
+    record_open_until("2026-11-30T08:30:00Z", status)
+}
+
+fn record_open_until(expires_at: &str, status: Value) -> Value {
+    json!({
+        "apiVersion": "driftgate.dev/v1alpha1", "kind": "BackportRequirement",
+        "metadata": {"name": "deployment-api-0123456789", "namespace": "team-a", "uid": "r-1",
+            "resourceVersion": "7", "labels": {"driftgate.dev/object-uid": "d-1"}},
+        "spec": {
+            "object": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "uid": "d-1"},
+            "scope": "Object",
+            "window": {"opener": "alice", "reason": "INC-1: OOM", "openedAt": "2026-11-30T08:00:00Z",
+                "expiresAt": expires_at, "labelValue": "20261130T0830Z"},
+            "policy": "prod",
+            "changes": [{"time": "2026-11-30T08:10:00Z", "user": "alice", "operation": "UPDATE",
+                "requestUid": "u-1", "fields": [{"path": "spec.replicas", "digest": "sha256:00"}]}]
+        },
+        "status": status
+    })
+}
+
+fn open_status() -> Value {
+    json!({"phase": "Open", "transitions": [
+        {"phase": "Open", "time": "2026-11-30T08:00:00Z", "reason": "Opened"}]})
+}
+
+fn awaiting() -> Value {
+    json!({"phase": "AwaitingBackport", "transitions": [
+        {"phase": "Open", "time": "2026-11-30T08:00:00Z", "reason": "Opened"},
+        {"phase": "AwaitingBackport", "time": "2026-11-30T08:30:00Z", "reason": "Expired"}]})
+}
+
+fn with_phase(mut status: Value, phase: &str) -> Value {
+    status["phase"] = json!(phase);
+    status
+}
+
+/// `awaiting()` resolved by `user` at `time` (on 2026-11-30) as `driftgate backlog resolve` writes it.
+fn resolved_by(user: &str, time: &str) -> Value {
+    let at = format!("2026-11-30T{time}Z");
+    let note = "backported in payments-gitops#412";
+    let mut status = awaiting();
+    status["phase"] = json!("Resolved");
+    status["resolutionNote"] = json!(note);
+    status["resolvedBy"] = json!(user);
+    status["resolvedAt"] = json!(at);
+    status["transitions"].as_array_mut().unwrap().push(
+        json!({"phase": "Resolved", "time": at, "reason": "ResolvedByPerson", "message": note}),
+    );
+    status
+}
+
+fn without_note(mut status: Value) -> Value {
+    status.as_object_mut().unwrap().remove("resolutionNote");
+    status
+}
+
+fn without_resolver(mut status: Value) -> Value {
+    status.as_object_mut().unwrap().remove("resolvedBy");
+    status
+}
+
+fn dropping_history(mut status: Value) -> Value {
+    status["transitions"].as_array_mut().unwrap().remove(0);
+    status
+}
+
+fn edit(mut object: Value, change: impl FnOnce(&mut Value)) -> Value {
+    change(&mut object);
+    object
+}
+
+fn records_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "backportrequirements.driftgate.dev", "uid": "crd-1", "resourceVersion": "3"},
+        "spec": {"group": "driftgate.dev", "scope": "Namespaced",
+            "names": {"plural": "backportrequirements", "kind": "BackportRequirement"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true}]}
+    })
+}
+
+#[test]
+fn the_records_crd_changes_only_by_its_admins() {
+    let policies = policies();
+    let judge = |req: Req| {
+        let request = req.build();
+        decide_with_ledger(
+            &policies,
+            &DecisionInput {
+                request: &request,
+                resource: None,
+                namespace: None,
+                parent: None,
+                now: now(),
+            },
+            &ledger_guard(),
+        )
+    };
+    let carl = |op, new| {
+        Req::crd(
+            op,
+            "carl",
+            "backportrequirements.driftgate.dev",
+            records_crd(),
+            new,
+        )
+    };
+
+    let deleted = judge(carl("DELETE", None));
+    assert!(!deleted.allowed);
+    assert_eq!(deleted.record.rule, Rule::LedgerCrdProtected);
+    assert!(
+        deleted.message.starts_with("carl may not delete CustomResourceDefinition backportrequirements.driftgate.dev: deleting it deletes every BackportRequirement"),
+        "{}",
+        deleted.message
+    );
+    assert!(
+        deleted
+            .message
+            .contains("users platform-admin; groups system:masters"),
+        "{}",
+        deleted.message
+    );
+
+    let served_no_more = edit(records_crd(), |c| {
+        c["spec"]["versions"][0]["served"] = json!(false)
+    });
+    let changed = judge(carl("UPDATE", Some(served_no_more.clone())));
+    assert_eq!(
+        (changed.allowed, changed.record.rule),
+        (false, Rule::LedgerCrdProtected)
+    );
+    assert!(
+        changed.message.contains("spec.versions[0].served"),
+        "{}",
+        changed.message
+    );
+
+    let labelled = edit(records_crd(), |c| {
+        c["metadata"]["labels"] = json!({"team": "platform"})
+    });
+    let relabelled = judge(carl("UPDATE", Some(labelled)));
+    assert_eq!(
+        (relabelled.allowed, relabelled.record.rule),
+        (true, Rule::LedgerMetadata)
+    );
+
+    let by_admin = judge(Req::crd(
+        "DELETE",
+        "admin",
+        "backportrequirements.driftgate.dev",
+        records_crd(),
+        None,
+    ));
+    assert_eq!(
+        (by_admin.allowed, by_admin.record.rule),
+        (true, Rule::LedgerCrdAdmin)
+    );
+    let by_named_user = judge(Req::crd(
+        "UPDATE",
+        "platform-admin",
+        "backportrequirements.driftgate.dev",
+        records_crd(),
+        Some(served_no_more),
+    ));
+    assert_eq!(
+        (by_named_user.allowed, by_named_user.record.rule),
+        (true, Rule::LedgerCrdAdmin)
+    );
+
+    // Being deleted already (by an admin): the API server's removal of its finalizer passes.
+    let deleting = edit(records_crd(), |c| {
+        c["metadata"]["deletionTimestamp"] = json!("2026-11-30T08:59:00Z")
+    });
+    let finalized = judge(Req::crd(
+        "UPDATE",
+        "system:apiserver",
+        "backportrequirements.driftgate.dev",
+        deleting.clone(),
+        Some(edit(deleting, |c| c["metadata"]["finalizers"] = json!([]))),
+    ));
+    assert_eq!(
+        (finalized.allowed, finalized.record.rule),
+        (true, Rule::LedgerCrdAdmin)
+    );
+
+    // Any other CRD is none of the ledger's business.
+    let other = judge(Req::crd(
+        "DELETE",
+        "carl",
+        "rollouts.argoproj.io",
+        records_crd(),
+        None,
+    ));
+    assert_eq!((other.allowed, other.record.rule), (true, Rule::OutOfScope));
+}
+
+#[test]
+fn without_a_known_identity_nobody_writes_records() {
+    // `driftgate eval` and a serve that could not tell who it is: `decide` trusts no writer.
+    let request = Req::record("CREATE", DRIFTGATE, None, Some(record(awaiting()))).build();
+    let decision = decide(
+        &policies(),
+        &DecisionInput {
+            request: &request,
+            resource: None,
+            namespace: None,
+            parent: None,
+            now: now(),
+        },
+    );
+    assert_eq!(
+        (decision.allowed, decision.record.rule),
+        (false, Rule::RecordForged)
+    );
+    assert!(
+        decision.message.contains("set serve --service-account"),
+        "{}",
+        decision.message
+    );
+}
+
+#[test]
+fn a_record_whose_policy_is_gone_is_resolved_only_by_the_crds_admins() {
+    let retired = |status| edit(record(status), |r| r["spec"]["policy"] = json!("retired"));
+    let policies = policies();
+    let judge = |user| {
+        let request = Req::record(
+            "UPDATE",
+            user,
+            Some(retired(awaiting())),
+            Some(retired(resolved_by(user, "09:00:00"))),
+        )
+        .status()
+        .build();
+        decide_with_ledger(
+            &policies,
+            &DecisionInput {
+                request: &request,
+                resource: None,
+                namespace: None,
+                parent: None,
+                now: now(),
+            },
+            &ledger_guard(),
+        )
+    };
+    let alice = judge("alice");
+    assert_eq!(
+        (alice.allowed, alice.record.rule),
+        (false, Rule::ResolveRefused)
+    );
+    assert!(
+        alice.message.contains("policy \"retired\" is not loaded by driftgate, so its openers are unknown; only the CRD's admins (users platform-admin; groups system:masters) may resolve its records"),
+        "{}",
+        alice.message
+    );
+    let admin = judge("platform-admin");
+    assert_eq!(
+        (admin.allowed, admin.record.rule),
+        (true, Rule::RecordResolved)
+    );
 }

@@ -138,6 +138,13 @@ pub struct BackportStatus {
     pub reverted_fields: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolution_note: Option<String>,
+    /// Who resolved it (their username as the API server authenticated them; driftgate's
+    /// webhook admits a resolution only with the resolver's own name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by: Option<String>,
+    /// When it was resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 }

@@ -18,7 +18,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::runtime::reflector::{self, Store};
@@ -32,6 +32,7 @@ use crate::decision::{Decision, PolicyVerdict, Rule, WindowScope};
 use crate::events::{EventReason, EventSink, PlannedEvent};
 use crate::kube_state::NamespaceCache;
 use crate::ledger::evidence::{Evidence, digest, judge, value_at};
+use crate::ledger::guard::LedgerGuard;
 use crate::ledger::record::{
     BackportRequirement, BackportRequirementSpec, BackportStatus, Phase, RecordScope,
     RecordedChange, RecordedField, RecordedObject, RecordedWindow, Transition,
@@ -54,11 +55,27 @@ pub const DEFAULT_EXPIRY_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 /// [`Ledger::with_write_timeout`].
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long a settled record is kept by default (`serve --record-retention`).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+
+/// When the background task looks at the records, and what it deletes.
+#[derive(Clone, Copy, Debug)]
+pub struct Upkeep {
+    /// Expiry is noticed within this time.
+    pub expiry_interval: Duration,
+    /// A record settled (Backported or Resolved) this long ago is deleted; None keeps it.
+    pub retention: Option<Duration>,
+}
+
 #[derive(Clone)]
 pub struct Ledger {
     inner: Option<Arc<Connected>>,
     metrics: Arc<Metrics>,
     write_timeout: Duration,
+    /// Who may write records and their CRD; the decision judges those writes with it.
+    guard: Arc<ArcSwap<LedgerGuard>>,
+    /// Set while driftgate is still asking the API server who it is: not ready until it knows.
+    identity_pending: Arc<AtomicBool>,
 }
 
 struct Connected {
@@ -71,6 +88,7 @@ struct Connected {
     /// namespaces they guard.
     policies: Arc<ArcSwap<PolicySet>>,
     namespaces: NamespaceCache,
+    retention: Option<Duration>,
 }
 
 fn time(at: Timestamp) -> Time {
@@ -133,7 +151,58 @@ impl Ledger {
             inner: None,
             metrics,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
+            guard: Arc::default(),
+            identity_pending: Arc::default(),
         }
+    }
+
+    /// Judges writes of records and of their CRD with `guard`.
+    pub fn with_guard(self, guard: LedgerGuard) -> Ledger {
+        self.guard.store(Arc::new(guard));
+        self
+    }
+
+    pub fn guard(&self) -> Arc<LedgerGuard> {
+        self.guard.load_full()
+    }
+
+    /// Asks the API server who driftgate is (a SelfSubjectReview), retrying until it answers,
+    /// and makes that identity the guard's writer. Not ready until then: without it, driftgate's
+    /// own writes of records would be refused wherever its records webhook sees them.
+    pub fn learn_writer(
+        &self,
+        client: kube::Client,
+        shutdown: CancellationToken,
+    ) -> JoinHandle<()> {
+        self.identity_pending.store(true, Ordering::Relaxed);
+        let (guard, pending) = (self.guard.clone(), self.identity_pending.clone());
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(200);
+            loop {
+                let asked = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    asked = crate::ledger::identity::who_am_i(client.clone()) => asked,
+                };
+                match asked {
+                    Ok(writer) => {
+                        tracing::info!(%writer, "backport records are written only by driftgate's own identity");
+                        let mut known = LedgerGuard::clone(&guard.load());
+                        known.writer = Some(writer);
+                        guard.store(Arc::new(known));
+                        pending.store(false, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot tell driftgate's own identity yet (or set --service-account); retrying")
+                    }
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        })
     }
 
     /// Recording a break-glass change (a few API calls) gives up after `timeout`, and the
@@ -145,8 +214,8 @@ impl Ledger {
         self
     }
 
-    /// Starts the record cache and the expiry task, which looks at the records every
-    /// `expiry_interval`.
+    /// Starts the record cache and the upkeep task, which looks at the records every
+    /// `upkeep.expiry_interval` for windows that expired and settled records past retention.
     ///
     /// Records are watched in every namespace, but the expiry check and the gauges consider
     /// only those in namespaces that `policies` guard (with break-glass rules): another
@@ -157,7 +226,7 @@ impl Ledger {
         metrics: Arc<Metrics>,
         policies: Arc<ArcSwap<PolicySet>>,
         namespaces: NamespaceCache,
-        expiry_interval: Duration,
+        upkeep: Upkeep,
         shutdown: CancellationToken,
     ) -> (Ledger, Vec<JoinHandle<()>>) {
         let (store, writer) = reflector::store();
@@ -169,6 +238,7 @@ impl Ledger {
             metrics: metrics.clone(),
             policies,
             namespaces,
+            retention: upkeep.retention,
         });
         let api: Api<BackportRequirement> = Api::all(client);
         let watch = connected.clone();
@@ -201,7 +271,7 @@ impl Ledger {
         });
         let expiry = connected.clone();
         let expiry_task = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(expiry_interval);
+            let mut ticker = tokio::time::interval(upkeep.expiry_interval);
             // A tick missed while a check ran long is not made up in a burst.
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -211,6 +281,7 @@ impl Ledger {
                 }
                 if expiry.ready.load(Ordering::Relaxed) {
                     expiry.expire_windows().await;
+                    expiry.delete_past_retention().await;
                     expiry.refresh_gauges();
                 }
             }
@@ -220,6 +291,8 @@ impl Ledger {
                 inner: Some(connected),
                 metrics,
                 write_timeout: DEFAULT_WRITE_TIMEOUT,
+                guard: Arc::default(),
+                identity_pending: Arc::default(),
             },
             vec![watcher_task, expiry_task],
         )
@@ -230,11 +303,14 @@ impl Ledger {
         self.inner.is_some()
     }
 
-    /// Ready once the records are synced (or when there is no cluster).
+    /// Ready once the records are synced (or when there is no cluster) and driftgate knows its
+    /// own identity.
     pub fn is_ready(&self) -> bool {
-        self.inner
-            .as_ref()
-            .is_none_or(|inner| inner.ready.load(Ordering::Relaxed))
+        !self.identity_pending.load(Ordering::Relaxed)
+            && self
+                .inner
+                .as_ref()
+                .is_none_or(|inner| inner.ready.load(Ordering::Relaxed))
     }
 
     /// Records what `decision` admits under break-glass before it is answered, and judges a
@@ -936,6 +1012,42 @@ impl Connected {
         }
     }
 
+    /// Deletes records settled (Backported or Resolved) longer than the retention ago, each
+    /// conditioned on the version looked at: a record changed meanwhile is looked at again at
+    /// the next check. The only deletion of records driftgate's webhook admits.
+    async fn delete_past_retention(&self) {
+        let Some(retention) = self.retention else {
+            return;
+        };
+        let now = Timestamp::now();
+        for record in self.managed_records() {
+            if !past_retention(&record, retention, now) {
+                continue;
+            }
+            let namespace = record.metadata.namespace.clone().unwrap_or_default();
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: record.metadata.resource_version.clone(),
+                    uid: record.metadata.uid.clone(),
+                }),
+                ..DeleteParams::default()
+            };
+            match self
+                .api(&namespace)
+                .delete(&record.name_any(), &params)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(record = %record.name_any(), %namespace, phase = phase_of(&record).word(), "deleted a settled backport record past its retention")
+                }
+                Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
+                Err(error) => {
+                    tracing::warn!(%error, record = %record.name_any(), "could not delete a settled record past its retention")
+                }
+            }
+        }
+    }
+
     /// Moves an Open record whose window has ended to AwaitingBackport and publishes its
     /// BreakGlassExpired Event. Returns the record as written, or None when this call did not
     /// make the transition (another replica did, or the record changed meanwhile).
@@ -1012,6 +1124,17 @@ impl Connected {
         self.metrics.backport_pending.set(pending.len() as i64);
         self.metrics.backport_oldest_pending_seconds.set(oldest);
     }
+}
+
+/// Whether a record settled (Backported or Resolved) at least `retention` before `now`.
+pub fn past_retention(record: &BackportRequirement, retention: Duration, now: Timestamp) -> bool {
+    matches!(phase_of(record), Phase::Backported | Phase::Resolved)
+        && phase_since(record).is_some_and(|since| {
+            jiff::SignedDuration::try_from(retention)
+                .ok()
+                .and_then(|keep| since.checked_add(keep).ok())
+                .is_some_and(|until| until <= now)
+        })
 }
 
 /// The Event's object for a controller's write: the object written.
@@ -1112,15 +1235,21 @@ fn recorded_change(
     }
 }
 
-impl BackportStatus {
-    pub fn phase_word(&self) -> &'static str {
-        match self.phase {
+impl Phase {
+    pub fn word(self) -> &'static str {
+        match self {
             Phase::Open => "Open",
             Phase::AwaitingBackport => "AwaitingBackport",
             Phase::Backported => "Backported",
             Phase::Reverted => "Reverted",
             Phase::Resolved => "Resolved",
         }
+    }
+}
+
+impl BackportStatus {
+    pub fn phase_word(&self) -> &'static str {
+        self.phase.word()
     }
 }
 
@@ -1138,6 +1267,66 @@ mod tests {
             request_uid: request_uid.into(),
             resource_version: resource_version.into(),
             fields: Vec::new(),
+        }
+    }
+
+    fn settled(phase: Phase, at: &str) -> BackportRequirement {
+        let mut record = BackportRequirement::new(
+            "r",
+            new_record(
+                RecordedObject {
+                    api_version: "apps/v1".into(),
+                    kind: "Deployment".into(),
+                    name: "api".into(),
+                    uid: "u".into(),
+                },
+                RecordScope::Object,
+                &crate::decision::BreakGlassWindow {
+                    scope: WindowScope::Object,
+                    label_value: "20261130T0900Z".into(),
+                    expires_at: "2026-11-30T09:00:00Z".parse().unwrap(),
+                    reason: None,
+                },
+                "prod",
+                None,
+            ),
+        );
+        record.status = Some(BackportStatus {
+            phase,
+            transitions: vec![Transition {
+                phase,
+                time: time(at.parse().unwrap()),
+                reason: "x".into(),
+                message: String::new(),
+            }],
+            ..BackportStatus::default()
+        });
+        record
+    }
+
+    #[test]
+    fn retention_deletes_only_records_settled_long_enough_ago() {
+        let day = Duration::from_secs(86_400);
+        let now: Timestamp = "2026-12-31T10:00:00Z".parse().unwrap();
+        for phase in [Phase::Backported, Phase::Resolved] {
+            assert!(past_retention(
+                &settled(phase, "2026-12-30T10:00:00Z"),
+                day,
+                now
+            ));
+            assert!(!past_retention(
+                &settled(phase, "2026-12-30T10:00:01Z"),
+                day,
+                now
+            ));
+        }
+        // Unsettled records are never deleted, however old.
+        for phase in [Phase::Open, Phase::AwaitingBackport, Phase::Reverted] {
+            assert!(!past_retention(
+                &settled(phase, "2025-01-01T00:00:00Z"),
+                day,
+                now
+            ));
         }
     }
 

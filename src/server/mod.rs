@@ -25,7 +25,9 @@ use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::decision::{Decision, DecisionInput, decide, may_guard, needs_parent, unreadable};
+use crate::decision::{
+    Decision, DecisionInput, decide_with_ledger, may_guard, needs_parent, unreadable,
+};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog};
 use crate::ledger::service::Ledger;
@@ -447,17 +449,18 @@ async fn decide_with_cluster(
         parent: None,
         now,
     };
-    let decision = decide(policies, &input);
+    let decision = decide_with_ledger(policies, &input, &state.ledger.guard());
     if !needs_parent(policies, &decision) {
         return decision;
     }
     match state.parents.lookup(request).await {
-        Parent::Found(parent) => decide(
+        Parent::Found(parent) => decide_with_ledger(
             policies,
             &DecisionInput {
                 parent: Some(&parent),
                 ..input
             },
+            &state.ledger.guard(),
         ),
         Parent::Absent => decision,
         Parent::Unreadable(error) => parent_unreadable(decision, &error),

@@ -11,7 +11,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{Error, Result};
-use crate::ledger::record::{BackportRequirement, Phase, Transition};
+use crate::ledger::identity::who_am_i;
+use crate::ledger::record::{BackportRequirement, BackportStatus, Phase, Transition};
 use crate::ledger::service::{phase_of, phase_since};
 use crate::tools::break_glass::{Connection, NamespaceScope, client};
 
@@ -201,21 +202,22 @@ async fn resolve(
             "--note must say what happened (e.g. \"backported in payments-gitops#412\")".into(),
         ));
     }
+    // driftgate's webhook admits a resolution only under the resolver's own name.
+    let resolver = who_am_i(client.clone())
+        .await
+        .map_err(|e| Error::Config(format!("cannot tell who you are: {e}")))?;
     let api: Api<BackportRequirement> = Api::namespaced(client, namespace);
     let record = api.get(name).await.map_err(|e| {
         Error::Config(format!(
             "cannot read BackportRequirement {namespace}/{name}: {e}"
         ))
     })?;
-    let mut status = record.status.clone().unwrap_or_default();
-    status.phase = Phase::Resolved;
-    status.resolution_note = Some(note.to_owned());
-    status.transitions.push(Transition {
-        phase: Phase::Resolved,
-        time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
-        reason: "ResolvedByPerson".into(),
-        message: note.to_owned(),
-    });
+    let status = resolved(
+        record.status.clone().unwrap_or_default(),
+        note,
+        &resolver,
+        Timestamp::now(),
+    );
     let patch = json!({
         "metadata": {"resourceVersion": record.metadata.resource_version},
         "status": status,
@@ -225,9 +227,31 @@ async fn resolve(
         .map_err(|e| Error::Config(format!("cannot resolve {namespace}/{name}: {e}")))?;
     let _ = writeln!(
         out,
-        "BackportRequirement {namespace}/{name} resolved: {note}"
+        "BackportRequirement {namespace}/{name} resolved by {resolver}: {note}"
     );
     Ok(())
+}
+
+/// `status` resolved by `resolver` at `at` with `note`: the phase, the note, who and when, and a
+/// transition saying the same (the earlier transitions kept).
+pub fn resolved(
+    mut status: BackportStatus,
+    note: &str,
+    resolver: &str,
+    at: Timestamp,
+) -> BackportStatus {
+    let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at);
+    status.phase = Phase::Resolved;
+    status.resolution_note = Some(note.to_owned());
+    status.resolved_by = Some(resolver.to_owned());
+    status.resolved_at = Some(at.clone());
+    status.transitions.push(Transition {
+        phase: Phase::Resolved,
+        time: at,
+        reason: "ResolvedByPerson".into(),
+        message: note.to_owned(),
+    });
+    status
 }
 
 #[cfg(test)]
@@ -285,6 +309,26 @@ mod tests {
             ..BackportStatus::default()
         });
         r
+    }
+
+    #[test]
+    fn a_resolution_keeps_who_when_and_the_history() {
+        let before = record("r", Phase::AwaitingBackport, "2026-11-30T11:00:00Z");
+        let at: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
+        let status = resolved(
+            before.status.clone().unwrap(),
+            "backported in gitops#1",
+            "alice",
+            at,
+        );
+        assert_eq!(status.phase, Phase::Resolved);
+        assert_eq!(status.resolved_by.as_deref(), Some("alice"));
+        assert_eq!(status.resolved_at.as_ref().map(|t| t.0), Some(at));
+        assert_eq!(status.transitions.len(), 2);
+        assert_eq!(status.transitions[0], before.status.unwrap().transitions[0]);
+        let last = status.transitions.last().unwrap();
+        assert_eq!((last.phase, last.time.0), (Phase::Resolved, at));
+        assert_eq!(last.message, "backported in gitops#1");
     }
 
     #[test]

@@ -41,6 +41,12 @@ app.kubernetes.io/component: admission-webhook
 {{- end }}
 {{- end }}
 
+{{- /* The username the API server gives driftgate's pods: the records webhook skips it, and
+`serve --service-account` tells the decision who writes records. */}}
+{{- define "driftgate.serviceAccountUsername" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "driftgate.serviceAccountName" .) }}
+{{- end }}
+
 {{- define "driftgate.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}

@@ -73,14 +73,31 @@ fn one(objects: &[Value], kind: &str) -> Value {
     object.clone()
 }
 
-/// The chart's ValidatingWebhookConfiguration, named `name`, calling `url` and trusting `ca_pem`.
+/// The chart's ValidatingWebhookConfiguration, named `name`, calling `url` and trusting
+/// `ca_pem`, with only its gate webhook (`gate.driftgate.dev`): the records webhook sees every
+/// namespace, so a test registers it only with [`records_webhook_configuration`], narrowed.
 pub fn webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
+    configuration_with(name, url, ca_pem, "gate.driftgate.dev")
+}
+
+/// The chart's ValidatingWebhookConfiguration with only its records webhook
+/// (`records.driftgate.dev`: backport records in every namespace, and their CRD).
+pub fn records_webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
+    configuration_with(name, url, ca_pem, "records.driftgate.dev")
+}
+
+fn configuration_with(name: &str, url: &str, ca_pem: &[u8], webhook: &str) -> Value {
     let objects = render(&[
         format!("webhook.url={url}"),
         format!("webhook.caBundle={}", BASE64_STANDARD.encode(ca_pem)),
     ]);
     let mut configuration = one(&objects, "ValidatingWebhookConfiguration");
     configuration["metadata"] = serde_json::json!({"name": name});
+    let webhooks = configuration["webhooks"]
+        .as_array_mut()
+        .expect("the configuration has webhooks");
+    webhooks.retain(|w| w["name"] == webhook);
+    assert_eq!(webhooks.len(), 1, "the chart renders webhook {webhook}");
     configuration
 }
 

@@ -79,6 +79,12 @@ pub fn webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
     super::chart::webhook_configuration(name, url, ca_pem)
 }
 
+/// The chart's records webhook alone (driftgate's backport records in every namespace, and
+/// their CRD), pointed at a loopback driftgate.
+pub fn records_webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
+    super::chart::records_webhook_configuration(name, url, ca_pem)
+}
+
 impl Driftgate {
     /// Starts `driftgate serve --policy POLICY` on loopback with fresh certificates from
     /// `driftgate certs dev`, as the [`DRIFTGATE`] identity, and waits for `/readyz` (which

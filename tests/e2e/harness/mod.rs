@@ -21,7 +21,10 @@ pub use control_plane::{
     KubectlOutput, control_plane,
 };
 #[allow(unused_imports)]
-pub use driftgate::{Driftgate, driftgate_cli, repo_path, shared, webhook_configuration};
+pub use driftgate::{
+    Driftgate, driftgate_cli, records_webhook_configuration, repo_path, shared,
+    webhook_configuration,
+};
 
 /// rustls needs a process-wide crypto provider before kube-rs builds a TLS client.
 pub fn install_crypto_provider() {

@@ -11,6 +11,7 @@ mod bypass;
 mod deep;
 mod effects;
 mod gitops;
+mod ledger_guard;
 mod normal_day;
 mod scope;
 mod subresources;

@@ -937,18 +937,28 @@ async fn probe_other_kind(
     kind: &str,
     owner: &Value,
 ) -> (Observed, bool, Vec<String>) {
-    let parent = api.get(path).await;
     let target = format!("{path}/{subresource}");
-    let (method, scale) = if kind == "Scale" {
-        ("PUT", Some(api.get(&target).await))
-    } else {
-        ("POST", None)
-    };
-    let body = other_kind_body(kind, &parent, scale, owner);
     let mut refusals = Vec::new();
-    if let Err(refusal) = api.call(method, &target, Some(&body)).await {
-        refusals.push(refusal);
-    }
+    let mut attempts = 0;
+    // The real controllers update the parent too (a Deployment's status): a Scale written from
+    // a stale read is a 409 Conflict; read again, as the HPA does.
+    let parent = loop {
+        let parent = api.get(path).await;
+        let (method, scale) = if kind == "Scale" {
+            ("PUT", Some(api.get(&target).await))
+        } else {
+            ("POST", None)
+        };
+        let body = other_kind_body(kind, &parent, scale, owner);
+        match api.call(method, &target, Some(&body)).await {
+            Err(e) if e.contains("Conflict") && attempts < 5 => attempts += 1,
+            Err(refusal) => {
+                refusals.push(refusal);
+                break parent;
+            }
+            Ok(_) => break parent,
+        }
+    };
     let Ok(stored) = api.call("GET", path, None).await else {
         return (Observed::new(), true, refusals);
     };
