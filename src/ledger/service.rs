@@ -39,6 +39,7 @@ use crate::ledger::record::{
 };
 use crate::metrics::Metrics;
 use crate::policy::{BreakGlassRules, NamespaceLabels, PolicySet};
+use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, echo};
 use crate::timefmt::human_utc;
 
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -851,13 +852,19 @@ impl Connected {
                     namespace,
                     record.name_any(),
                     fields.join(", "),
-                    record
-                        .spec
-                        .window
-                        .opener
-                        .as_deref()
-                        .unwrap_or("someone driftgate did not see"),
-                    record.spec.window.reason.as_deref().unwrap_or(""),
+                    echo(
+                        record
+                            .spec
+                            .window
+                            .opener
+                            .as_deref()
+                            .unwrap_or("someone driftgate did not see"),
+                        MAX_NAME_CHARS
+                    ),
+                    echo(
+                        record.spec.window.reason.as_deref().unwrap_or(""),
+                        MAX_REASON_CHARS
+                    ),
                     verdict.policy,
                     record.name_any(),
                     namespace,
@@ -895,7 +902,12 @@ impl Connected {
             .opener
             .clone()
             .unwrap_or_else(|| "someone driftgate did not see".into());
-        let reason = record.spec.window.reason.clone().unwrap_or_default();
+        let opener = echo(&opener, MAX_NAME_CHARS).into_owned();
+        let reason = echo(
+            record.spec.window.reason.as_deref().unwrap_or_default(),
+            MAX_REASON_CHARS,
+        )
+        .into_owned();
         let (phase, why, fields, event) = match evidence {
             Evidence::Backported => (
                 Phase::Backported,
@@ -1074,13 +1086,19 @@ impl Connected {
         if written.is_some() {
             let note = format!(
                 "The break-glass window opened by {} (reason \"{}\") expired at {}; {} change(s) made in it must be backported to Git, or the controller will revert them. Record {}.",
-                record
-                    .spec
-                    .window
-                    .opener
-                    .as_deref()
-                    .unwrap_or("someone driftgate did not see"),
-                record.spec.window.reason.as_deref().unwrap_or(""),
+                echo(
+                    record
+                        .spec
+                        .window
+                        .opener
+                        .as_deref()
+                        .unwrap_or("someone driftgate did not see"),
+                    MAX_NAME_CHARS
+                ),
+                echo(
+                    record.spec.window.reason.as_deref().unwrap_or(""),
+                    MAX_REASON_CHARS
+                ),
                 human_utc(record.spec.window.expires_at.0),
                 record.spec.changes.len(),
                 record.name_any(),
