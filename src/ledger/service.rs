@@ -39,7 +39,6 @@ use crate::ledger::record::{
 };
 use crate::metrics::Metrics;
 use crate::policy::{BreakGlassRules, NamespaceLabels, PolicySet};
-use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, echo};
 use crate::timefmt::human_utc;
 
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -852,19 +851,8 @@ impl Connected {
                     namespace,
                     record.name_any(),
                     fields.join(", "),
-                    echo(
-                        record
-                            .spec
-                            .window
-                            .opener
-                            .as_deref()
-                            .unwrap_or("someone driftgate did not see"),
-                        MAX_NAME_CHARS
-                    ),
-                    echo(
-                        record.spec.window.reason.as_deref().unwrap_or(""),
-                        MAX_REASON_CHARS
-                    ),
+                    record.spec.window.opener_words(),
+                    record.spec.window.reason_words(),
                     verdict.policy,
                     record.name_any(),
                     namespace,
@@ -896,18 +884,8 @@ impl Connected {
         controller_user: &str,
         now: Timestamp,
     ) {
-        let opener = record
-            .spec
-            .window
-            .opener
-            .clone()
-            .unwrap_or_else(|| "someone driftgate did not see".into());
-        let opener = echo(&opener, MAX_NAME_CHARS).into_owned();
-        let reason = echo(
-            record.spec.window.reason.as_deref().unwrap_or_default(),
-            MAX_REASON_CHARS,
-        )
-        .into_owned();
+        let opener = record.spec.window.opener_words().into_owned();
+        let reason = record.spec.window.reason_words().into_owned();
         let (phase, why, fields, event) = match evidence {
             Evidence::Backported => (
                 Phase::Backported,
@@ -1086,19 +1064,8 @@ impl Connected {
         if written.is_some() {
             let note = format!(
                 "The break-glass window opened by {} (reason \"{}\") expired at {}; {} change(s) made in it must be backported to Git, or the controller will revert them. Record {}.",
-                echo(
-                    record
-                        .spec
-                        .window
-                        .opener
-                        .as_deref()
-                        .unwrap_or("someone driftgate did not see"),
-                    MAX_NAME_CHARS
-                ),
-                echo(
-                    record.spec.window.reason.as_deref().unwrap_or(""),
-                    MAX_REASON_CHARS
-                ),
+                record.spec.window.opener_words(),
+                record.spec.window.reason_words(),
                 human_utc(record.spec.window.expires_at.0),
                 record.spec.changes.len(),
                 record.name_any(),
