@@ -262,7 +262,7 @@ fn refuse(state: &AppState, status: StatusCode, message: String) -> Response {
 /// would refuse every write the webhook sees, unguarded ones too. A 503 leaves it to the
 /// webhook's failurePolicy, as if driftgate were down (Fail: refused, with this reason in the
 /// API server's error; Ignore: admitted, as the operator chose). It comes as a metav1 Status,
-/// whose message the API server passes on (a plain-text 503 body would be dropped).
+/// whose message the API server passes on to the writer (tests/e2e/restart.rs shows it).
 fn no_policy(state: &AppState, problems: &str) -> Response {
     state
         .metrics
@@ -288,12 +288,9 @@ fn no_policy(state: &AppState, problems: &str) -> Response {
         "reason": "ServiceUnavailable",
         "code": 503,
     });
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        [(header::RETRY_AFTER, "5")],
-        axum::Json(status),
-    )
-        .into_response()
+    // No Retry-After: the API server's client would wait and retry within the webhook's
+    // timeout, and answer the person "context deadline exceeded" instead of the reason.
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(status)).into_response()
 }
 
 fn too_large(state: &AppState, size: &str) -> Response {

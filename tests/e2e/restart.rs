@@ -1,9 +1,10 @@
-//! State that survives a restart: the gauges derived from backport records are the records'
-//! as soon as a restarted driftgate is ready, not zero until its next expiry check.
+//! Restarts on the real API server: the gauges derived from backport records are the records'
+//! as soon as a restarted driftgate is ready, not zero until its next expiry check; and a
+//! driftgate started with a bad policy runs, unready, until the policy is fixed.
 
 use std::time::Duration;
 
-use crate::harness::Driftgate;
+use crate::harness::{ADMIN, DRIFTGATE, Driftgate, control_plane};
 use crate::ledger::{Scene, TICK, wait_for};
 
 /// The record gauges of one driftgate: windows open, records awaiting backport, and the age of
@@ -48,10 +49,10 @@ fn a_restarted_driftgate_reports_pending_records_and_open_windows_at_once() {
         &[&first],
         || {
             let now = gauges(&first);
-            (now.0 == 1.0 && now.1 == 1.0).then_some(now)
+            // The oldest's age in whole seconds: wait for a second of it.
+            (now.0 == 1.0 && now.1 == 1.0 && now.2 >= 1.0).then_some(now)
         },
     );
-    assert!(before.2 > 0.0, "{before:?}");
     drop(first);
 
     // Readiness waits for the records to sync; the expiry check comes round in an hour.
@@ -67,5 +68,67 @@ fn a_restarted_driftgate_reports_pending_records_and_open_windows_at_once() {
         oldest >= before.2,
         "the oldest record's age goes on from before the restart: {oldest} < {}",
         before.2
+    );
+}
+
+/// A driftgate whose policy is bad from its start keeps running, not ready; registered failing
+/// closed (as the chart does), the writes the API server sends it are refused with driftgate's
+/// reason in the API server's error. Once the file is fixed it is ready and decides, without a
+/// restart.
+#[test]
+fn a_bad_policy_at_start_refuses_writes_with_the_reason_until_it_is_fixed() {
+    let scene = Scene::new("restart-badpolicy", &[]);
+    let good = std::fs::read_to_string(&scene.policy).expect("the policy reads");
+    let bad = good.replace("maxDuration: 2m", "maxDuration: soon");
+    assert_ne!(good, bad);
+    std::fs::write(&scene.policy, &bad).expect("the bad policy is written");
+    let driftgate = Driftgate::spawn_with_kubeconfig(
+        "restart-badpolicy",
+        &scene.policy,
+        &control_plane().kubeconfig(DRIFTGATE),
+        &["--reload-interval", "1s"],
+    );
+    let dg = &[&driftgate];
+    let readyz = wait_for("/readyz to answer", Duration::from_secs(30), dg, || {
+        driftgate.admin_get("/readyz").ok()
+    });
+    assert_eq!(readyz.0, 503, "{readyz:?}");
+    assert!(
+        readyz
+            .1
+            .contains("spec.breakGlass.maxDuration: \"soon\" is not a duration"),
+        "{readyz:?}"
+    );
+    // Registration counts the reviews it answers (503s included), so it works unready.
+    scene.register(&driftgate, "restart-badpolicy");
+
+    let refused = scene.flux_apply(2, &[]).failed();
+    eprintln!("what Flux is told: {}", refused.stderr.trim());
+    assert!(
+        refused
+            .stderr
+            .contains("driftgate has no valid policy loaded")
+            && refused.stderr.contains("spec.breakGlass.maxDuration"),
+        "the API server's error carries driftgate's reason:\n{}",
+        refused.stderr
+    );
+    control_plane()
+        .kubectl(ADMIN, &["get", "deployment/api", "-n", &scene.ns])
+        .failed();
+    assert_eq!(driftgate.admin_get("/readyz").map(|r| r.0).ok(), Some(503));
+
+    std::fs::write(&scene.policy, &good).expect("the fixed policy is written");
+    driftgate.wait_until_ready(Duration::from_secs(15));
+    scene.flux_apply(2, &[]).ok();
+    assert_eq!(scene.replicas(), "2");
+    let denied = scene.alice_scale(5, &[]).failed();
+    assert!(
+        denied.stderr.contains("rule NotPermitted"),
+        "{}",
+        denied.stderr
+    );
+    assert_eq!(
+        driftgate.counter("driftgate_policy_valid", &["source=\"file\""]),
+        1.0
     );
 }
