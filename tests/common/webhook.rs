@@ -47,6 +47,7 @@ pub enum Stderr {
     File,
 }
 
+#[derive(Clone)]
 pub struct Options {
     log_filter: String,
     stderr: Stderr,
@@ -130,18 +131,34 @@ pub fn start_logging(name: &str, filter: &str) -> Server {
 /// Starts `driftgate serve --no-kube` with the example policy (copied to `dir/policies`) and
 /// development certificates (`dir/certs`), and waits until it is ready.
 pub fn start_with(name: &str, options: Options) -> Server {
-    let server = spawn_with(name, options);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if admin_get(server.admin, "/readyz")
-            .map(|(s, _)| s == 200)
-            .unwrap_or(false)
-        {
-            return server;
+    // Ports come from `free_port`, which releases them: a test running at the same time may
+    // take one first, and then this server exits at start while the other's admin port answers
+    // `/readyz`. Such a server is started again on other ports.
+    for _ in 0..3 {
+        let mut server = spawn_with(name, options.clone());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if server.child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            let ready = admin_get(server.admin, "/readyz")
+                .map(|(s, _)| s == 200)
+                .unwrap_or(false);
+            if ready {
+                // A server that lost a port exits within milliseconds of starting.
+                std::thread::sleep(Duration::from_millis(100));
+                if server.child.try_wait().ok().flatten().is_none() {
+                    return server;
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
+        if server.child.try_wait().ok().flatten().is_none() {
+            panic!("driftgate serve did not become ready");
+        }
     }
-    panic!("driftgate serve did not become ready");
+    panic!("driftgate serve exited at start three times");
 }
 
 /// [`start_with`] without waiting for readiness (a server started with a bad policy).
