@@ -302,16 +302,25 @@ struct Changes {
 }
 
 /// The changes of an UPDATE: the fields that differ, `.status` where it is judged, and
-/// `metadata.managedFields` when ownership changed beyond the API server's bookkeeping.
+/// `metadata.managedFields` when ownership changed beyond the API server's bookkeeping. A
+/// subresource write cannot forge ownership (the API server starts from the stored
+/// managedFields there, tests/SECURITY.md), so its managedFields are its own bookkeeping.
 fn effective_changes(
     old: &DynamicObject,
     new: &DynamicObject,
     field_manager: Option<&str>,
     judge_status: bool,
+    through_subresource: bool,
 ) -> Changes {
     let mut paths = changed_paths(old, new);
     if judge_status {
         paths.extend(changed_status_paths(old, new));
+    }
+    if through_subresource {
+        return Changes {
+            paths,
+            forged_ownership: None,
+        };
     }
     let forged_ownership = forged_ownership(
         old.metadata.managed_fields.as_deref(),
@@ -430,7 +439,18 @@ impl<'a> Facts<'a> {
                 &self.request.object,
             ) {
                 (Operation::Update, Some(old), Some(new)) => {
-                    effective_changes(old, new, self.field_manager, self.judge_status)
+                    let through_subresource = self
+                        .request
+                        .sub_resource
+                        .as_deref()
+                        .is_some_and(|s| !s.is_empty());
+                    effective_changes(
+                        old,
+                        new,
+                        self.field_manager,
+                        self.judge_status,
+                        through_subresource,
+                    )
                 }
                 _ => Changes::default(),
             }

@@ -332,6 +332,22 @@ fn cases() -> Vec<Case> {
         ),
         // Judged by effect, not by path: a spec change written through status is a write to
         // the object (the Deployment strategy would drop it; other kinds' need not).
+        // Through a subresource the API server starts from the stored managedFields: what
+        // differs there is its bookkeeping, never a forgery (tests/SECURITY.md).
+        case(
+            "a status write's managedFields are the API server's bookkeeping",
+            {
+                let mut new = owned(plain(), json!({"f:spec": {}}));
+                new["status"]["replicas"] = json!(7);
+                new["metadata"]["managedFields"][0]["time"] = json!("2026-11-30T09:00:00Z");
+                let mut r = Req::update("bob", owned(plain(), json!({"f:spec": {}})), new);
+                r.subresource = Some("status");
+                r.field_manager = None;
+                r
+            },
+            true,
+            Rule::OutOfScope,
+        ),
         case(
             "a status write that changes spec is judged as the object",
             {
