@@ -203,8 +203,24 @@ fn strings(value: &Value) -> Vec<&str> {
 }
 
 /// `helm template` of the chart as release `driftgate` in `namespace`, with values files from
-/// `ci/` and `--set` arguments.
+/// `ci/` and `--set` arguments: the objects a release installs (`helm test`'s are left out; see
+/// [`render_tests`]).
 fn render_in(namespace: &str, files: &[&str], sets: &[&str]) -> Manifests {
+    render_with(namespace, files, sets, &["--skip-tests"])
+}
+
+/// Only the objects `helm test` creates (annotated `helm.sh/hook: test`).
+fn render_tests(sets: &[&str]) -> Manifests {
+    let all = render_with(NAMESPACE, &[], sets, &[]);
+    Manifests(
+        all.0
+            .into_iter()
+            .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"] == "test")
+            .collect(),
+    )
+}
+
+fn render_with(namespace: &str, files: &[&str], sets: &[&str], extra: &[&str]) -> Manifests {
     let chart = chart();
     let mut args = vec![
         "template".to_owned(),
@@ -213,6 +229,7 @@ fn render_in(namespace: &str, files: &[&str], sets: &[&str]) -> Manifests {
         "--namespace".to_owned(),
         namespace.to_owned(),
     ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     for file in files {
         args.push("--values".to_owned());
         args.push(values_file(file).display().to_string());
@@ -295,6 +312,7 @@ fn helm_lint_passes_with_every_values_file() {
 #[test]
 fn every_values_file_renders_namespaced_objects_into_the_release_namespace() {
     let cluster_scoped = [
+        "CustomResourceDefinition",
         "ClusterRole",
         "ClusterRoleBinding",
         "ValidatingWebhookConfiguration",
@@ -326,6 +344,7 @@ fn every_values_file_renders_namespaced_objects_into_the_release_namespace() {
             "ClusterRoleBinding",
             "ValidatingWebhookConfiguration",
             "PodDisruptionBudget",
+            "CustomResourceDefinition",
         ] {
             manifests.one(kind);
         }
@@ -1091,21 +1110,49 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
     assert!(manifests.all("PrometheusRule").is_empty());
 }
 
-#[test]
-fn the_chart_ships_the_crd_driftgate_prints() {
-    let shipped =
-        std::fs::read_to_string(chart().join("crds/backportrequirements.driftgate.dev.yaml"))
-            .expect("the chart ships the BackportRequirement CRD");
+/// `driftgate crd`'s output.
+fn driftgate_crd() -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_driftgate"))
         .arg("crd")
         .output()
         .unwrap();
-    assert!(out.status.success());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+const CRD_FILE: &str = "files/crds/backportrequirements.driftgate.dev.yaml";
+
+#[test]
+fn the_chart_ships_the_crd_driftgate_prints() {
+    let shipped = std::fs::read_to_string(chart().join(CRD_FILE))
+        .expect("the chart ships the BackportRequirement CRD");
+    let printed = driftgate_crd();
     assert_eq!(
-        shipped,
-        text(&out.stdout),
-        "charts/driftgate/crds is stale: regenerate it with `driftgate crd > charts/driftgate/crds/backportrequirements.driftgate.dev.yaml`"
+        shipped, printed,
+        "charts/driftgate/{CRD_FILE} is stale: regenerate it with `driftgate crd > charts/driftgate/{CRD_FILE}`"
     );
+    // helm never upgrades what a chart's crds/ folder holds: the CRD is a template.
+    assert!(
+        !chart().join("crds").exists(),
+        "charts/driftgate/crds is installed once and never upgraded by helm"
+    );
+
+    // The rendered CRD is the printed one, with the chart's labels and resource-policy keep.
+    let expected: Value = serde_saphyr::from_str(&printed).unwrap();
+    for file in VALUES_FILES {
+        let manifests = render(&[file], &[]);
+        let mut rendered = manifests.one("CustomResourceDefinition").clone();
+        let metadata = rendered["metadata"].as_object_mut().unwrap();
+        let annotations = metadata.remove("annotations").unwrap();
+        assert_eq!(
+            annotations,
+            json!({"helm.sh/resource-policy": "keep"}),
+            "{file}: `helm uninstall` must not delete the records"
+        );
+        let labels = metadata.remove("labels").unwrap();
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "Helm", "{file}");
+        assert_eq!(rendered, expected, "{file}");
+    }
 }
 
 #[test]
