@@ -682,6 +682,193 @@ fn the_deployment_runs_restricted_with_probes_on_the_admin_port() {
 }
 
 #[test]
+fn the_pod_is_cluster_critical_and_its_security_contexts_can_be_overridden() {
+    let manifests = render(&["default-values.yaml"], &[]);
+    let pod = &manifests.one("Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    let none = render(&[], &["priorityClassName="]);
+    assert!(
+        none.one("Deployment")["spec"]["template"]["spec"]["priorityClassName"].is_null(),
+        "an empty priorityClassName renders none"
+    );
+
+    // OpenShift assigns the UID and GID: the fixed ones can be removed, the rest stays.
+    let openshift = render(
+        &[],
+        &[
+            "podSecurityContext.runAsUser=null",
+            "podSecurityContext.runAsGroup=null",
+            "podSecurityContext.fsGroup=null",
+            "securityContext.runAsUser=null",
+            "securityContext.runAsGroup=null",
+        ],
+    );
+    let pod = &openshift.one("Deployment")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["securityContext"],
+        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    let security = &openshift.container()["securityContext"];
+    for key in ["runAsUser", "runAsGroup"] {
+        assert!(security[key].is_null(), "{key}: {security}");
+    }
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+
+    // A key of one's own is added to the defaults.
+    let own = render(&[], &["podSecurityContext.runAsUser=1000720000"]);
+    let pod = &own.one("Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsUser"], 1000720000);
+    assert_eq!(pod["securityContext"]["fsGroup"], 65532);
+}
+
+#[test]
+fn the_network_policy_lets_only_the_listed_peers_reach_the_ports() {
+    for file in VALUES_FILES {
+        assert!(render(&[file], &[]).all("NetworkPolicy").is_empty(), "{file}");
+    }
+    let manifests = render(
+        &[],
+        &[
+            "networkPolicy.enabled=true",
+            "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
+            "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
+        ],
+    );
+    let policy = manifests.one("NetworkPolicy");
+    assert_eq!(policy["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"],
+        manifests.one("Deployment")["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 2, "{ingress:?}");
+    let port_of = |rule: &Value| {
+        let ports = rule["ports"].as_array().unwrap();
+        assert_eq!(ports.len(), 1, "{rule}");
+        assert_eq!(ports[0]["protocol"], "TCP");
+        manifests.container_port(&ports[0]["port"])
+    };
+    assert_eq!(port_of(&ingress[0]), 8443);
+    assert_eq!(
+        ingress[0]["from"],
+        json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}])
+    );
+    assert_eq!(port_of(&ingress[1]), 8080);
+    assert_eq!(
+        ingress[1]["from"],
+        json!([{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}])
+    );
+
+    // Without metricsFrom no pod reaches the admin port; without webhookFrom no policy at all,
+    // since one that misses the API server refuses every guarded write.
+    let webhook_only = render(
+        &[],
+        &[
+            "networkPolicy.enabled=true",
+            "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
+        ],
+    );
+    let ingress = &webhook_only.one("NetworkPolicy")["spec"]["ingress"];
+    assert_eq!(ingress.as_array().unwrap().len(), 1, "{ingress}");
+    let chart = chart().display().to_string();
+    let out = run_helm(&[
+        "template",
+        RELEASE,
+        &chart,
+        "--set",
+        "networkPolicy.enabled=true",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("networkPolicy.webhookFrom is empty"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn helm_test_expects_a_dry_run_write_in_a_guarded_namespace_to_be_denied() {
+    // No namespace is guarded on every cluster: no test unless one is named.
+    assert!(render_tests(&[]).0.is_empty());
+
+    let tests = render_tests(&["helmTest.namespace=payments"]);
+    let pod = tests.one("Pod");
+    assert_eq!(pod["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(container["image"], "docker.io/alpine/k8s:1.34.1");
+    let env: BTreeMap<&str, &str> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (str(&e["name"]), str(&e["value"])))
+        .collect();
+    assert_eq!(env["NAMESPACE"], "payments");
+    assert_eq!(
+        env["DENIAL"],
+        "admission webhook \"gate.driftgate.dev\" denied the request"
+    );
+    assert_eq!(container["command"], json!(["sh", "-c"]));
+    let script = strings(&container["args"])[0];
+    for part in [
+        "kubectl create configmap",
+        "--namespace \"$NAMESPACE\"",
+        "--dry-run=server",
+        "*\"$DENIAL\"*) echo \"PASS",
+    ] {
+        assert!(script.contains(part), "{part} is not in {script}");
+    }
+    // Admitted, or refused by something else than driftgate: the test fails.
+    assert_eq!(script.matches("exit 1").count(), 2, "{script}");
+    // As restricted as driftgate's own pod.
+    let deployment = render(&[], &[]);
+    assert_eq!(
+        pod["spec"]["securityContext"],
+        deployment.one("Deployment")["spec"]["template"]["spec"]["securityContext"]
+    );
+    assert_eq!(
+        container["securityContext"],
+        deployment.container()["securityContext"]
+    );
+
+    // Its identity may create ConfigMaps (only the dry run uses it), and exists only during
+    // the test, whatever its result.
+    let account = tests.one("ServiceAccount");
+    assert_eq!(pod["spec"]["serviceAccountName"], account["metadata"]["name"]);
+    let role = tests.one("ClusterRole");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}])
+    );
+    let binding = tests.one("ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}])
+    );
+    for object in [account, role, binding] {
+        let annotations = &object["metadata"]["annotations"];
+        assert_eq!(annotations["helm.sh/hook-weight"], "-1", "{object}");
+        assert_eq!(
+            annotations["helm.sh/hook-delete-policy"],
+            "before-hook-creation,hook-succeeded,hook-failed",
+            "{object}"
+        );
+    }
+    assert_eq!(tests.0.len(), 4, "{:?}", tests.kinds());
+
+    // Another webhook name is the denial looked for; a release install never has these objects.
+    let renamed = render_tests(&["helmTest.namespace=prod-a", "webhook.name=gate.example.com"]);
+    let env = &renamed.one("Pod")["spec"]["containers"][0]["env"];
+    assert!(env.to_string().contains("gate.example.com"), "{env}");
+    let install = render(&[], &["helmTest.namespace=payments"]);
+    assert!(install.all("Pod").is_empty(), "{:?}", install.kinds());
+}
+
+#[test]
 fn one_replica_gets_no_disruption_budget() {
     let manifests = render(&[], &["replicaCount=1"]);
     assert!(manifests.all("PodDisruptionBudget").is_empty());
