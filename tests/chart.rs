@@ -1448,3 +1448,165 @@ fn the_records_webhook_guards_every_namespace_but_never_driftgates_own_writes() 
     assert_eq!(args[at + 1], "0s");
     assert_eq!(named.records_webhook()["failurePolicy"], "Ignore");
 }
+
+// The e2e harness's real etcd, kube-apiserver and kube-controller-manager, for what only a real
+// `helm install`/`helm upgrade` shows.
+#[path = "e2e/harness/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod harness;
+
+/// helm against the harness's API server as `kubeconfig`'s identity.
+fn run_helm_on(kubeconfig: &Path, args: &[&str]) -> Output {
+    let mut all = args.to_vec();
+    let kubeconfig = kubeconfig.display().to_string();
+    all.extend(["--kubeconfig", &kubeconfig]);
+    run_helm(&all)
+}
+
+/// The CRD as the API server stores it.
+fn stored_crd(control_plane: &harness::ControlPlane) -> Value {
+    let out = control_plane
+        .kubectl(
+            harness::ADMIN,
+            &[
+                "get",
+                "crd",
+                "backportrequirements.driftgate.dev",
+                "-o",
+                "json",
+            ],
+        )
+        .ok();
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+fn printer_columns(crd: &Value) -> Vec<&str> {
+    crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| str(&c["name"]))
+        .collect()
+}
+
+#[test]
+fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
+    const UPGRADE_RELEASE: &str = "upgrade";
+    const UPGRADE_NAMESPACE: &str = "driftgate-upgrade";
+    harness::install_crypto_provider();
+    let control_plane = harness::control_plane();
+    let admin = control_plane.kubeconfig(harness::ADMIN);
+    // The ledger flags the chart gives driftgate in this release (who writes records, who may
+    // change their CRD: records.crdAdmins, system:masters by default), so that the records
+    // webhook judges helm's CRD writes as the installed driftgate would.
+    let rendered = render_in(UPGRADE_NAMESPACE, &[], &[]);
+    let args = strings(&rendered.container()["args"]);
+    let ledger_flags = &args[args.iter().position(|a| *a == "--service-account").unwrap()..];
+    let driftgate = harness::Driftgate::start(
+        "chart-upgrade",
+        &repo().join("policies/example.yaml"),
+        ledger_flags,
+    );
+    let sets = [
+        format!("webhook.url={}", driftgate.webhook_url()),
+        format!("webhook.caBundle={}", encode(driftgate.ca_pem())),
+    ];
+    let helm = |verb: &str, chart: &Path| {
+        let chart = chart.display().to_string();
+        let mut args = vec![verb, UPGRADE_RELEASE, &chart, "--namespace", UPGRADE_NAMESPACE];
+        for set in &sets {
+            args.extend(["--set", set]);
+        }
+        run_helm_on(&admin, &args)
+    };
+    control_plane
+        .kubectl(harness::ADMIN, &["create", "namespace", UPGRADE_NAMESPACE])
+        .ok();
+
+    // The chart's previous release, whose CRD had no Expires column.
+    let dir = TempDir::new("previous-chart");
+    let previous = dir.path().join("driftgate");
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(chart())
+        .arg(&previous)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let crd_file = previous.join(CRD_FILE);
+    let crd = std::fs::read_to_string(&crd_file).unwrap();
+    let expires = "    - jsonPath: .spec.window.expiresAt\n      name: Expires\n      type: string\n";
+    assert!(crd.contains(expires));
+    std::fs::write(&crd_file, crd.replace(expires, "")).unwrap();
+
+    // The harness applied the CRD as a chart with crds/ did: helm refuses to take it over
+    // until it carries the release's ownership (the README's upgrade note), which anyone may
+    // add (the records webhook lets label and annotation changes through).
+    let out = helm("install", &previous);
+    assert!(!out.status.success(), "helm install took over an unowned CRD");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("backportrequirements.driftgate.dev")
+            && stderr.contains("invalid ownership metadata"),
+        "{stderr}"
+    );
+    let crd_name = "crd/backportrequirements.driftgate.dev";
+    control_plane
+        .kubectl(
+            harness::ADMIN,
+            &["label", crd_name, "app.kubernetes.io/managed-by=Helm"],
+        )
+        .ok();
+    let release_name = format!("meta.helm.sh/release-name={UPGRADE_RELEASE}");
+    let release_namespace = format!("meta.helm.sh/release-namespace={UPGRADE_NAMESPACE}");
+    control_plane
+        .kubectl(
+            harness::ADMIN,
+            &["annotate", crd_name, &release_name, &release_namespace],
+        )
+        .ok();
+
+    let out = helm("install", &previous);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stored = stored_crd(control_plane);
+    assert!(
+        !printer_columns(&stored).contains(&"Expires"),
+        "{:?}",
+        printer_columns(&stored)
+    );
+    assert_eq!(
+        stored["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+
+    // The upgrade brings the CRD to the chart's, through driftgate's records webhook (helm runs
+    // as a system:masters identity, a CRD admin).
+    let out = helm("upgrade", &chart());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stored = stored_crd(control_plane);
+    let printed: Value = serde_saphyr::from_str(&driftgate_crd()).unwrap();
+    assert_eq!(printer_columns(&stored), printer_columns(&printed));
+    assert_eq!(
+        stored["spec"]["versions"][0]["schema"],
+        printed["spec"]["versions"][0]["schema"]
+    );
+    assert!(
+        driftgate.reviews() > 0.0,
+        "driftgate judged none of helm's writes: {}",
+        driftgate.log_tail(20)
+    );
+
+    // Uninstalling removes the webhook and driftgate's objects, never the CRD (and the records).
+    let out = run_helm_on(
+        &admin,
+        &["uninstall", UPGRADE_RELEASE, "--namespace", UPGRADE_NAMESPACE],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("backportrequirements.driftgate.dev"));
+    assert_eq!(printer_columns(&stored_crd(control_plane)), printer_columns(&printed));
+    let out = control_plane.kubectl(
+        harness::ADMIN,
+        &["get", "validatingwebhookconfiguration", "upgrade-driftgate"],
+    );
+    assert!(!out.success(), "the webhook outlived helm uninstall");
+}
