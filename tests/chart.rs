@@ -726,7 +726,10 @@ fn the_pod_is_cluster_critical_and_its_security_contexts_can_be_overridden() {
 #[test]
 fn the_network_policy_lets_only_the_listed_peers_reach_the_ports() {
     for file in VALUES_FILES {
-        assert!(render(&[file], &[]).all("NetworkPolicy").is_empty(), "{file}");
+        assert!(
+            render(&[file], &[]).all("NetworkPolicy").is_empty(),
+            "{file}"
+        );
     }
     let manifests = render(
         &[],
@@ -837,7 +840,10 @@ fn helm_test_expects_a_dry_run_write_in_a_guarded_namespace_to_be_denied() {
     // Its identity may create ConfigMaps (only the dry run uses it), and exists only during
     // the test, whatever its result.
     let account = tests.one("ServiceAccount");
-    assert_eq!(pod["spec"]["serviceAccountName"], account["metadata"]["name"]);
+    assert_eq!(
+        pod["spec"]["serviceAccountName"],
+        account["metadata"]["name"]
+    );
     let role = tests.one("ClusterRole");
     assert_eq!(
         role["rules"],
@@ -1452,7 +1458,7 @@ fn the_records_webhook_guards_every_namespace_but_never_driftgates_own_writes() 
 // The e2e harness's real etcd, kube-apiserver and kube-controller-manager, for what only a real
 // `helm install`/`helm upgrade` shows.
 #[path = "e2e/harness/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod harness;
 
 /// helm against the harness's API server as `kubeconfig`'s identity.
@@ -1489,23 +1495,52 @@ fn printer_columns(crd: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// The tests that install the chart take turns: each release's gate refuses writes in the
+/// other's namespace while its own driftgate is stopped.
+fn one_release_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CLUSTER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A copy of the chart at `dir/driftgate`.
+fn chart_copy(dir: &TempDir) -> PathBuf {
+    let copy = dir.path().join("driftgate");
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(chart())
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    copy
+}
+
+/// The arguments the chart gives `driftgate serve` from `--service-account` on (who writes
+/// records, their retention, who may change their CRD) for a release in `namespace`.
+fn ledger_flags(namespace: &str, sets: &[&str]) -> Vec<String> {
+    let rendered = render_in(namespace, &[], sets);
+    let args = strings(&rendered.container()["args"]);
+    let at = args.iter().position(|a| *a == "--service-account").unwrap();
+    args[at..].iter().map(|a| (*a).to_owned()).collect()
+}
+
 #[test]
 fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
     const UPGRADE_RELEASE: &str = "upgrade";
     const UPGRADE_NAMESPACE: &str = "driftgate-upgrade";
+    let _turn = one_release_at_a_time();
     harness::install_crypto_provider();
     let control_plane = harness::control_plane();
     let admin = control_plane.kubeconfig(harness::ADMIN);
     // The ledger flags the chart gives driftgate in this release (who writes records, who may
     // change their CRD: records.crdAdmins, system:masters by default), so that the records
     // webhook judges helm's CRD writes as the installed driftgate would.
-    let rendered = render_in(UPGRADE_NAMESPACE, &[], &[]);
-    let args = strings(&rendered.container()["args"]);
-    let ledger_flags = &args[args.iter().position(|a| *a == "--service-account").unwrap()..];
+    let flags = ledger_flags(UPGRADE_NAMESPACE, &[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let driftgate = harness::Driftgate::start(
         "chart-upgrade",
         &repo().join("policies/example.yaml"),
-        ledger_flags,
+        &flags,
     );
     let sets = [
         format!("webhook.url={}", driftgate.webhook_url()),
@@ -1513,7 +1548,13 @@ fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
     ];
     let helm = |verb: &str, chart: &Path| {
         let chart = chart.display().to_string();
-        let mut args = vec![verb, UPGRADE_RELEASE, &chart, "--namespace", UPGRADE_NAMESPACE];
+        let mut args = vec![
+            verb,
+            UPGRADE_RELEASE,
+            &chart,
+            "--namespace",
+            UPGRADE_NAMESPACE,
+        ];
         for set in &sets {
             args.extend(["--set", set]);
         }
@@ -1525,17 +1566,11 @@ fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
 
     // The chart's previous release, whose CRD had no Expires column.
     let dir = TempDir::new("previous-chart");
-    let previous = dir.path().join("driftgate");
-    let out = Command::new("cp")
-        .arg("-a")
-        .arg(chart())
-        .arg(&previous)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let previous = chart_copy(&dir);
     let crd_file = previous.join(CRD_FILE);
     let crd = std::fs::read_to_string(&crd_file).unwrap();
-    let expires = "    - jsonPath: .spec.window.expiresAt\n      name: Expires\n      type: string\n";
+    let expires =
+        "    - jsonPath: .spec.window.expiresAt\n      name: Expires\n      type: string\n";
     assert!(crd.contains(expires));
     std::fs::write(&crd_file, crd.replace(expires, "")).unwrap();
 
@@ -1543,7 +1578,10 @@ fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
     // until it carries the release's ownership (the README's upgrade note), which anyone may
     // add (the records webhook lets label and annotation changes through).
     let out = helm("install", &previous);
-    assert!(!out.status.success(), "helm install took over an unowned CRD");
+    assert!(
+        !out.status.success(),
+        "helm install took over an unowned CRD"
+    );
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("backportrequirements.driftgate.dev")
@@ -1599,14 +1637,423 @@ fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
     // Uninstalling removes the webhook and driftgate's objects, never the CRD (and the records).
     let out = run_helm_on(
         &admin,
-        &["uninstall", UPGRADE_RELEASE, "--namespace", UPGRADE_NAMESPACE],
+        &[
+            "uninstall",
+            UPGRADE_RELEASE,
+            "--namespace",
+            UPGRADE_NAMESPACE,
+        ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("backportrequirements.driftgate.dev"));
-    assert_eq!(printer_columns(&stored_crd(control_plane)), printer_columns(&printed));
+    assert_eq!(
+        printer_columns(&stored_crd(control_plane)),
+        printer_columns(&printed)
+    );
     let out = control_plane.kubectl(
         harness::ADMIN,
         &["get", "validatingwebhookconfiguration", "upgrade-driftgate"],
     );
     assert!(!out.success(), "the webhook outlived helm uninstall");
+}
+
+fn resolve<'a>(schema: &'a Value, node: &'a Value) -> &'a Value {
+    match node["$ref"].as_str() {
+        Some(reference) => {
+            let name = reference
+                .strip_prefix("#/definitions/")
+                .unwrap_or_else(|| panic!("unexpected $ref {reference}"));
+            &schema["definitions"][name]
+        }
+        None => node,
+    }
+}
+
+/// Walks values.yaml and the schema together: every key must be a property of the schema, and
+/// every object the schema describes by its properties must refuse unknown keys. Returns the
+/// paths a reader looks values up by: a structured object's keys, down to free-form values
+/// (lists, maps of labels, resources, securityContexts).
+fn value_paths(
+    schema: &Value,
+    node: &Value,
+    values: &Value,
+    path: &str,
+    problems: &mut Vec<String>,
+    paths: &mut Vec<String>,
+) {
+    let node = resolve(schema, node);
+    for (key, value) in values.as_object().unwrap() {
+        let here = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        let property = &node["properties"][key];
+        if property.is_null() {
+            problems.push(format!("{here} is not in values.schema.json"));
+            continue;
+        }
+        let property = resolve(schema, property);
+        let structured = property["properties"].is_object();
+        if structured && property["additionalProperties"] != false {
+            problems.push(format!(
+                "{here}: the schema lists its keys but accepts others (additionalProperties)"
+            ));
+        }
+        match value.as_object() {
+            Some(map) if structured && !map.is_empty() => {
+                value_paths(schema, property, value, &here, problems, paths)
+            }
+            _ => paths.push(here),
+        }
+    }
+}
+
+fn values_and_schema() -> (Value, Value) {
+    let values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap())
+            .unwrap();
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap())
+            .unwrap();
+    (values, schema)
+}
+
+#[test]
+fn the_values_schema_covers_every_value() {
+    let (values, schema) = values_and_schema();
+    assert_eq!(schema["additionalProperties"], false);
+    let mut problems = Vec::new();
+    let mut paths = Vec::new();
+    value_paths(&schema, &schema, &values, "", &mut problems, &mut paths);
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(paths.len() > 50, "{paths:?}");
+
+    // And the check is a real one: a key the schema lacks, nested or not, is found.
+    let mut extended = values.clone();
+    extended["webhook"]["colour"] = json!("blue");
+    extended["shade"] = json!(1);
+    let mut problems = Vec::new();
+    value_paths(
+        &schema,
+        &schema,
+        &extended,
+        "",
+        &mut problems,
+        &mut Vec::new(),
+    );
+    assert_eq!(
+        problems,
+        [
+            "shade is not in values.schema.json",
+            "webhook.colour is not in values.schema.json",
+        ]
+    );
+}
+
+fn chart_readme() -> String {
+    std::fs::read_to_string(chart().join("README.md")).unwrap()
+}
+
+fn main_readme() -> String {
+    std::fs::read_to_string(repo().join("README.md")).unwrap()
+}
+
+/// A value is documented when the chart's README names its path in backticks, or a line
+/// names its parent (`` `parent.first` ``) and its key (`` `.key` ``), as the values table does
+/// for siblings (`` `certManager.duration`, `.renewBefore` ``).
+fn documented(readme: &str, path: &str) -> bool {
+    if readme.contains(&format!("`{path}`")) {
+        return true;
+    }
+    let Some((parent, key)) = path.rsplit_once('.') else {
+        return false;
+    };
+    readme
+        .lines()
+        .any(|line| line.contains(&format!("`{parent}.")) && line.contains(&format!("`.{key}`")))
+}
+
+/// The `driftgate_*` names registered in src/metrics.rs.
+fn registered_metrics() -> Vec<String> {
+    let source = std::fs::read_to_string(repo().join("src/metrics.rs")).unwrap();
+    source
+        .split("register(")
+        .skip(1)
+        .filter_map(|rest| {
+            let rest = rest.trim_start().strip_prefix('"')?;
+            Some(format!("driftgate_{}", &rest[..rest.find('"')?]))
+        })
+        .collect()
+}
+
+/// The rows of the Markdown table under `heading` (to the next heading), as the backticked
+/// words of each cell.
+fn table_rows(readme: &str, heading: &str) -> Vec<Vec<Vec<String>>> {
+    let start = readme
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no {heading} in the README"));
+    let section = &readme[start + heading.len() + 2..];
+    let section = &section[..section.find("\n#").unwrap_or(section.len())];
+    section
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("| ---"))
+        .skip(1)
+        .map(|row| {
+            row.trim_matches('|')
+                .split(" | ")
+                .map(|cell| {
+                    cell.split('`')
+                        .skip(1)
+                        .step_by(2)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_readmes_document_every_value_metric_alert_and_rbac_rule() {
+    let readme = chart_readme();
+    let docs = format!("{readme}\n{}", main_readme());
+
+    let (values, schema) = values_and_schema();
+    let mut paths = Vec::new();
+    value_paths(&schema, &schema, &values, "", &mut Vec::new(), &mut paths);
+    let undocumented: Vec<&String> = paths.iter().filter(|p| !documented(&readme, p)).collect();
+    assert!(
+        undocumented.is_empty(),
+        "values missing from the chart README's table: {undocumented:?}"
+    );
+
+    let registered = registered_metrics();
+    let exported = exported_metrics();
+    assert!(registered.len() >= 19, "{registered:?}");
+    for name in &registered {
+        assert!(
+            exported.contains(name) || exported.contains(&format!("{name}_total")),
+            "{name} is registered but not exported: {exported:?}"
+        );
+    }
+    let undocumented: Vec<&String> = registered
+        .iter()
+        .filter(|name| {
+            !["`", "_total`", "_total{", "{"]
+                .iter()
+                .any(|end| docs.contains(&format!("`{name}{end}")))
+        })
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "metrics in neither README: {undocumented:?}"
+    );
+
+    let manifests = render(&["monitoring-values.yaml"], &[]);
+    let alerts: BTreeSet<String> = manifests.one("PrometheusRule")["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| str(&r["alert"]).to_owned())
+        .collect();
+    let table: BTreeSet<String> = table_rows(&readme, "## Monitoring")
+        .into_iter()
+        .filter_map(|row| row.first()?.first().cloned())
+        .filter(|name| name.starts_with("Driftgate"))
+        .collect();
+    assert_eq!(table, alerts, "the chart README's alert table");
+
+    let mut granted = BTreeSet::new();
+    for rule in render(&[], &[]).one("ClusterRole")["rules"]
+        .as_array()
+        .unwrap()
+    {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    granted.insert(format!("{group}/{resource}:{verb}"));
+                }
+            }
+        }
+    }
+    let mut listed = BTreeSet::new();
+    for row in table_rows(&readme, "## RBAC") {
+        let [groups, resources, verbs, ..] = &row[..] else {
+            panic!("an RBAC row has fewer than three cells: {row:?}");
+        };
+        for group in groups {
+            let group = if group == "\"\"" { "" } else { group.as_str() };
+            for resource in resources {
+                for verb in verbs {
+                    listed.insert(format!("{group}/{resource}:{verb}"));
+                }
+            }
+        }
+    }
+    assert_eq!(listed, granted, "the chart README's RBAC table");
+}
+
+/// The recovery runbook's commands: the `kubectl ...` cells of its table, split as `sh` would
+/// (they quote with single quotes only).
+fn runbook_commands(readme: &str) -> Vec<Vec<String>> {
+    let start = readme
+        .find("## Recovery: driftgate down or wedged")
+        .expect("the README has the recovery runbook");
+    let section = &readme[start..];
+    let section = &section[..section[3..].find("\n## ").unwrap() + 3];
+    section
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .filter_map(|row| {
+            let cell = row.split(" | ").nth(1)?;
+            let command = cell.strip_prefix("`kubectl ")?.strip_suffix('`')?;
+            let mut words = Vec::new();
+            let mut word = String::new();
+            let mut quoted = false;
+            for c in command.chars() {
+                match c {
+                    '\'' => quoted = !quoted,
+                    ' ' if !quoted => words.push(std::mem::take(&mut word)),
+                    c => word.push(c),
+                }
+            }
+            assert!(!quoted, "unbalanced quotes in {command}");
+            words.push(word);
+            Some(words)
+        })
+        .collect()
+}
+
+#[test]
+fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_restores_the_gate() {
+    // The README's own names: release driftgate in driftgate-system, the example policy's
+    // `payments`. The harness already applied driftgate's RBAC (rbac.create=false) and the CRD
+    // (left out of this copy of the chart: the upgrade test's release owns it).
+    let _turn = one_release_at_a_time();
+    harness::install_crypto_provider();
+    let control_plane = harness::control_plane();
+    let admin = control_plane.kubeconfig(harness::ADMIN);
+    let commands = runbook_commands(&chart_readme());
+    assert_eq!(commands.len(), 4, "{commands:?}");
+    let [narrow, fail_open, remove_gate, remove_both] = &commands[..] else {
+        unreachable!()
+    };
+    control_plane.apply(
+        harness::ADMIN,
+        "{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"payments\"}}",
+    );
+    control_plane.apply(
+        harness::ADMIN,
+        &format!(
+            "{{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {{\"name\": \"{NAMESPACE}\"}}}}"
+        ),
+    );
+    let dir = TempDir::new("runbook-chart");
+    let copy = chart_copy(&dir);
+    std::fs::remove_dir_all(copy.join("files/crds")).unwrap();
+    let flags = ledger_flags(NAMESPACE, &[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let driftgate =
+        harness::Driftgate::start("runbook", &repo().join("policies/example.yaml"), &flags);
+    let sets = [
+        format!("webhook.url={}", driftgate.webhook_url()),
+        format!("webhook.caBundle={}", encode(driftgate.ca_pem())),
+        "rbac.create=false".to_owned(),
+    ];
+    let helm = |verb: &str| {
+        let chart = copy.display().to_string();
+        let mut args = vec![verb, RELEASE, &chart, "--namespace", NAMESPACE];
+        for set in &sets {
+            args.extend(["--set", set]);
+        }
+        let out = run_helm_on(&admin, &args);
+        assert!(out.status.success(), "helm {verb}: {}", text(&out.stderr));
+    };
+    // bob is neither Flux nor an opener: driftgate denies his writes in `payments`. A dry run
+    // goes through the webhook and changes nothing.
+    let write = || {
+        control_plane.kubectl(
+            harness::BOB,
+            &[
+                "create",
+                "configmap",
+                "runbook-probe",
+                "--namespace",
+                "payments",
+                "--dry-run=server",
+            ],
+        )
+    };
+    let kubectl = |args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        control_plane.kubectl(harness::ADMIN, &args).ok();
+    };
+    let webhooks = || {
+        let out = control_plane
+            .kubectl(
+                harness::ADMIN,
+                &[
+                    "get",
+                    "validatingwebhookconfiguration",
+                    RELEASE,
+                    "-o",
+                    "jsonpath={.webhooks[*].name} {.webhooks[*].failurePolicy}",
+                ],
+            )
+            .ok();
+        out.stdout
+    };
+    let gate_refuses_while_down = || {
+        let out = write();
+        assert!(!out.success(), "{out:?}");
+        assert!(
+            out.stderr
+                .contains("failed calling webhook \"gate.driftgate.dev\""),
+            "{}",
+            out.stderr
+        );
+    };
+
+    helm("install");
+    let out = write();
+    assert!(
+        !out.success()
+            && out
+                .stderr
+                .contains("admission webhook \"gate.driftgate.dev\" denied the request"),
+        "{out:?}"
+    );
+    // driftgate down: the gate fails closed.
+    drop(driftgate);
+    gate_refuses_while_down();
+
+    // Each step of the runbook unblocks the namespace; helm upgrade puts the gate back whole.
+    for step in [narrow, fail_open, remove_gate] {
+        kubectl(step);
+        let out = write();
+        assert!(out.success(), "after kubectl {}: {out:?}", step.join(" "));
+        helm("upgrade");
+        assert_eq!(
+            webhooks(),
+            "gate.driftgate.dev records.driftgate.dev Fail Fail",
+            "after kubectl {}",
+            step.join(" ")
+        );
+        gate_refuses_while_down();
+    }
+    // Removing the gate left the records webhook alone.
+    kubectl(remove_gate);
+    assert_eq!(webhooks(), "records.driftgate.dev Fail");
+    helm("upgrade");
+    kubectl(remove_both);
+    assert!(write().success());
+    let out = control_plane.kubectl(
+        harness::ADMIN,
+        &["get", "validatingwebhookconfiguration", RELEASE],
+    );
+    assert!(!out.success(), "{out:?}");
+
+    let out = run_helm_on(&admin, &["uninstall", RELEASE, "--namespace", NAMESPACE]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
