@@ -1546,7 +1546,7 @@ fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
         format!("webhook.url={}", driftgate.webhook_url()),
         format!("webhook.caBundle={}", encode(driftgate.ca_pem())),
     ];
-    let helm = |verb: &str, chart: &Path| {
+    let helm_as = |kubeconfig: &Path, verb: &str, chart: &Path| {
         let chart = chart.display().to_string();
         let mut args = vec![
             verb,
@@ -1558,8 +1558,9 @@ fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
         for set in &sets {
             args.extend(["--set", set]);
         }
-        run_helm_on(&admin, &args)
+        run_helm_on(kubeconfig, &args)
     };
+    let helm = |verb: &str, chart: &Path| helm_as(&admin, verb, chart);
     control_plane
         .kubectl(harness::ADMIN, &["create", "namespace", UPGRADE_NAMESPACE])
         .ok();
@@ -1616,6 +1617,21 @@ fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
         stored["metadata"]["annotations"]["helm.sh/resource-policy"],
         "keep"
     );
+
+    // An identity RBAC lets change CRDs but that is no CRD admin (as Flux's helm-controller is
+    // unless records.crdAdmins names it) cannot upgrade a release whose CRD changed.
+    let flux = control_plane.kubeconfig(harness::FLUX);
+    let out = helm_as(&flux, "upgrade", &chart());
+    assert!(
+        !out.status.success(),
+        "a CRD change by a non-admin was admitted"
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("admission webhook \"records.driftgate.dev\" denied the request"),
+        "{stderr}"
+    );
+    assert!(!printer_columns(&stored_crd(control_plane)).contains(&"Expires"));
 
     // The upgrade brings the CRD to the chart's, through driftgate's records webhook (helm runs
     // as a system:masters identity, a CRD admin).
