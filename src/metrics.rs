@@ -30,6 +30,16 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    /// Where policies come from: `file` (the `--policy` path: a file, a directory or a
+    /// ConfigMap mount).
+    pub source: String,
+}
+
+/// The `source` of the `--policy` path in `driftgate_policy_valid`.
+pub const FILE_SOURCE: &str = "file";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: String,
 }
@@ -46,6 +56,8 @@ pub struct Metrics {
     pub events_dropped: Family<ReasonLabels, Counter>,
     pub policy_reloads: Family<ResultLabels, Counter>,
     pub policy_last_reload: Gauge<f64, AtomicU64>,
+    /// 1 while a source's current content loaded, 0 while it is refused (whatever still serves).
+    pub policy_valid: Family<SourceLabels, Gauge>,
     pub tls_reloads: Family<ResultLabels, Counter>,
     pub parent_lookups: Family<ResultLabels, Counter>,
     /// 1 when the namespace cache is synced and trusted.
@@ -123,6 +135,16 @@ impl Metrics {
             "Unix time of the last successful policy load",
             policy_last_reload.clone(),
         );
+        let policy_valid = Family::<SourceLabels, Gauge>::default();
+        registry.register(
+            "policy_valid",
+            "1 while the policy source's current content is valid, 0 while it is refused (the last good policy, if any, keeps serving)",
+            policy_valid.clone(),
+        );
+        // 0 until the first load says otherwise: an alert on 0 must not miss a bad start.
+        let _ = policy_valid.get_or_create(&SourceLabels {
+            source: FILE_SOURCE.to_owned(),
+        });
         let tls_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "tls_reloads",
@@ -223,6 +245,7 @@ impl Metrics {
             events_dropped,
             policy_reloads,
             policy_last_reload,
+            policy_valid,
             tls_reloads,
             parent_lookups,
             namespace_cache_ready,
@@ -244,6 +267,15 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+
+    /// Sets `driftgate_policy_valid{source}`.
+    pub fn set_policy_valid(&self, source: &str, valid: bool) {
+        self.policy_valid
+            .get_or_create(&SourceLabels {
+                source: source.to_owned(),
+            })
+            .set(i64::from(valid));
     }
 
     pub fn count_result(family: &Family<ResultLabels, Counter>, ok: bool) {
@@ -283,6 +315,7 @@ mod tests {
             "driftgate_tls_reloads_total{result=\"success\"} 0",
             "driftgate_events_dropped_total{reason=\"queue_full\"} 0",
             "driftgate_break_glass_windows_open",
+            "driftgate_policy_valid{source=\"file\"} 0",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

@@ -21,7 +21,7 @@ use crate::ledger::service::{Ledger, Upkeep};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::server::connections::ConnectionLimit;
-use crate::server::reload::spawn_policy_reloader;
+use crate::server::reload::{PolicyStatus, load_at_start, spawn_policy_reloader};
 use crate::server::tls::{
     TlsFiles, install_crypto_provider, load_rustls_config, spawn_tls_reloader,
 };
@@ -312,12 +312,11 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let metrics = Arc::new(Metrics::new());
     let shutdown = CancellationToken::new();
 
-    let initial = PolicySet::load(&settings.policy)?;
-    let policies = Arc::new(ArcSwap::from_pointee(initial));
-    Metrics::count_result(&metrics.policy_reloads, true);
-    metrics
-        .policy_last_reload
-        .set(jiff::Timestamp::now().as_millisecond() as f64 / 1000.0);
+    // A bad policy leaves the process up and not ready, polling the file (never a crash loop):
+    // until it loads, the set is empty and every review is answered 503 (see reload.rs).
+    let policies = Arc::new(ArcSwap::from_pointee(PolicySet::default()));
+    let policy_status = Arc::new(PolicyStatus::default());
+    let seen = load_at_start(settings.policy.clone(), &policies, &policy_status, &metrics);
 
     let tls_config = load_rustls_config(&settings.tls).await?;
     let client = kube_client(&args).await?;
@@ -382,6 +381,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             events,
             metrics.clone(),
         )
+        .with_policy_status(policy_status.clone())
         .with_ledger(ledger)
         .with_resources(resources)
         .with_body_budget(args.max_body_bytes_in_flight),
@@ -389,8 +389,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
 
     let force_reload = Arc::new(Notify::new());
     tasks.push(spawn_policy_reloader(
-        settings.policy.clone(),
+        seen,
         policies.clone(),
+        policy_status,
         args.reload_interval,
         force_reload.clone(),
         metrics.clone(),

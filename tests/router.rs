@@ -13,7 +13,7 @@ use driftgate::events::EventSink;
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;
-use driftgate::server::reload::reload_now;
+use driftgate::server::reload::{PolicyStatus, load_at_start, reload_now};
 use driftgate::server::{AppState, MAX_BODY_BYTES, admin_router, router};
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -237,7 +237,13 @@ async fn a_bad_reload_keeps_the_last_good_policy_and_readiness() {
 
     // An invalid edit is refused; the old policy keeps deciding and the pod stays ready.
     std::fs::write(&policy, "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: x}\nspec: {namespaces: {include: []}}\n").unwrap();
-    let errors = reload_now(&dir, &h.state.policies, &h.state.metrics).unwrap_err();
+    let errors = reload_now(
+        &dir,
+        &h.state.policies,
+        &h.state.policy_status,
+        &h.state.metrics,
+    )
+    .unwrap_err();
     assert!(
         errors
             .to_string()
@@ -249,11 +255,20 @@ async fn a_bad_reload_keeps_the_last_good_policy_and_readiness() {
             ["allowed"],
         false
     );
-    assert_eq!(get(&h.admin, "/readyz").await.0, StatusCode::OK);
+    let (status, body) = get(&h.admin, "/readyz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body.contains("policy.yaml:4: spec.namespaces.include"),
+        "{body}"
+    );
     let (_, metrics) = get(&h.admin, "/metrics").await;
     assert!(
         metrics.contains("driftgate_policy_reloads_total{result=\"failure\"} 1"),
         "{metrics}"
+    );
+    assert!(
+        metrics.contains("driftgate_policy_valid{source=\"file\"} 0"),
+        "the gauge stays 0 while the bad content stays:\n{metrics}"
     );
 
     // A valid edit that stops guarding prod-payments takes effect at once.
@@ -262,12 +277,105 @@ async fn a_bad_reload_keeps_the_last_good_policy_and_readiness() {
         .replace("\"prod-*\", ", "");
     std::fs::write(&policy, relaxed).unwrap();
     assert_eq!(
-        reload_now(&dir, &h.state.policies, &h.state.metrics).unwrap(),
+        reload_now(
+            &dir,
+            &h.state.policies,
+            &h.state.policy_status,
+            &h.state.metrics,
+        )
+        .unwrap(),
         2
     );
     let answer: Value = serde_json::from_slice(&post(&h.webhook, edit).await.1).unwrap();
     assert_eq!(answer["response"]["allowed"], true);
     assert_eq!(answer["response"]["auditAnnotations"]["rule"], "OutOfScope");
+    assert_eq!(get(&h.admin, "/readyz").await.1, "ok: 2 policies loaded\n");
+    let (_, metrics) = get(&h.admin, "/metrics").await;
+    assert!(
+        metrics.contains("driftgate_policy_valid{source=\"file\"} 1"),
+        "{metrics}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A policy bad from the start: nothing to decide with. Not ready, with the problem; every
+/// review (guarded or not: which are guarded is what the policy would say) answered 503 with
+/// a Status the API server passes on; once the file is fixed, ready and deciding.
+#[tokio::test]
+async fn a_policy_bad_from_the_start_leaves_it_unready_until_fixed() {
+    let dir = std::env::temp_dir().join(format!("driftgate-router-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: x}\nspec: {namespaces: {include: []}}\n").unwrap();
+    let h = harness();
+    let status = Arc::new(PolicyStatus::default());
+    // A state as `serve` builds it: an empty set until the file loads.
+    let state = Arc::new(
+        AppState::new(
+            Arc::new(ArcSwap::from_pointee(PolicySet::default())),
+            NamespaceCache::disabled(),
+            ParentLookup::new(None, Duration::from_secs(1), h.state.metrics.clone()),
+            h.state.events.clone(),
+            h.state.metrics.clone(),
+        )
+        .with_policy_status(status.clone()),
+    );
+    let (webhook, admin) = (
+        router(state.clone(), Duration::from_secs(4)),
+        admin_router(state.clone()),
+    );
+    load_at_start(dir.clone(), &state.policies, &status, &state.metrics);
+
+    let (code, body) = get(&admin, "/readyz").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        body.contains("no valid policy") && body.contains("policy.yaml:4: spec.namespaces.include"),
+        "{body}"
+    );
+    for name in [
+        "kubectl-edit.json",
+        "flux-ssa-update.json",
+        "status-update.json",
+    ] {
+        let (code, answer) = post(&webhook, fixture(name)).await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{name}");
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(answer["kind"], "Status", "{name}: {answer}");
+        assert_eq!(answer["code"], 503, "{name}");
+        let message = answer["message"].as_str().unwrap();
+        assert!(
+            message.contains("no valid policy")
+                && message.contains("policy.yaml:4: spec.namespaces.include"),
+            "{name}: {message}"
+        );
+    }
+    let (_, metrics) = get(&admin, "/metrics").await;
+    assert!(
+        metrics.contains("driftgate_policy_valid{source=\"file\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("driftgate_admission_reviews_total{decision=\"unavailable\",rule=\"\",policy=\"\",operation=\"\"} 3"),
+        "{metrics}"
+    );
+
+    std::fs::copy("policies/example.yaml", &policy).unwrap();
+    assert_eq!(
+        reload_now(&dir, &state.policies, &status, &state.metrics).unwrap(),
+        2
+    );
+    assert_eq!(
+        get(&admin, "/readyz").await,
+        (StatusCode::OK, "ok: 2 policies loaded\n".to_owned())
+    );
+    let (code, answer) = post(&webhook, fixture("kubectl-edit.json")).await;
+    assert_eq!(code, StatusCode::OK);
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    assert_eq!(
+        answer["response"]["auditAnnotations"]["rule"],
+        "NotPermitted"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::webhook::{
-    BIN, Server, admin_get, allowed, connect, fixture, free_port, install_provider, read_response,
-    send_review, start, start_logging,
+    BIN, Options, Server, Stderr, admin_get, allowed, connect, fixture, free_port,
+    install_provider, read_response, send_review, spawn_with, start, start_logging,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -101,6 +101,97 @@ async fn policy_edits_reload_and_bad_ones_are_refused_while_serving() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A policy bad from the start does not stop the process (a pod would crash-loop): it stays
+/// up and not ready, says why in its log and in /readyz, answers reviews 503 with the reason,
+/// and is ready and deciding once the file is fixed, without a restart.
+#[tokio::test]
+async fn a_bad_policy_at_start_leaves_it_running_unready_until_the_file_is_fixed() {
+    install_provider();
+    let bad = "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: x}\nspec: {namespaces: {include: []}}\n";
+    let mut server = spawn_with(
+        "badstart",
+        Options::default().policy(bad).log("info", Stderr::File),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let readyz = loop {
+        if let Ok(answer) = admin_get(server.admin, "/readyz") {
+            break answer;
+        }
+        assert!(
+            server.child.try_wait().unwrap().is_none(),
+            "serve exited:\n{}",
+            server.log()
+        );
+        assert!(Instant::now() < deadline, "no /readyz:\n{}", server.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(readyz.0, 503, "{readyz:?}");
+    assert!(
+        readyz
+            .1
+            .contains("example.yaml:4: spec.namespaces.include:"),
+        "{readyz:?}"
+    );
+    let log = server.log();
+    assert!(
+        log.contains("no valid policy loaded yet")
+            && log.contains("line=4 field=spec.namespaces.include"),
+        "{log}"
+    );
+    assert!(
+        server
+            .metrics()
+            .contains("driftgate_policy_valid{source=\"file\"} 0")
+    );
+
+    let mut stream = connect(&server).await;
+    for name in ["kubectl-edit.json", "flux-ssa-update.json"] {
+        let (status, body) = send_review(&mut stream, &fixture(name)).await.unwrap();
+        assert_eq!(status, 503, "{name}");
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["kind"], "Status", "{body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("example.yaml:4: spec.namespaces.include:"),
+            "{body}"
+        );
+    }
+    // Still running after a few reload intervals of the same bad file.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "{}",
+        server.log()
+    );
+    assert_eq!(admin_get(server.admin, "/readyz").unwrap().0, 503);
+
+    let tmp = server.dir.join("policies/.tmp");
+    std::fs::copy("policies/example.yaml", &tmp).unwrap();
+    std::fs::rename(&tmp, server.policy_file()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while admin_get(server.admin, "/readyz").unwrap().0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "not ready after the fix:\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, body) = send_review(&mut stream, &fixture("kubectl-edit.json"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(!allowed(&body));
+    assert!(
+        server
+            .metrics()
+            .contains("driftgate_policy_valid{source=\"file\"} 1")
+    );
+    assert!(server.child.try_wait().unwrap().is_none());
 }
 
 #[tokio::test]

@@ -70,6 +70,23 @@ pub struct RecordedWindow {
     pub label_value: String,
 }
 
+impl RecordedWindow {
+    /// Who opened the window, as messages quote it: escaped and bounded (client text).
+    pub fn opener_words(&self) -> std::borrow::Cow<'_, str> {
+        let opener = self
+            .opener
+            .as_deref()
+            .unwrap_or("someone driftgate did not see");
+        crate::text::echo(opener, crate::text::MAX_NAME_CHARS)
+    }
+
+    /// Why, as messages quote it: escaped and bounded (client text).
+    pub fn reason_words(&self) -> std::borrow::Cow<'_, str> {
+        let reason = self.reason.as_deref().unwrap_or("");
+        crate::text::echo(reason, crate::text::MAX_REASON_CHARS)
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordedChange {

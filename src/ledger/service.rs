@@ -25,6 +25,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -82,6 +83,8 @@ struct Connected {
     client: kube::Client,
     store: Store<BackportRequirement>,
     ready: AtomicBool,
+    /// Notified once, when the records first sync.
+    synced: Notify,
     events: EventSink,
     metrics: Arc<Metrics>,
     /// The policies being served: the expiry check and the gauges look only at records in
@@ -234,6 +237,7 @@ impl Ledger {
             client: client.clone(),
             store,
             ready: AtomicBool::new(false),
+            synced: Notify::new(),
             events,
             metrics: metrics.clone(),
             policies,
@@ -258,10 +262,16 @@ impl Ledger {
                     result = &mut ready, if !synced => {
                         synced = true;
                         if result.is_ok() {
+                            // The gauges are the records' before readiness, so a restarted
+                            // driftgate never reports 0 while records are pending.
+                            watch.refresh_gauges();
                             watch.ready.store(true, Ordering::Relaxed);
+                            watch.synced.notify_one();
                         }
                     }
                     item = stream.next() => match item {
+                        // A record changed: the gauges follow at once, not at the next check.
+                        Some(Ok(_)) if synced => watch.refresh_gauges(),
                         Some(Ok(_)) => {}
                         Some(Err(error)) => tracing::warn!(%error, "watching BackportRequirements failed; retrying"),
                         None => return,
@@ -271,6 +281,12 @@ impl Ledger {
         });
         let expiry = connected.clone();
         let expiry_task = tokio::spawn(async move {
+            // The first check right after the records sync: windows that ended while driftgate
+            // was down are noticed at start, not one interval later.
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = expiry.synced.notified() => {}
+            }
             let mut ticker = tokio::time::interval(upkeep.expiry_interval);
             // A tick missed while a check ran long is not made up in a burst.
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -851,13 +867,8 @@ impl Connected {
                     namespace,
                     record.name_any(),
                     fields.join(", "),
-                    record
-                        .spec
-                        .window
-                        .opener
-                        .as_deref()
-                        .unwrap_or("someone driftgate did not see"),
-                    record.spec.window.reason.as_deref().unwrap_or(""),
+                    record.spec.window.opener_words(),
+                    record.spec.window.reason_words(),
                     verdict.policy,
                     record.name_any(),
                     namespace,
@@ -889,13 +900,8 @@ impl Connected {
         controller_user: &str,
         now: Timestamp,
     ) {
-        let opener = record
-            .spec
-            .window
-            .opener
-            .clone()
-            .unwrap_or_else(|| "someone driftgate did not see".into());
-        let reason = record.spec.window.reason.clone().unwrap_or_default();
+        let opener = record.spec.window.opener_words().into_owned();
+        let reason = record.spec.window.reason_words().into_owned();
         let (phase, why, fields, event) = match evidence {
             Evidence::Backported => (
                 Phase::Backported,
@@ -1074,13 +1080,8 @@ impl Connected {
         if written.is_some() {
             let note = format!(
                 "The break-glass window opened by {} (reason \"{}\") expired at {}; {} change(s) made in it must be backported to Git, or the controller will revert them. Record {}.",
-                record
-                    .spec
-                    .window
-                    .opener
-                    .as_deref()
-                    .unwrap_or("someone driftgate did not see"),
-                record.spec.window.reason.as_deref().unwrap_or(""),
+                record.spec.window.opener_words(),
+                record.spec.window.reason_words(),
                 human_utc(record.spec.window.expires_at.0),
                 record.spec.changes.len(),
                 record.name_any(),
@@ -1104,25 +1105,54 @@ impl Connected {
         Ok(written)
     }
 
+    /// Sets the gauges from the records (the thin sink of [`record_gauges`]).
     fn refresh_gauges(&self) {
-        let now = Timestamp::now();
-        let records = self.managed_records();
-        let open = records
-            .iter()
-            .filter(|r| phase_of(r) == Phase::Open && r.spec.window.expires_at.0 > now)
-            .count();
-        let pending: Vec<_> = records
-            .iter()
-            .filter(|r| phase_of(r) == Phase::AwaitingBackport)
-            .collect();
-        let oldest = pending
-            .iter()
-            .filter_map(|r| phase_since(r))
-            .map(|since| (now - since).get_seconds() as f64)
-            .fold(0.0, f64::max);
-        self.metrics.break_glass_windows_open.set(open as i64);
-        self.metrics.backport_pending.set(pending.len() as i64);
-        self.metrics.backport_oldest_pending_seconds.set(oldest);
+        let gauges = record_gauges(&self.managed_records(), Timestamp::now());
+        self.metrics
+            .break_glass_windows_open
+            .set(gauges.windows_open as i64);
+        self.metrics.backport_pending.set(gauges.pending as i64);
+        self.metrics
+            .backport_oldest_pending_seconds
+            .set(gauges.oldest_pending_seconds);
+    }
+}
+
+/// What the gauges derived from records say.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RecordGauges {
+    /// Records whose window is open now.
+    pub windows_open: usize,
+    /// Records awaiting backport: AwaitingBackport, or Open with their window ended (the
+    /// expiry check has not moved them yet, e.g. when the window ended while driftgate was down).
+    pub pending: usize,
+    /// The age of the oldest pending record, since it began awaiting; 0 without one.
+    pub oldest_pending_seconds: f64,
+}
+
+/// The gauges from the records alone: nothing kept in memory, so a restart changes nothing.
+pub fn record_gauges(records: &[Arc<BackportRequirement>], now: Timestamp) -> RecordGauges {
+    let windows_open = records
+        .iter()
+        .filter(|r| phase_of(r) == Phase::Open && r.spec.window.expires_at.0 > now)
+        .count();
+    let pending: Vec<_> = records
+        .iter()
+        .filter(|r| match phase_of(r) {
+            Phase::AwaitingBackport => true,
+            Phase::Open => r.spec.window.expires_at.0 <= now,
+            _ => false,
+        })
+        .collect();
+    let oldest_pending_seconds = pending
+        .iter()
+        .filter_map(|r| awaiting_since(r, now))
+        .map(|since| (now - since).get_seconds() as f64)
+        .fold(0.0, f64::max);
+    RecordGauges {
+        windows_open,
+        pending: pending.len(),
+        oldest_pending_seconds,
     }
 }
 
@@ -1302,6 +1332,48 @@ mod tests {
             ..BackportStatus::default()
         });
         record
+    }
+
+    #[test]
+    fn gauges_come_from_the_records_alone() {
+        // settled() records' windows end at 2026-11-30T09:00:00Z.
+        let records: Vec<Arc<BackportRequirement>> = [
+            settled(Phase::Open, "2026-11-30T08:50:00Z"),
+            settled(Phase::AwaitingBackport, "2026-11-29T09:00:00Z"),
+            settled(Phase::Backported, "2026-11-29T09:00:00Z"),
+            settled(Phase::Resolved, "2026-11-29T09:00:00Z"),
+        ]
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+        let before_end: Timestamp = "2026-11-30T08:59:00Z".parse().unwrap();
+        assert_eq!(
+            record_gauges(&records, before_end),
+            RecordGauges {
+                windows_open: 1,
+                pending: 1,
+                oldest_pending_seconds: 86_340.0,
+            }
+        );
+        // The window ended and no expiry check has run (driftgate was down): pending since
+        // its end, beside the record already awaiting.
+        let after_end: Timestamp = "2026-11-30T09:01:00Z".parse().unwrap();
+        assert_eq!(
+            record_gauges(&records, after_end),
+            RecordGauges {
+                windows_open: 0,
+                pending: 2,
+                oldest_pending_seconds: 86_460.0,
+            }
+        );
+        assert_eq!(
+            record_gauges(&records[2..], after_end),
+            RecordGauges {
+                windows_open: 0,
+                pending: 0,
+                oldest_pending_seconds: 0.0,
+            }
+        );
     }
 
     #[test]

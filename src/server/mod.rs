@@ -36,6 +36,7 @@ use crate::policy::PolicySet;
 use crate::review::{Envelope, Review, SHALLOW_DEPTH, Unreadable, parse_envelope, stack_for};
 use crate::text::{MAX_NAME_CHARS, echo};
 use connections::BodyBudget;
+use reload::PolicyStatus;
 use windows::WindowTracker;
 
 /// Large enough for a review carrying two objects (old and new) at the API server's limit for
@@ -57,6 +58,8 @@ pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 pub struct AppState {
     /// Swapped whole on reload: a review sees one policy set from start to end.
     pub policies: Arc<ArcSwap<PolicySet>>,
+    /// Whether `policies` holds a valid set at all (not when the policy was bad from the start).
+    pub policy_status: Arc<PolicyStatus>,
     pub namespaces: NamespaceCache,
     pub parents: ParentLookup,
     /// Kinds and status subresources from API discovery; disabled without a cluster.
@@ -89,6 +92,7 @@ impl AppState {
         AppState {
             body_budget,
             policies,
+            policy_status: Arc::new(PolicyStatus::valid()),
             namespaces,
             parents,
             resources: ResourceCatalog::disabled(),
@@ -99,6 +103,12 @@ impl AppState {
             clock: Arc::new(Timestamp::now),
             accepting: AtomicBool::new(true),
         }
+    }
+
+    /// The reloader's status of `policies`, when they may not have loaded.
+    pub fn with_policy_status(mut self, status: Arc<PolicyStatus>) -> Self {
+        self.policy_status = status;
+        self
     }
 
     pub fn with_resources(mut self, resources: ResourceCatalog) -> Self {
@@ -180,6 +190,13 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if !state.accepting.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
+    if let Some(problems) = state.policy_status.unavailable() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no valid policy loaded, so no review can be decided:\n{problems}\n"),
+        )
+            .into_response();
+    }
     if !state.namespaces.has_synced() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -194,9 +211,19 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         )
             .into_response();
     }
-    // A failed reload keeps serving the last good policy, so it does not make the pod unready.
+    // A failed reload keeps serving the last good policy, so it does not make the pod unready;
+    // the body says so (and the driftgate_policy_valid gauge, whose alert stays while it does).
     let count = state.policies.load().policies().len();
-    (StatusCode::OK, format!("ok: {count} policies loaded\n")).into_response()
+    match state.policy_status.problems() {
+        None => (StatusCode::OK, format!("ok: {count} policies loaded\n")).into_response(),
+        Some(problems) => (
+            StatusCode::OK,
+            format!(
+                "ok: {count} policies loaded; the policy's current content is refused, the last good one keeps serving:\n{problems}\n"
+            ),
+        )
+            .into_response(),
+    }
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -228,6 +255,42 @@ fn refuse(state: &AppState, status: StatusCode, message: String) -> Response {
         .inc();
     tracing::warn!(error = %message, status = status.as_u16(), "refused a request that is not an AdmissionReview");
     (status, format!("{message}\n")).into_response()
+}
+
+/// The answer while no valid policy has loaded: driftgate cannot tell which writes are
+/// guarded, so it decides none. Admitting would let guarded writes through unseen; refusing
+/// would refuse every write the webhook sees, unguarded ones too. A 503 leaves it to the
+/// webhook's failurePolicy, as if driftgate were down (Fail: refused, with this reason in the
+/// API server's error; Ignore: admitted, as the operator chose). It comes as a metav1 Status,
+/// whose message the API server passes on to the writer (tests/e2e/restart.rs shows it).
+fn no_policy(state: &AppState, problems: &str) -> Response {
+    state
+        .metrics
+        .reviews
+        .get_or_create(&ReviewLabels {
+            decision: "unavailable".into(),
+            rule: String::new(),
+            policy: String::new(),
+            operation: String::new(),
+        })
+        .inc();
+    tracing::warn!("answered a review 503: no valid policy loaded");
+    let message = format!(
+        "driftgate has no valid policy loaded, so it decides no write until its policy is fixed: {}",
+        problems.replace('\n', "; ")
+    );
+    let status = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": "ServiceUnavailable",
+        "code": 503,
+    });
+    // No Retry-After: the API server's client would wait and retry within the webhook's
+    // timeout, and answer the person "context deadline exceeded" instead of the reason.
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(status)).into_response()
 }
 
 fn too_large(state: &AppState, size: &str) -> Response {
@@ -304,6 +367,9 @@ async fn validate(
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = Instant::now();
+    if let Some(problems) = state.policy_status.unavailable() {
+        return no_policy(&state, &problems);
+    }
     let body = match body {
         Ok(body) => body,
         Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {

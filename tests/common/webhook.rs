@@ -52,6 +52,7 @@ pub struct Options {
     stderr: Stderr,
     flags: Vec<(String, String)>,
     open_files: Option<u64>,
+    policy: Option<String>,
 }
 
 impl Default for Options {
@@ -64,6 +65,7 @@ impl Default for Options {
                 .map(|(f, v)| ((*f).to_owned(), (*v).to_owned()))
                 .collect(),
             open_files: None,
+            policy: None,
         }
     }
 }
@@ -80,6 +82,12 @@ impl Options {
     /// shell's `ulimit`, which then `exec`s it: the process id stays the server's).
     pub fn open_files_limit(mut self, limit: u64) -> Self {
         self.open_files = Some(limit);
+        self
+    }
+
+    /// The policy file's text instead of the example policy's.
+    pub fn policy(mut self, text: &str) -> Self {
+        self.policy = Some(text.to_owned());
         self
     }
 
@@ -122,6 +130,22 @@ pub fn start_logging(name: &str, filter: &str) -> Server {
 /// Starts `driftgate serve --no-kube` with the example policy (copied to `dir/policies`) and
 /// development certificates (`dir/certs`), and waits until it is ready.
 pub fn start_with(name: &str, options: Options) -> Server {
+    let server = spawn_with(name, options);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if admin_get(server.admin, "/readyz")
+            .map(|(s, _)| s == 200)
+            .unwrap_or(false)
+        {
+            return server;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("driftgate serve did not become ready");
+}
+
+/// [`start_with`] without waiting for readiness (a server started with a bad policy).
+pub fn spawn_with(name: &str, options: Options) -> Server {
     let dir = std::env::temp_dir().join(format!("driftgate-serve-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("policies")).unwrap();
@@ -130,6 +154,9 @@ pub fn start_with(name: &str, options: Options) -> Server {
         dir.join("policies/example.yaml"),
     )
     .unwrap();
+    if let Some(text) = &options.policy {
+        std::fs::write(dir.join("policies/example.yaml"), text).unwrap();
+    }
     let certs = dir.join("certs");
     let status = Command::new(BIN)
         .args(["certs", "dev", "--out"])
@@ -180,24 +207,13 @@ pub fn start_with(name: &str, options: Options) -> Server {
         Stderr::File => command.stderr(std::fs::File::create(dir.join("stderr.log")).unwrap()),
     };
     let child = command.spawn().unwrap();
-    let server = Server {
+    Server {
         child,
         dir,
         webhook,
         admin,
         ca: certs.join("ca.crt"),
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if admin_get(server.admin, "/readyz")
-            .map(|(s, _)| s == 200)
-            .unwrap_or(false)
-        {
-            return server;
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("driftgate serve did not become ready");
 }
 
 impl Server {

@@ -7,6 +7,7 @@ mod faults;
 mod harness;
 mod ledger;
 mod plugin;
+mod restart;
 mod scenarios;
 mod smoke;
 mod wiring;

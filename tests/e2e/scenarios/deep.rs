@@ -98,17 +98,7 @@ subjects:
 }
 
 fn install_crd() {
-    control_plane().apply(ADMIN, CRD).ok();
-    kubectl(
-        ADMIN,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/widgets.e2e.example.com",
-            "--timeout=30s",
-        ],
-    )
-    .ok();
+    super::establish_crd(CRD, "widgets.e2e.example.com");
 }
 
 /// A deep status written through /status as bob, read back as stored.

@@ -239,8 +239,8 @@ spec:
 /// Installs a CRD, and lets bob and the on-call group edit its objects (as they may edit the
 /// built-in kinds), so that driftgate, not RBAC, decides.
 fn install_crd(manifest: &str, name: &str) {
+    super::establish_crd(manifest, name);
     let control_plane = control_plane();
-    control_plane.apply(ADMIN, manifest);
     let group = name.split_once('.').map_or(name, |(_, group)| group);
     let role = name.replace('.', "-");
     control_plane.apply(
@@ -264,17 +264,6 @@ subjects:
 "
         ),
     );
-    control_plane
-        .kubectl(
-            ADMIN,
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=30s",
-                &format!("crd/{name}"),
-            ],
-        )
-        .ok();
 }
 
 /// `kubectl scale` of a guarded custom resource: the request carries an autoscaling/v1 Scale,

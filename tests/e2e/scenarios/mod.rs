@@ -246,3 +246,20 @@ pub async fn records(namespace: &str) -> Vec<BackportRequirement> {
         .expect("the admin lists BackportRequirements")
         .items
 }
+
+/// Applies a CustomResourceDefinition as the admin and waits until it is served.
+pub fn establish_crd(manifest: &str, name: &str) {
+    let control_plane = control_plane();
+    control_plane.apply(ADMIN, manifest);
+    control_plane
+        .kubectl(
+            ADMIN,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=30s",
+                &format!("crd/{name}"),
+            ],
+        )
+        .ok();
+}
