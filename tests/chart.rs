@@ -203,8 +203,24 @@ fn strings(value: &Value) -> Vec<&str> {
 }
 
 /// `helm template` of the chart as release `driftgate` in `namespace`, with values files from
-/// `ci/` and `--set` arguments.
+/// `ci/` and `--set` arguments: the objects a release installs (`helm test`'s are left out; see
+/// [`render_tests`]).
 fn render_in(namespace: &str, files: &[&str], sets: &[&str]) -> Manifests {
+    render_with(namespace, files, sets, &["--skip-tests"])
+}
+
+/// Only the objects `helm test` creates (annotated `helm.sh/hook: test`).
+fn render_tests(sets: &[&str]) -> Manifests {
+    let all = render_with(NAMESPACE, &[], sets, &[]);
+    Manifests(
+        all.0
+            .into_iter()
+            .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"] == "test")
+            .collect(),
+    )
+}
+
+fn render_with(namespace: &str, files: &[&str], sets: &[&str], extra: &[&str]) -> Manifests {
     let chart = chart();
     let mut args = vec![
         "template".to_owned(),
@@ -213,6 +229,7 @@ fn render_in(namespace: &str, files: &[&str], sets: &[&str]) -> Manifests {
         "--namespace".to_owned(),
         namespace.to_owned(),
     ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     for file in files {
         args.push("--values".to_owned());
         args.push(values_file(file).display().to_string());
@@ -295,6 +312,7 @@ fn helm_lint_passes_with_every_values_file() {
 #[test]
 fn every_values_file_renders_namespaced_objects_into_the_release_namespace() {
     let cluster_scoped = [
+        "CustomResourceDefinition",
         "ClusterRole",
         "ClusterRoleBinding",
         "ValidatingWebhookConfiguration",
@@ -326,6 +344,7 @@ fn every_values_file_renders_namespaced_objects_into_the_release_namespace() {
             "ClusterRoleBinding",
             "ValidatingWebhookConfiguration",
             "PodDisruptionBudget",
+            "CustomResourceDefinition",
         ] {
             manifests.one(kind);
         }
@@ -660,6 +679,199 @@ fn the_deployment_runs_restricted_with_probes_on_the_admin_port() {
         container["image"],
         format!("ghcr.io/driftgate/driftgate:{}", env!("CARGO_PKG_VERSION"))
     );
+}
+
+#[test]
+fn the_pod_is_cluster_critical_and_its_security_contexts_can_be_overridden() {
+    let manifests = render(&["default-values.yaml"], &[]);
+    let pod = &manifests.one("Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    let none = render(&[], &["priorityClassName="]);
+    assert!(
+        none.one("Deployment")["spec"]["template"]["spec"]["priorityClassName"].is_null(),
+        "an empty priorityClassName renders none"
+    );
+
+    // OpenShift assigns the UID and GID: the fixed ones can be removed, the rest stays.
+    let openshift = render(
+        &[],
+        &[
+            "podSecurityContext.runAsUser=null",
+            "podSecurityContext.runAsGroup=null",
+            "podSecurityContext.fsGroup=null",
+            "securityContext.runAsUser=null",
+            "securityContext.runAsGroup=null",
+        ],
+    );
+    let pod = &openshift.one("Deployment")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["securityContext"],
+        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    let security = &openshift.container()["securityContext"];
+    for key in ["runAsUser", "runAsGroup"] {
+        assert!(security[key].is_null(), "{key}: {security}");
+    }
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+
+    // A key of one's own is added to the defaults.
+    let own = render(&[], &["podSecurityContext.runAsUser=1000720000"]);
+    let pod = &own.one("Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsUser"], 1000720000);
+    assert_eq!(pod["securityContext"]["fsGroup"], 65532);
+}
+
+#[test]
+fn the_network_policy_lets_only_the_listed_peers_reach_the_ports() {
+    for file in VALUES_FILES {
+        assert!(
+            render(&[file], &[]).all("NetworkPolicy").is_empty(),
+            "{file}"
+        );
+    }
+    let manifests = render(
+        &[],
+        &[
+            "networkPolicy.enabled=true",
+            "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
+            "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
+        ],
+    );
+    let policy = manifests.one("NetworkPolicy");
+    assert_eq!(policy["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"],
+        manifests.one("Deployment")["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 2, "{ingress:?}");
+    let port_of = |rule: &Value| {
+        let ports = rule["ports"].as_array().unwrap();
+        assert_eq!(ports.len(), 1, "{rule}");
+        assert_eq!(ports[0]["protocol"], "TCP");
+        manifests.container_port(&ports[0]["port"])
+    };
+    assert_eq!(port_of(&ingress[0]), 8443);
+    assert_eq!(
+        ingress[0]["from"],
+        json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}])
+    );
+    assert_eq!(port_of(&ingress[1]), 8080);
+    assert_eq!(
+        ingress[1]["from"],
+        json!([{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}])
+    );
+
+    // Without metricsFrom no pod reaches the admin port; without webhookFrom no policy at all,
+    // since one that misses the API server refuses every guarded write.
+    let webhook_only = render(
+        &[],
+        &[
+            "networkPolicy.enabled=true",
+            "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
+        ],
+    );
+    let ingress = &webhook_only.one("NetworkPolicy")["spec"]["ingress"];
+    assert_eq!(ingress.as_array().unwrap().len(), 1, "{ingress}");
+    let chart = chart().display().to_string();
+    let out = run_helm(&[
+        "template",
+        RELEASE,
+        &chart,
+        "--set",
+        "networkPolicy.enabled=true",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("networkPolicy.webhookFrom is empty"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn helm_test_expects_a_dry_run_write_in_a_guarded_namespace_to_be_denied() {
+    // No namespace is guarded on every cluster: no test unless one is named.
+    assert!(render_tests(&[]).0.is_empty());
+
+    let tests = render_tests(&["helmTest.namespace=payments"]);
+    let pod = tests.one("Pod");
+    assert_eq!(pod["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(container["image"], "docker.io/alpine/k8s:1.34.1");
+    let env: BTreeMap<&str, &str> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (str(&e["name"]), str(&e["value"])))
+        .collect();
+    assert_eq!(env["NAMESPACE"], "payments");
+    assert_eq!(
+        env["DENIAL"],
+        "admission webhook \"gate.driftgate.dev\" denied the request"
+    );
+    assert_eq!(container["command"], json!(["sh", "-c"]));
+    let script = strings(&container["args"])[0];
+    for part in [
+        "kubectl create configmap",
+        "--namespace \"$NAMESPACE\"",
+        "--dry-run=server",
+        "*\"$DENIAL\"*) echo \"PASS",
+    ] {
+        assert!(script.contains(part), "{part} is not in {script}");
+    }
+    // Admitted, or refused by something else than driftgate: the test fails.
+    assert_eq!(script.matches("exit 1").count(), 2, "{script}");
+    // As restricted as driftgate's own pod.
+    let deployment = render(&[], &[]);
+    assert_eq!(
+        pod["spec"]["securityContext"],
+        deployment.one("Deployment")["spec"]["template"]["spec"]["securityContext"]
+    );
+    assert_eq!(
+        container["securityContext"],
+        deployment.container()["securityContext"]
+    );
+
+    // Its identity may create ConfigMaps (only the dry run uses it), and exists only during
+    // the test, whatever its result.
+    let account = tests.one("ServiceAccount");
+    assert_eq!(
+        pod["spec"]["serviceAccountName"],
+        account["metadata"]["name"]
+    );
+    let role = tests.one("ClusterRole");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}])
+    );
+    let binding = tests.one("ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}])
+    );
+    for object in [account, role, binding] {
+        let annotations = &object["metadata"]["annotations"];
+        assert_eq!(annotations["helm.sh/hook-weight"], "-1", "{object}");
+        assert_eq!(
+            annotations["helm.sh/hook-delete-policy"],
+            "before-hook-creation,hook-succeeded,hook-failed",
+            "{object}"
+        );
+    }
+    assert_eq!(tests.0.len(), 4, "{:?}", tests.kinds());
+
+    // Another webhook name is the denial looked for; a release install never has these objects.
+    let renamed = render_tests(&["helmTest.namespace=prod-a", "webhook.name=gate.example.com"]);
+    let env = &renamed.one("Pod")["spec"]["containers"][0]["env"];
+    assert!(env.to_string().contains("gate.example.com"), "{env}");
+    let install = render(&[], &["helmTest.namespace=payments"]);
+    assert!(install.all("Pod").is_empty(), "{:?}", install.kinds());
 }
 
 #[test]
@@ -1091,21 +1303,49 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
     assert!(manifests.all("PrometheusRule").is_empty());
 }
 
-#[test]
-fn the_chart_ships_the_crd_driftgate_prints() {
-    let shipped =
-        std::fs::read_to_string(chart().join("crds/backportrequirements.driftgate.dev.yaml"))
-            .expect("the chart ships the BackportRequirement CRD");
+/// `driftgate crd`'s output.
+fn driftgate_crd() -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_driftgate"))
         .arg("crd")
         .output()
         .unwrap();
-    assert!(out.status.success());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+const CRD_FILE: &str = "files/crds/backportrequirements.driftgate.dev.yaml";
+
+#[test]
+fn the_chart_ships_the_crd_driftgate_prints() {
+    let shipped = std::fs::read_to_string(chart().join(CRD_FILE))
+        .expect("the chart ships the BackportRequirement CRD");
+    let printed = driftgate_crd();
     assert_eq!(
-        shipped,
-        text(&out.stdout),
-        "charts/driftgate/crds is stale: regenerate it with `driftgate crd > charts/driftgate/crds/backportrequirements.driftgate.dev.yaml`"
+        shipped, printed,
+        "charts/driftgate/{CRD_FILE} is stale: regenerate it with `driftgate crd > charts/driftgate/{CRD_FILE}`"
     );
+    // helm never upgrades what a chart's crds/ folder holds: the CRD is a template.
+    assert!(
+        !chart().join("crds").exists(),
+        "charts/driftgate/crds is installed once and never upgraded by helm"
+    );
+
+    // The rendered CRD is the printed one, with the chart's labels and resource-policy keep.
+    let expected: Value = serde_saphyr::from_str(&printed).unwrap();
+    for file in VALUES_FILES {
+        let manifests = render(&[file], &[]);
+        let mut rendered = manifests.one("CustomResourceDefinition").clone();
+        let metadata = rendered["metadata"].as_object_mut().unwrap();
+        let annotations = metadata.remove("annotations").unwrap();
+        assert_eq!(
+            annotations,
+            json!({"helm.sh/resource-policy": "keep"}),
+            "{file}: `helm uninstall` must not delete the records"
+        );
+        let labels = metadata.remove("labels").unwrap();
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "Helm", "{file}");
+        assert_eq!(rendered, expected, "{file}");
+    }
 }
 
 #[test]
@@ -1213,4 +1453,623 @@ fn the_records_webhook_guards_every_namespace_but_never_driftgates_own_writes() 
         .unwrap();
     assert_eq!(args[at + 1], "0s");
     assert_eq!(named.records_webhook()["failurePolicy"], "Ignore");
+}
+
+// The e2e harness's real etcd, kube-apiserver and kube-controller-manager, for what only a real
+// `helm install`/`helm upgrade` shows.
+#[path = "e2e/harness/mod.rs"]
+#[allow(unused_imports)]
+mod harness;
+
+/// helm against the harness's API server as `kubeconfig`'s identity.
+fn run_helm_on(kubeconfig: &Path, args: &[&str]) -> Output {
+    let mut all = args.to_vec();
+    let kubeconfig = kubeconfig.display().to_string();
+    all.extend(["--kubeconfig", &kubeconfig]);
+    run_helm(&all)
+}
+
+/// The CRD as the API server stores it.
+fn stored_crd(control_plane: &harness::ControlPlane) -> Value {
+    let out = control_plane
+        .kubectl(
+            harness::ADMIN,
+            &[
+                "get",
+                "crd",
+                "backportrequirements.driftgate.dev",
+                "-o",
+                "json",
+            ],
+        )
+        .ok();
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+fn printer_columns(crd: &Value) -> Vec<&str> {
+    crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| str(&c["name"]))
+        .collect()
+}
+
+/// The tests that install the chart take turns: each release's gate refuses writes in the
+/// other's namespace while its own driftgate is stopped.
+fn one_release_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CLUSTER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A copy of the chart at `dir/driftgate`.
+fn chart_copy(dir: &TempDir) -> PathBuf {
+    let copy = dir.path().join("driftgate");
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(chart())
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    copy
+}
+
+/// The arguments the chart gives `driftgate serve` from `--service-account` on (who writes
+/// records, their retention, who may change their CRD) for a release in `namespace`.
+fn ledger_flags(namespace: &str, sets: &[&str]) -> Vec<String> {
+    let rendered = render_in(namespace, &[], sets);
+    let args = strings(&rendered.container()["args"]);
+    let at = args.iter().position(|a| *a == "--service-account").unwrap();
+    args[at..].iter().map(|a| (*a).to_owned()).collect()
+}
+
+#[test]
+fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
+    const UPGRADE_RELEASE: &str = "upgrade";
+    const UPGRADE_NAMESPACE: &str = "driftgate-upgrade";
+    let _turn = one_release_at_a_time();
+    harness::install_crypto_provider();
+    let control_plane = harness::control_plane();
+    let admin = control_plane.kubeconfig(harness::ADMIN);
+    // The ledger flags the chart gives driftgate in this release (who writes records, who may
+    // change their CRD: records.crdAdmins, system:masters by default), so that the records
+    // webhook judges helm's CRD writes as the installed driftgate would.
+    let flags = ledger_flags(UPGRADE_NAMESPACE, &[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let driftgate = harness::Driftgate::start(
+        "chart-upgrade",
+        &repo().join("policies/example.yaml"),
+        &flags,
+    );
+    let sets = [
+        format!("webhook.url={}", driftgate.webhook_url()),
+        format!("webhook.caBundle={}", encode(driftgate.ca_pem())),
+    ];
+    let helm_as = |kubeconfig: &Path, verb: &str, chart: &Path| {
+        let chart = chart.display().to_string();
+        let mut args = vec![
+            verb,
+            UPGRADE_RELEASE,
+            &chart,
+            "--namespace",
+            UPGRADE_NAMESPACE,
+        ];
+        for set in &sets {
+            args.extend(["--set", set]);
+        }
+        run_helm_on(kubeconfig, &args)
+    };
+    let helm = |verb: &str, chart: &Path| helm_as(&admin, verb, chart);
+    control_plane
+        .kubectl(harness::ADMIN, &["create", "namespace", UPGRADE_NAMESPACE])
+        .ok();
+
+    // The chart's previous release, whose CRD had no Expires column.
+    let dir = TempDir::new("previous-chart");
+    let previous = chart_copy(&dir);
+    let crd_file = previous.join(CRD_FILE);
+    let crd = std::fs::read_to_string(&crd_file).unwrap();
+    let expires =
+        "    - jsonPath: .spec.window.expiresAt\n      name: Expires\n      type: string\n";
+    assert!(crd.contains(expires));
+    std::fs::write(&crd_file, crd.replace(expires, "")).unwrap();
+
+    // The harness applied the CRD as a chart with crds/ did: helm refuses to take it over
+    // until it carries the release's ownership (the README's upgrade note), which anyone may
+    // add (the records webhook lets label and annotation changes through).
+    let out = helm("install", &previous);
+    assert!(
+        !out.status.success(),
+        "helm install took over an unowned CRD"
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("backportrequirements.driftgate.dev")
+            && stderr.contains("invalid ownership metadata"),
+        "{stderr}"
+    );
+    let crd_name = "crd/backportrequirements.driftgate.dev";
+    control_plane
+        .kubectl(
+            harness::ADMIN,
+            &["label", crd_name, "app.kubernetes.io/managed-by=Helm"],
+        )
+        .ok();
+    let release_name = format!("meta.helm.sh/release-name={UPGRADE_RELEASE}");
+    let release_namespace = format!("meta.helm.sh/release-namespace={UPGRADE_NAMESPACE}");
+    control_plane
+        .kubectl(
+            harness::ADMIN,
+            &["annotate", crd_name, &release_name, &release_namespace],
+        )
+        .ok();
+
+    let out = helm("install", &previous);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stored = stored_crd(control_plane);
+    assert!(
+        !printer_columns(&stored).contains(&"Expires"),
+        "{:?}",
+        printer_columns(&stored)
+    );
+    assert_eq!(
+        stored["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+
+    // An identity RBAC lets change CRDs but that is no CRD admin (as Flux's helm-controller is
+    // unless records.crdAdmins names it) cannot upgrade a release whose CRD changed.
+    let flux = control_plane.kubeconfig(harness::FLUX);
+    let out = helm_as(&flux, "upgrade", &chart());
+    assert!(
+        !out.status.success(),
+        "a CRD change by a non-admin was admitted"
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("admission webhook \"records.driftgate.dev\" denied the request"),
+        "{stderr}"
+    );
+    assert!(!printer_columns(&stored_crd(control_plane)).contains(&"Expires"));
+
+    // The upgrade brings the CRD to the chart's, through driftgate's records webhook (helm runs
+    // as a system:masters identity, a CRD admin).
+    let out = helm("upgrade", &chart());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stored = stored_crd(control_plane);
+    let printed: Value = serde_saphyr::from_str(&driftgate_crd()).unwrap();
+    assert_eq!(printer_columns(&stored), printer_columns(&printed));
+    assert_eq!(
+        stored["spec"]["versions"][0]["schema"],
+        printed["spec"]["versions"][0]["schema"]
+    );
+    assert!(
+        driftgate.reviews() > 0.0,
+        "driftgate judged none of helm's writes: {}",
+        driftgate.log_tail(20)
+    );
+
+    // Uninstalling removes the webhook and driftgate's objects, never the CRD (and the records).
+    let out = run_helm_on(
+        &admin,
+        &[
+            "uninstall",
+            UPGRADE_RELEASE,
+            "--namespace",
+            UPGRADE_NAMESPACE,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("backportrequirements.driftgate.dev"));
+    assert_eq!(
+        printer_columns(&stored_crd(control_plane)),
+        printer_columns(&printed)
+    );
+    let out = control_plane.kubectl(
+        harness::ADMIN,
+        &["get", "validatingwebhookconfiguration", "upgrade-driftgate"],
+    );
+    assert!(!out.success(), "the webhook outlived helm uninstall");
+}
+
+fn resolve<'a>(schema: &'a Value, node: &'a Value) -> &'a Value {
+    match node["$ref"].as_str() {
+        Some(reference) => {
+            let name = reference
+                .strip_prefix("#/definitions/")
+                .unwrap_or_else(|| panic!("unexpected $ref {reference}"));
+            &schema["definitions"][name]
+        }
+        None => node,
+    }
+}
+
+/// Walks values.yaml and the schema together: every key must be a property of the schema, and
+/// every object the schema describes by its properties must refuse unknown keys. Returns the
+/// paths a reader looks values up by: a structured object's keys, down to free-form values
+/// (lists, maps of labels, resources, securityContexts).
+fn value_paths(
+    schema: &Value,
+    node: &Value,
+    values: &Value,
+    path: &str,
+    problems: &mut Vec<String>,
+    paths: &mut Vec<String>,
+) {
+    let node = resolve(schema, node);
+    for (key, value) in values.as_object().unwrap() {
+        let here = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        let property = &node["properties"][key];
+        if property.is_null() {
+            problems.push(format!("{here} is not in values.schema.json"));
+            continue;
+        }
+        let property = resolve(schema, property);
+        let structured = property["properties"].is_object();
+        if structured && property["additionalProperties"] != false {
+            problems.push(format!(
+                "{here}: the schema lists its keys but accepts others (additionalProperties)"
+            ));
+        }
+        match value.as_object() {
+            Some(map) if structured && !map.is_empty() => {
+                value_paths(schema, property, value, &here, problems, paths)
+            }
+            _ => paths.push(here),
+        }
+    }
+}
+
+fn values_and_schema() -> (Value, Value) {
+    let values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap())
+            .unwrap();
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap())
+            .unwrap();
+    (values, schema)
+}
+
+#[test]
+fn the_values_schema_covers_every_value() {
+    let (values, schema) = values_and_schema();
+    assert_eq!(schema["additionalProperties"], false);
+    let mut problems = Vec::new();
+    let mut paths = Vec::new();
+    value_paths(&schema, &schema, &values, "", &mut problems, &mut paths);
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(paths.len() > 50, "{paths:?}");
+
+    // And the check is a real one: a key the schema lacks, nested or not, is found.
+    let mut extended = values.clone();
+    extended["webhook"]["colour"] = json!("blue");
+    extended["shade"] = json!(1);
+    let mut problems = Vec::new();
+    value_paths(
+        &schema,
+        &schema,
+        &extended,
+        "",
+        &mut problems,
+        &mut Vec::new(),
+    );
+    assert_eq!(
+        problems,
+        [
+            "shade is not in values.schema.json",
+            "webhook.colour is not in values.schema.json",
+        ]
+    );
+}
+
+fn chart_readme() -> String {
+    std::fs::read_to_string(chart().join("README.md")).unwrap()
+}
+
+fn main_readme() -> String {
+    std::fs::read_to_string(repo().join("README.md")).unwrap()
+}
+
+/// A value is documented when the chart's README names its path in backticks, or a line
+/// names its parent (`` `parent.first` ``) and its key (`` `.key` ``), as the values table does
+/// for siblings (`` `certManager.duration`, `.renewBefore` ``).
+fn documented(readme: &str, path: &str) -> bool {
+    if readme.contains(&format!("`{path}`")) {
+        return true;
+    }
+    let Some((parent, key)) = path.rsplit_once('.') else {
+        return false;
+    };
+    readme
+        .lines()
+        .any(|line| line.contains(&format!("`{parent}.")) && line.contains(&format!("`.{key}`")))
+}
+
+/// The `driftgate_*` names registered in src/metrics.rs.
+fn registered_metrics() -> Vec<String> {
+    let source = std::fs::read_to_string(repo().join("src/metrics.rs")).unwrap();
+    source
+        .split("register(")
+        .skip(1)
+        .filter_map(|rest| {
+            let rest = rest.trim_start().strip_prefix('"')?;
+            Some(format!("driftgate_{}", &rest[..rest.find('"')?]))
+        })
+        .collect()
+}
+
+/// The rows of the Markdown table under `heading` (to the next heading), as the backticked
+/// words of each cell.
+fn table_rows(readme: &str, heading: &str) -> Vec<Vec<Vec<String>>> {
+    let start = readme
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no {heading} in the README"));
+    let section = &readme[start + heading.len() + 2..];
+    let section = &section[..section.find("\n#").unwrap_or(section.len())];
+    section
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("| ---"))
+        .skip(1)
+        .map(|row| {
+            row.trim_matches('|')
+                .split(" | ")
+                .map(|cell| {
+                    cell.split('`')
+                        .skip(1)
+                        .step_by(2)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_readmes_document_every_value_metric_alert_and_rbac_rule() {
+    let readme = chart_readme();
+    let docs = format!("{readme}\n{}", main_readme());
+
+    let (values, schema) = values_and_schema();
+    let mut paths = Vec::new();
+    value_paths(&schema, &schema, &values, "", &mut Vec::new(), &mut paths);
+    let undocumented: Vec<&String> = paths.iter().filter(|p| !documented(&readme, p)).collect();
+    assert!(
+        undocumented.is_empty(),
+        "values missing from the chart README's table: {undocumented:?}"
+    );
+
+    let registered = registered_metrics();
+    let exported = exported_metrics();
+    assert!(registered.len() >= 19, "{registered:?}");
+    for name in &registered {
+        assert!(
+            exported.contains(name) || exported.contains(&format!("{name}_total")),
+            "{name} is registered but not exported: {exported:?}"
+        );
+    }
+    let undocumented: Vec<&String> = registered
+        .iter()
+        .filter(|name| {
+            !["`", "_total`", "_total{", "{"]
+                .iter()
+                .any(|end| docs.contains(&format!("`{name}{end}")))
+        })
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "metrics in neither README: {undocumented:?}"
+    );
+
+    let manifests = render(&["monitoring-values.yaml"], &[]);
+    let alerts: BTreeSet<String> = manifests.one("PrometheusRule")["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| str(&r["alert"]).to_owned())
+        .collect();
+    let table: BTreeSet<String> = table_rows(&readme, "## Monitoring")
+        .into_iter()
+        .filter_map(|row| row.first()?.first().cloned())
+        .filter(|name| name.starts_with("Driftgate"))
+        .collect();
+    assert_eq!(table, alerts, "the chart README's alert table");
+
+    let mut granted = BTreeSet::new();
+    for rule in render(&[], &[]).one("ClusterRole")["rules"]
+        .as_array()
+        .unwrap()
+    {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    granted.insert(format!("{group}/{resource}:{verb}"));
+                }
+            }
+        }
+    }
+    let mut listed = BTreeSet::new();
+    for row in table_rows(&readme, "## RBAC") {
+        let [groups, resources, verbs, ..] = &row[..] else {
+            panic!("an RBAC row has fewer than three cells: {row:?}");
+        };
+        for group in groups {
+            let group = if group == "\"\"" { "" } else { group.as_str() };
+            for resource in resources {
+                for verb in verbs {
+                    listed.insert(format!("{group}/{resource}:{verb}"));
+                }
+            }
+        }
+    }
+    assert_eq!(listed, granted, "the chart README's RBAC table");
+}
+
+/// The recovery runbook's commands: the `kubectl ...` cells of its table, split as `sh` would
+/// (they quote with single quotes only).
+fn runbook_commands(readme: &str) -> Vec<Vec<String>> {
+    let start = readme
+        .find("## Recovery: driftgate down or wedged")
+        .expect("the README has the recovery runbook");
+    let section = &readme[start..];
+    let section = &section[..section[3..].find("\n## ").unwrap() + 3];
+    section
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .filter_map(|row| {
+            let cell = row.split(" | ").nth(1)?;
+            let command = cell.strip_prefix("`kubectl ")?.strip_suffix('`')?;
+            let mut words = Vec::new();
+            let mut word = String::new();
+            let mut quoted = false;
+            for c in command.chars() {
+                match c {
+                    '\'' => quoted = !quoted,
+                    ' ' if !quoted => words.push(std::mem::take(&mut word)),
+                    c => word.push(c),
+                }
+            }
+            assert!(!quoted, "unbalanced quotes in {command}");
+            words.push(word);
+            Some(words)
+        })
+        .collect()
+}
+
+#[test]
+fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_restores_the_gate() {
+    // The README's own names: release driftgate in driftgate-system, the example policy's
+    // `payments`. The harness already applied driftgate's RBAC (rbac.create=false) and the CRD
+    // (left out of this copy of the chart: the upgrade test's release owns it).
+    let _turn = one_release_at_a_time();
+    harness::install_crypto_provider();
+    let control_plane = harness::control_plane();
+    let admin = control_plane.kubeconfig(harness::ADMIN);
+    let commands = runbook_commands(&chart_readme());
+    assert_eq!(commands.len(), 4, "{commands:?}");
+    let [narrow, fail_open, remove_gate, remove_both] = &commands[..] else {
+        unreachable!()
+    };
+    control_plane.apply(
+        harness::ADMIN,
+        "{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"payments\"}}",
+    );
+    control_plane.apply(
+        harness::ADMIN,
+        &format!(
+            "{{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {{\"name\": \"{NAMESPACE}\"}}}}"
+        ),
+    );
+    let dir = TempDir::new("runbook-chart");
+    let copy = chart_copy(&dir);
+    std::fs::remove_dir_all(copy.join("files/crds")).unwrap();
+    let flags = ledger_flags(NAMESPACE, &[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let driftgate =
+        harness::Driftgate::start("runbook", &repo().join("policies/example.yaml"), &flags);
+    let sets = [
+        format!("webhook.url={}", driftgate.webhook_url()),
+        format!("webhook.caBundle={}", encode(driftgate.ca_pem())),
+        "rbac.create=false".to_owned(),
+    ];
+    let helm = |verb: &str| {
+        let chart = copy.display().to_string();
+        let mut args = vec![verb, RELEASE, &chart, "--namespace", NAMESPACE];
+        for set in &sets {
+            args.extend(["--set", set]);
+        }
+        let out = run_helm_on(&admin, &args);
+        assert!(out.status.success(), "helm {verb}: {}", text(&out.stderr));
+    };
+    // bob is neither Flux nor an opener: driftgate denies his writes in `payments`. A dry run
+    // goes through the webhook and changes nothing.
+    let write = || {
+        control_plane.kubectl(
+            harness::BOB,
+            &[
+                "create",
+                "configmap",
+                "runbook-probe",
+                "--namespace",
+                "payments",
+                "--dry-run=server",
+            ],
+        )
+    };
+    let kubectl = |args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        control_plane.kubectl(harness::ADMIN, &args).ok();
+    };
+    let webhooks = || {
+        let out = control_plane
+            .kubectl(
+                harness::ADMIN,
+                &[
+                    "get",
+                    "validatingwebhookconfiguration",
+                    RELEASE,
+                    "-o",
+                    "jsonpath={.webhooks[*].name} {.webhooks[*].failurePolicy}",
+                ],
+            )
+            .ok();
+        out.stdout
+    };
+    let gate_refuses_while_down = || {
+        let out = write();
+        assert!(!out.success(), "{out:?}");
+        assert!(
+            out.stderr
+                .contains("failed calling webhook \"gate.driftgate.dev\""),
+            "{}",
+            out.stderr
+        );
+    };
+
+    helm("install");
+    let out = write();
+    assert!(
+        !out.success()
+            && out
+                .stderr
+                .contains("admission webhook \"gate.driftgate.dev\" denied the request"),
+        "{out:?}"
+    );
+    // driftgate down: the gate fails closed.
+    drop(driftgate);
+    gate_refuses_while_down();
+
+    // Each step of the runbook unblocks the namespace; helm upgrade puts the gate back whole.
+    for step in [narrow, fail_open, remove_gate] {
+        kubectl(step);
+        let out = write();
+        assert!(out.success(), "after kubectl {}: {out:?}", step.join(" "));
+        helm("upgrade");
+        assert_eq!(
+            webhooks(),
+            "gate.driftgate.dev records.driftgate.dev Fail Fail",
+            "after kubectl {}",
+            step.join(" ")
+        );
+        gate_refuses_while_down();
+    }
+    // Removing the gate left the records webhook alone.
+    kubectl(remove_gate);
+    assert_eq!(webhooks(), "records.driftgate.dev Fail");
+    helm("upgrade");
+    kubectl(remove_both);
+    assert!(write().success());
+    let out = control_plane.kubectl(
+        harness::ADMIN,
+        &["get", "validatingwebhookconfiguration", RELEASE],
+    );
+    assert!(!out.success(), "{out:?}");
+
+    let out = run_helm_on(&admin, &["uninstall", RELEASE, "--namespace", NAMESPACE]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
