@@ -147,21 +147,26 @@ struct Subject<'a> {
     policy: String,
 }
 
+/// The guard's verdict: refused when it carries a message. The ledger is guarded whatever the
+/// policy's mode (Audit concerns workloads), so it is always Enforce.
+fn guard_verdict(policy: String, rule: Rule, message: Option<String>) -> PolicyVerdict {
+    PolicyVerdict {
+        policy,
+        mode: PolicyMode::Enforce,
+        rule,
+        allowed: message.is_none(),
+        would_deny: false,
+        message,
+        warning: None,
+        matched: None,
+        window: None,
+        new_window: None,
+    }
+}
+
 impl Subject<'_> {
     fn verdict(&self, rule: Rule, message: Option<String>) -> PolicyVerdict {
-        PolicyVerdict {
-            policy: self.policy.clone(),
-            // The ledger is guarded whatever the policy's mode: Audit concerns workloads.
-            mode: PolicyMode::Enforce,
-            rule,
-            allowed: message.is_none(),
-            would_deny: false,
-            message,
-            warning: None,
-            matched: None,
-            window: None,
-            new_window: None,
-        }
+        guard_verdict(self.policy.clone(), rule, message)
     }
 
     fn deny(&self, rule: Rule, verb: &str, problem: &str, next: &str) -> PolicyVerdict {
@@ -498,19 +503,8 @@ fn judge_crd(guard: &LedgerGuard, request: &AdmissionRequest<DynamicObject>) -> 
     } else {
         username
     };
-    let verdict = |rule: Rule, message: Option<String>| PolicyVerdict {
-        // No policy guards the CRD: driftgate's own settings do.
-        policy: String::new(),
-        mode: PolicyMode::Enforce,
-        rule,
-        allowed: message.is_none(),
-        would_deny: false,
-        message,
-        warning: None,
-        matched: None,
-        window: None,
-        new_window: None,
-    };
+    // No policy guards the CRD: driftgate's own settings do.
+    let verdict = |rule: Rule, message: Option<String>| guard_verdict(String::new(), rule, message);
     if guard.is_crd_admin(&request.user_info) {
         return verdict(Rule::LedgerCrdAdmin, None);
     }

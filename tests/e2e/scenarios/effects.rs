@@ -10,8 +10,8 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    ADMIN, ALICE, BOB, Driftgate, FLUX, control_plane, driftgate_cli, install_crypto_provider,
-    shared, webhook_configuration,
+    ADMIN, ALICE, BOB, Driftgate, FLUX, Identity, KubectlOutput, control_plane, driftgate_cli,
+    install_crypto_provider, shared, webhook_configuration,
 };
 
 use super::{assert_denied, eventually, flux_apply, get_json, kubectl, namespace_with_api, show};
@@ -25,6 +25,22 @@ fn expiry_in_secs(seconds: i64) -> String {
         Timestamp::now()
             .checked_add(SignedDuration::from_secs(seconds))
             .expect("a near expiry"),
+    )
+}
+
+/// `kubectl patch TARGET -n NAMESPACE --type=merge -p PATCH` as `who`, shown.
+fn merge_patch(who: Identity, target: &str, namespace: &str, patch: &str) -> KubectlOutput {
+    kubectl(
+        who,
+        &[
+            "patch",
+            target,
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            patch,
+        ],
     )
 }
 
@@ -81,18 +97,7 @@ async fn forged_ownership_is_refused_and_bookkeeping_is_not() {
         .expect("Flux's Apply entry");
     flux_entry["fieldsV1"]["f:spec"]["f:paused"] = json!({});
     let patch = json!({"metadata": {"managedFields": forged}}).to_string();
-    let refused = kubectl(
-        BOB,
-        &[
-            "patch",
-            "deployment/api",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &patch,
-        ],
-    );
+    let refused = merge_patch(BOB, "deployment/api", ns, &patch);
     assert_denied(
         &refused,
         "bob may not update Deployment prod-m1/api: only its controllers (flux, kubernetes) write here",
@@ -112,18 +117,7 @@ async fn forged_ownership_is_refused_and_bookkeeping_is_not() {
         }
     }
     let patch = json!({"metadata": {"managedFields": renamed}}).to_string();
-    let refused = kubectl(
-        BOB,
-        &[
-            "patch",
-            "deployment/api",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &patch,
-        ],
-    );
+    let refused = merge_patch(BOB, "deployment/api", ns, &patch);
     assert_denied(
         &refused,
         "bob may not update Deployment prod-m1/api",
@@ -333,17 +327,11 @@ subjects:
 
     // With a status subresource, .status written through the object is dropped by the API
     // server before admission: no change, admitted, nothing stored.
-    let status = kubectl(
+    let status = merge_patch(
         BOB,
-        &[
-            "patch",
-            "rollouts.argoproj.io/api",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Hacked"}}"#,
-        ],
+        "rollouts.argoproj.io/api",
+        ns,
+        r#"{"status":{"phase":"Hacked"}}"#,
     )
     .ok();
     assert!(!status.stderr.contains("denied"), "{}", status.stderr);
@@ -365,17 +353,11 @@ async fn status_of_a_custom_resource_without_a_status_subresource_is_judged() {
     )))
     .ok();
     let refused = eventually("bob's status write to the Widget refused", || async {
-        let out = kubectl(
+        let out = merge_patch(
             BOB,
-            &[
-                "patch",
-                "widgets.e2e.driftgate.dev/w",
-                "-n",
-                ns,
-                "--type=merge",
-                "-p",
-                r#"{"status":{"phase":"Hacked"}}"#,
-            ],
+            "widgets.e2e.driftgate.dev/w",
+            ns,
+            r#"{"status":{"phase":"Hacked"}}"#,
         );
         // Until discovery has seen the CRD its status is judged anyway (unknown is judged).
         assert!(
@@ -414,18 +396,7 @@ async fn hints_lead_to_the_object_refused_not_a_core_kind_of_the_same_name() {
     )))
     .ok();
     let patch = r#"{"spec":{"template":{"spec":{"containers":[{"image":"api:2"}]}}}}"#;
-    let refused = kubectl(
-        ALICE,
-        &[
-            "patch",
-            "services.serving.knative.dev/api",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            patch,
-        ],
-    );
+    let refused = merge_patch(ALICE, "services.serving.knative.dev/api", ns, patch);
     let hint =
         format!("driftgate break-glass open services.serving.knative.dev/api -n {ns} --for 1h");
     assert!(
@@ -456,17 +427,11 @@ async fn hints_lead_to_the_object_refused_not_a_core_kind_of_the_same_name() {
     );
     let core = get_json("service/api", ns);
     assert!(core["metadata"]["labels"][LABEL].is_null(), "{core}");
-    show(kubectl(
+    show(merge_patch(
         ALICE,
-        &[
-            "patch",
-            "services.serving.knative.dev/api",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            patch,
-        ],
+        "services.serving.knative.dev/api",
+        ns,
+        patch,
     ))
     .ok();
 }
@@ -503,18 +468,7 @@ async fn placeholder_reasons_are_refused_and_echoed_text_is_escaped() {
         "annotations": {REASON: "INC-…: what and why"},
     }})
     .to_string();
-    let refused = kubectl(
-        ALICE,
-        &[
-            "patch",
-            "deployment/api",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &placeholder,
-        ],
-    );
+    let refused = merge_patch(ALICE, "deployment/api", ns, &placeholder);
     assert_denied(
         &refused,
         "alice may not change the break-glass window on Deployment prod-m5/api: the reason \"INC-…: what and why\" is the placeholder",
@@ -528,32 +482,8 @@ async fn placeholder_reasons_are_refused_and_echoed_text_is_escaped() {
     let reason = format!("INC-5: line one\nline two \u{1b}[2J {}", "x".repeat(2000));
     let open = json!({"metadata": {"labels": {LABEL: window}, "annotations": {REASON: reason}}})
         .to_string();
-    show(kubectl(
-        ALICE,
-        &[
-            "patch",
-            "deployment/api",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &open,
-        ],
-    ))
-    .ok();
-    let edit = kubectl(
-        ALICE,
-        &[
-            "patch",
-            "deployment/api",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"replicas":4}}"#,
-        ],
-    )
-    .ok();
+    show(merge_patch(ALICE, "deployment/api", ns, &open)).ok();
+    let edit = merge_patch(ALICE, "deployment/api", ns, r#"{"spec":{"replicas":4}}"#).ok();
     let warning = edit
         .stderr
         .lines()
@@ -585,18 +515,7 @@ async fn windows_at_max_duration_survive_clock_skew_and_beyond_it_are_refused() 
             "annotations": {REASON: "INC-6: skew"},
         }})
         .to_string();
-        kubectl(
-            ALICE,
-            &[
-                "patch",
-                "deployment/api",
-                "-n",
-                ns,
-                "--type=merge",
-                "-p",
-                &patch,
-            ],
-        )
+        merge_patch(ALICE, "deployment/api", ns, &patch)
     };
     let refused = open(max + 180);
     assert_denied(
@@ -667,18 +586,7 @@ spec:
         "annotations": {REASON: "INC-7: not mine to open"},
     }})
     .to_string();
-    let refused = kubectl(
-        BOB,
-        &[
-            "patch",
-            "deployment/api",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            &window,
-        ],
-    );
+    let refused = merge_patch(BOB, "deployment/api", ns, &window);
     assert_denied(
         &refused,
         "bob may not change the break-glass window on Deployment dlg-m7/api: only group sre-oncall may open",
