@@ -133,6 +133,18 @@ impl Req {
         }
     }
 
+    /// A `PUT .../namespaces/NAME/finalize` of Namespace `prod-payments`, as the API server
+    /// reviews it: the whole Namespace, old and new, no field manager.
+    fn namespace_finalize(mut self) -> Self {
+        self.kind = ("", "Namespace");
+        self.resource = ("", "namespaces");
+        self.subresource = Some("finalize");
+        self.namespace = "";
+        self.name = "prod-payments";
+        self.field_manager = None;
+        self
+    }
+
     /// A `status` write, as the API server reviews it: the whole object, old and new.
     fn status(mut self) -> Self {
         self.subresource = Some("status");
@@ -416,7 +428,7 @@ fn cases() -> Vec<Case> {
         case(
             "namespaces/finalize that adds the break-glass label is judged as the Namespace",
             {
-                let mut r = Req::update(
+                let r = Req::update(
                     "bob",
                     json!({"apiVersion": "v1", "kind": "Namespace",
                         "metadata": {"name": "prod-payments", "labels": {"team": "payments"}},
@@ -427,13 +439,7 @@ fn cases() -> Vec<Case> {
                             "annotations": {REASON: "INC-1: x"}},
                         "spec": {"finalizers": ["kubernetes"]}}),
                 );
-                r.kind = ("", "Namespace");
-                r.resource = ("", "namespaces");
-                r.subresource = Some("finalize");
-                r.namespace = "";
-                r.name = "prod-payments";
-                r.field_manager = None;
-                r
+                r.namespace_finalize()
             },
             false,
             Rule::BreakGlassRefused,
@@ -448,7 +454,7 @@ fn cases() -> Vec<Case> {
                         "spec": {"finalizers": finalizers},
                         "status": {"phase": "Terminating"}})
                 };
-                let mut r = Req::update(
+                let r = Req::update(
                     "system:serviceaccount:kube-system:namespace-controller",
                     ns(json!(["kubernetes"])),
                     {
@@ -457,13 +463,7 @@ fn cases() -> Vec<Case> {
                         v
                     },
                 );
-                r.kind = ("", "Namespace");
-                r.resource = ("", "namespaces");
-                r.subresource = Some("finalize");
-                r.namespace = "";
-                r.name = "prod-payments";
-                r.field_manager = None;
-                r
+                r.namespace_finalize()
             },
             false,
             Rule::NotPermitted,

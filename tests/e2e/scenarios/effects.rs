@@ -28,6 +28,11 @@ fn expiry_in_secs(seconds: i64) -> String {
     )
 }
 
+/// The merge patch that sets the break-glass label to `expiry` and the reason to `reason`.
+fn window_patch(expiry: &str, reason: &str) -> String {
+    json!({"metadata": {"labels": {LABEL: expiry}, "annotations": {REASON: reason}}}).to_string()
+}
+
 /// `kubectl patch TARGET -n NAMESPACE --type=merge -p PATCH` as `who`, shown.
 fn merge_patch(who: Identity, target: &str, namespace: &str, patch: &str) -> KubectlOutput {
     kubectl(
@@ -463,11 +468,7 @@ async fn placeholder_reasons_are_refused_and_echoed_text_is_escaped() {
         "{cli:?}"
     );
     let window = expiry_in_secs(3600);
-    let placeholder = json!({"metadata": {
-        "labels": {LABEL: window},
-        "annotations": {REASON: "INC-…: what and why"},
-    }})
-    .to_string();
+    let placeholder = window_patch(&window, "INC-…: what and why");
     let refused = merge_patch(ALICE, "deployment/api", ns, &placeholder);
     assert_denied(
         &refused,
@@ -480,8 +481,7 @@ async fn placeholder_reasons_are_refused_and_echoed_text_is_escaped() {
     // change keeps its instruction and carries no control character (the API server drops such
     // warnings whole).
     let reason = format!("INC-5: line one\nline two \u{1b}[2J {}", "x".repeat(2000));
-    let open = json!({"metadata": {"labels": {LABEL: window}, "annotations": {REASON: reason}}})
-        .to_string();
+    let open = window_patch(&window, &reason);
     show(merge_patch(ALICE, "deployment/api", ns, &open)).ok();
     let edit = merge_patch(ALICE, "deployment/api", ns, r#"{"spec":{"replicas":4}}"#).ok();
     let warning = edit
@@ -510,11 +510,7 @@ async fn windows_at_max_duration_survive_clock_skew_and_beyond_it_are_refused() 
     show(flux_apply(&namespace_with_api(ns))).ok();
     let max = 4 * 3600;
     let open = |seconds: i64| {
-        let patch = json!({"metadata": {
-            "labels": {LABEL: expiry_in_secs(seconds)},
-            "annotations": {REASON: "INC-6: skew"},
-        }})
-        .to_string();
+        let patch = window_patch(&expiry_in_secs(seconds), "INC-6: skew");
         merge_patch(ALICE, "deployment/api", ns, &patch)
     };
     let refused = open(max + 180);
@@ -581,11 +577,7 @@ spec:
     driftgate.register_probing(configuration, ns);
     show(flux_apply(&super::api_deployment(ns, 2))).ok();
 
-    let window = json!({"metadata": {
-        "labels": {LABEL: expiry_in_secs(3600)},
-        "annotations": {REASON: "INC-7: not mine to open"},
-    }})
-    .to_string();
+    let window = window_patch(&expiry_in_secs(3600), "INC-7: not mine to open");
     let refused = merge_patch(BOB, "deployment/api", ns, &window);
     assert_denied(
         &refused,
