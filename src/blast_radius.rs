@@ -295,7 +295,9 @@ async fn keep_selector(client: kube::Client, inputs: KeeperInputs, shutdown: Can
     let mut live_events = watcher(api.clone(), by_name).default_backoff().boxed();
     let namespace_changes = namespaces.changes();
     let mut live: Option<ValidatingWebhookConfiguration> = None;
-    let mut leader_known = true;
+    // The election's channel closes only when its task ends (having published false first);
+    // the last value stays readable.
+    let mut leader_open = true;
     let mut last_hold: Option<HoldReason> = None;
     let mut ticker = tokio::time::interval(RECHECK_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -310,14 +312,14 @@ async fn keep_selector(client: kube::Client, inputs: KeeperInputs, shutdown: Can
                 Some(Err(error)) => tracing::warn!(%error, configuration = %gate.configuration, "watching the gate webhook configuration failed; retrying"),
                 None => return,
             },
-            changed = leading.changed(), if leader_known => leader_known = changed.is_ok(),
+            changed = leading.changed(), if leader_open => leader_open = changed.is_ok(),
             () = notified(namespace_changes.as_deref()) => {}
             _ = ticker.tick() => {}
         }
         let snapshot = namespaces.snapshot();
         let policies = policies.load();
         let step = plan(&PlanInputs {
-            leading: *leading.borrow() && leader_known,
+            leading: *leading.borrow(),
             policy_problems: policy_status.problems(),
             policies: &policies,
             namespaces: snapshot.as_deref(),

@@ -159,11 +159,9 @@ impl Leadership {
     }
 
     /// For a replica that writes without an election (no Lease configured): always leading.
+    /// The channel is closed at once; a closed channel keeps its last value.
     pub fn sole() -> watch::Receiver<bool> {
-        let (leading, receiver) = watch::channel(true);
-        // Kept open for ever, so that "leading" never reads as a closed channel.
-        std::mem::forget(leading);
-        receiver
+        watch::channel(true).1
     }
 }
 
