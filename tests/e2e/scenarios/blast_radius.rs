@@ -106,6 +106,13 @@ fn excluded() -> Vec<String> {
         .collect()
 }
 
+/// Replaces the policy file at once (a rename), as a ConfigMap update does.
+fn write_policy(path: &std::path::Path, text: &str) {
+    let next = path.with_extension("next");
+    std::fs::write(&next, text).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
 async fn lease_holder() -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(control_plane().client(ADMIN).await, LEASE_NAMESPACE);
     leases.get_opt(LEASE).await.ok()??.spec?.holder_identity
@@ -132,7 +139,7 @@ async fn only_guarded_namespaces_depend_on_driftgate_and_one_replica_writes_the_
     let dir = std::env::temp_dir().join(format!("driftgate-e2e-blast-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let policy = dir.join("blast.yaml");
-    std::fs::write(&policy, POLICY).unwrap();
+    write_policy(&policy, POLICY);
 
     // The chart's gate webhook, narrowed to this test's namespaces.
     let base = json!({
@@ -273,6 +280,54 @@ async fn only_guarded_namespaces_depend_on_driftgate_and_one_replica_writes_the_
         "NotPermitted",
     );
     assert!(!excluded().contains(&"blast-dev-b".to_owned()));
+
+    // A policy change that guards an excluded namespace: guarded once the leader has reloaded
+    // the policy (--reload-interval, 2s) and dropped the namespace from the list.
+    let edited = Instant::now();
+    write_policy(
+        &policy,
+        &POLICY.replace(
+            "[\"blast-prod-*\"]",
+            "[\"blast-prod-*\", \"blast-dev-new\"]",
+        ),
+    );
+    eventually("blast-dev-new is guarded", || async {
+        (!bob_creates("blast-dev-new", "after").success()).then_some(())
+    })
+    .await;
+    eprintln!(
+        "blast radius: a namespace a policy edit guards was guarded after {:.2}s",
+        edited.elapsed().as_secs_f64()
+    );
+    assert!(!excluded().contains(&"blast-dev-new".to_owned()));
+
+    // While the policy source is refused, the selector stays as written for the last good one.
+    let good = std::fs::read_to_string(&policy).unwrap();
+    write_policy(
+        &policy,
+        "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nspec: {}\n",
+    );
+    eventually("the leader holds the selector", || async {
+        first
+            .log_tail(400)
+            .contains("the policy source is refused")
+            .then_some(())
+    })
+    .await;
+    create_namespace("blast-dev-held", false);
+    // Several rechecks (one a second) and the namespace's watch event go by without a write.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!excluded().contains(&"blast-dev-held".to_owned()));
+    write_policy(&policy, &good);
+    eventually(
+        "blast-dev-held is excluded once the policy is fixed",
+        || async {
+            excluded()
+                .contains(&"blast-dev-held".to_owned())
+                .then_some(())
+        },
+    )
+    .await;
 
     // Kill the leader (SIGKILL: it cannot release the Lease); the second takes over when the
     // Lease expires and keeps writing: a reset to the chart's base selector (what helm upgrade
