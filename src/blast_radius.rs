@@ -29,6 +29,7 @@ use crate::kube_state::NamespaceCache;
 use crate::metrics::Metrics;
 use crate::policy::{NamespaceLabels, PolicySet};
 use crate::server::reload::PolicyStatus;
+use crate::throttle::Throttle;
 
 /// The label the API server sets on every Namespace to its name.
 pub const NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -294,11 +295,18 @@ async fn keep_selector(client: kube::Client, inputs: KeeperInputs, shutdown: Can
         watcher::Config::default().fields(&format!("metadata.name={}", gate.configuration));
     let mut live_events = watcher(api.clone(), by_name).default_backoff().boxed();
     let namespace_changes = namespaces.changes();
-    let mut live: Option<ValidatingWebhookConfiguration> = None;
+    let mut keeper = Keeper {
+        api,
+        gate,
+        metrics,
+        live: None,
+        last_hold: None,
+        write_failures: Throttle::default(),
+        watch_failures: Throttle::default(),
+    };
     // The election's channel closes only when its task ends (having published false first);
     // the last value stays readable.
     let mut leader_open = true;
-    let mut last_hold: Option<HoldReason> = None;
     let mut ticker = tokio::time::interval(RECHECK_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -306,10 +314,7 @@ async fn keep_selector(client: kube::Client, inputs: KeeperInputs, shutdown: Can
             biased;
             () = shutdown.cancelled() => return,
             event = live_events.next() => match event {
-                Some(Ok(watcher::Event::Apply(vwc) | watcher::Event::InitApply(vwc))) => live = Some(vwc),
-                Some(Ok(watcher::Event::Delete(_))) => live = None,
-                Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => {}
-                Some(Err(error)) => tracing::warn!(%error, configuration = %gate.configuration, "watching the gate webhook configuration failed; retrying"),
+                Some(event) => keeper.observe(event),
                 None => return,
             },
             changed = leading.changed(), if leader_open => leader_open = changed.is_ok(),
@@ -323,46 +328,94 @@ async fn keep_selector(client: kube::Client, inputs: KeeperInputs, shutdown: Can
             policy_problems: policy_status.problems(),
             policies: &policies,
             namespaces: snapshot.as_deref(),
-            live: live.as_ref(),
-            gate: &gate,
+            live: keeper.live.as_ref(),
+            gate: &keeper.gate,
         });
-        match step {
-            Step::Write { selector, excluded } => {
-                last_hold = None;
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                let body = Patch::Apply(apply_body(&gate, &selector));
-                match api.patch(&gate.configuration, &params, &body).await {
-                    Ok(written) => {
-                        Metrics::count_result(&metrics.webhook_selector_writes, true);
-                        metrics
-                            .webhook_selector_excluded_namespaces
-                            .set(excluded as i64);
-                        tracing::info!(configuration = %gate.configuration, webhook = %gate.webhook, excluded, "gate webhook namespaceSelector written: namespaces no policy guards are no longer sent");
-                        live = Some(written);
-                    }
-                    Err(error) => {
-                        Metrics::count_result(&metrics.webhook_selector_writes, false);
-                        tracing::warn!(%error, configuration = %gate.configuration, webhook = %gate.webhook, "writing the gate webhook namespaceSelector failed; retrying within a second (the live selector sends more namespaces, never fewer)");
-                    }
-                }
+        keeper.act(step).await;
+    }
+}
+
+/// The sink's state between looks: the live configuration as last seen, and what was logged.
+struct Keeper {
+    api: Api<ValidatingWebhookConfiguration>,
+    gate: GateWebhook,
+    metrics: Arc<Metrics>,
+    live: Option<ValidatingWebhookConfiguration>,
+    last_hold: Option<HoldReason>,
+    write_failures: Throttle,
+    watch_failures: Throttle,
+}
+
+impl Keeper {
+    /// Follows the live configuration.
+    fn observe(&mut self, event: watcher::Result<watcher::Event<ValidatingWebhookConfiguration>>) {
+        match event {
+            Ok(watcher::Event::Apply(live) | watcher::Event::InitApply(live)) => {
+                self.watch_failures.success();
+                self.live = Some(live);
             }
-            Step::InStep { excluded } => {
-                last_hold = None;
-                metrics
-                    .webhook_selector_excluded_namespaces
-                    .set(excluded as i64);
-            }
-            Step::Hold(reason) => {
-                if last_hold.as_ref() != Some(&reason) {
-                    if reason == HoldReason::NotLeading {
-                        tracing::debug!(%reason, "gate webhook namespaceSelector left as it is");
-                    } else {
-                        tracing::warn!(%reason, "gate webhook namespaceSelector left as it is");
-                    }
-                    last_hold = Some(reason);
+            Ok(watcher::Event::Delete(_)) => self.live = None,
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+            Err(error) => {
+                if let Some(suppressed) = self.watch_failures.failure() {
+                    tracing::warn!(%error, suppressed, configuration = %self.gate.configuration, "watching the gate webhook configuration failed; retrying");
                 }
             }
         }
+    }
+
+    async fn act(&mut self, step: Step) {
+        match step {
+            Step::Write { selector, excluded } => {
+                self.last_hold = None;
+                self.write(&selector, excluded).await;
+            }
+            Step::InStep { excluded } => {
+                self.last_hold = None;
+                self.metrics
+                    .webhook_selector_excluded_namespaces
+                    .set(excluded as i64);
+            }
+            Step::Hold(reason) => self.hold(reason),
+        }
+    }
+
+    /// Server-side applies `selector`, forcing ownership of that one field back from whoever
+    /// reset it.
+    async fn write(&mut self, selector: &LabelSelector, excluded: usize) {
+        let gate = &self.gate;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let body = Patch::Apply(apply_body(gate, selector));
+        match self.api.patch(&gate.configuration, &params, &body).await {
+            Ok(written) => {
+                Metrics::count_result(&self.metrics.webhook_selector_writes, true);
+                self.metrics
+                    .webhook_selector_excluded_namespaces
+                    .set(excluded as i64);
+                self.write_failures.success();
+                tracing::info!(configuration = %gate.configuration, webhook = %gate.webhook, excluded, "gate webhook namespaceSelector written: namespaces no policy guards are not sent");
+                self.live = Some(written);
+            }
+            Err(error) => {
+                Metrics::count_result(&self.metrics.webhook_selector_writes, false);
+                if let Some(suppressed) = self.write_failures.failure() {
+                    tracing::warn!(%error, suppressed, configuration = %gate.configuration, webhook = %gate.webhook, "writing the gate webhook namespaceSelector failed; retrying every second; until then the live selector is the one last written");
+                }
+            }
+        }
+    }
+
+    /// Logs why nothing is written, once per reason.
+    fn hold(&mut self, reason: HoldReason) {
+        if self.last_hold.as_ref() == Some(&reason) {
+            return;
+        }
+        if reason == HoldReason::NotLeading {
+            tracing::debug!(%reason, "gate webhook namespaceSelector left as it is");
+        } else {
+            tracing::warn!(%reason, "gate webhook namespaceSelector left as it is");
+        }
+        self.last_hold = Some(reason);
     }
 }
 
