@@ -298,6 +298,15 @@ mod tests {
     }
 
     #[test]
+    fn lease_durations_are_whole_seconds_of_at_least_two() {
+        assert_eq!(parse_lease_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_lease_duration("1m"), Ok(Duration::from_secs(60)));
+        for bad in ["1s", "0s", "fifteen"] {
+            assert!(parse_lease_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_lease_renewed_in_time_is_its_holders() {
         let spec = held_by("pod-a", 10, 15);
         assert_eq!(claim(Some(&spec), "pod-a", at(20)), Claim::Renew);
