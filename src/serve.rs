@@ -382,7 +382,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     if let (None, Some(client)) = (&args.ledger.service_account, &client) {
         tasks.push(ledger.learn_writer(client.clone(), shutdown.clone()));
     }
-    // Only the leader writes the webhook configuration; without a Lease, this replica does.
+    // Only the leader writes the webhook configuration (its namespaceSelector here, and any
+    // other writer of it: give it `leading.clone()`); without a Lease, this replica does.
     let leading = match (&client, args.leader.lease_settings(instance_name(&args))) {
         (Some(client), Some(lease)) => {
             let (leading, task) =
@@ -398,7 +399,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             policies: policies.clone(),
             policy_status: policy_status.clone(),
             namespaces: namespaces.clone(),
-            leading,
+            leading: leading.clone(),
             metrics: metrics.clone(),
         };
         tasks.push(spawn_selector_keeper(
