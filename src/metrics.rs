@@ -77,6 +77,12 @@ pub struct Metrics {
     pub webhook_body_bytes_in_flight: Gauge,
     /// Requests answered 503 because the body budget stayed full.
     pub webhook_body_budget_refused: Counter,
+    /// Namespaces the gate webhook's namespaceSelector last written by this replica excludes.
+    pub webhook_selector_excluded_namespaces: Gauge,
+    /// Writes of the gate webhook's namespaceSelector, by result.
+    pub webhook_selector_writes: Family<ResultLabels, Counter>,
+    /// 1 while this replica holds the leader Lease.
+    pub leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -218,12 +224,31 @@ impl Metrics {
             "Requests answered 503 because --max-body-bytes-in-flight stayed reserved by others",
             webhook_body_budget_refused.clone(),
         );
+        let webhook_selector_excluded_namespaces = Gauge::default();
+        registry.register(
+            "webhook_selector_excluded_namespaces",
+            "Namespaces that no policy guards, excluded from the gate webhook by the namespaceSelector this replica last wrote",
+            webhook_selector_excluded_namespaces.clone(),
+        );
+        let webhook_selector_writes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "webhook_selector_writes",
+            "Server-side applies of the gate webhook's namespaceSelector, by result",
+            webhook_selector_writes.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease (only the leader writes the webhook configuration)",
+            leader.clone(),
+        );
         // Series that alerts read exist from the start, at zero, rather than appearing on first use.
         for family in [
             &policy_reloads,
             &tls_reloads,
             &parent_lookups,
             &ledger_writes,
+            &webhook_selector_writes,
         ] {
             for result in ["success", "failure"] {
                 let _ = family.get_or_create(&ResultLabels {
@@ -258,6 +283,9 @@ impl Metrics {
             webhook_body_bytes_in_flight,
             webhook_body_budget_refused,
             ledger_writes,
+            webhook_selector_excluded_namespaces,
+            webhook_selector_writes,
+            leader,
         }
     }
 
@@ -316,6 +344,9 @@ mod tests {
             "driftgate_events_dropped_total{reason=\"queue_full\"} 0",
             "driftgate_break_glass_windows_open",
             "driftgate_policy_valid{source=\"file\"} 0",
+            "driftgate_webhook_selector_writes_total{result=\"failure\"} 0",
+            "driftgate_webhook_selector_excluded_namespaces 0",
+            "driftgate_leader 0",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

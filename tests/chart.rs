@@ -885,17 +885,7 @@ fn rbac_grants_exactly_what_driftgate_calls() {
     for file in VALUES_FILES {
         let manifests = render(&[file], &[]);
         let role = manifests.one("ClusterRole");
-        let mut granted = BTreeSet::new();
-        for rule in role["rules"].as_array().unwrap() {
-            assert!(rule["resourceNames"].is_null() && rule["nonResourceURLs"].is_null());
-            for group in strings(&rule["apiGroups"]) {
-                for resource in strings(&rule["resources"]) {
-                    for verb in strings(&rule["verbs"]) {
-                        granted.insert(format!("{group}/{resource}:{verb}"));
-                    }
-                }
-            }
-        }
+        let granted = granted_by(role);
         let expected: BTreeSet<String> = [
             "/namespaces:list",
             "/namespaces:watch",
@@ -912,26 +902,121 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             // Retention: settled records are deleted by driftgate, and by nobody else.
             "driftgate.dev/backportrequirements:delete",
             "driftgate.dev/backportrequirements/status:patch",
+            // The gate's namespaceSelector: the chart's own configuration only.
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:get",
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:list",
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:watch",
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:patch",
         ]
         .into_iter()
         .map(str::to_owned)
         .collect();
         assert_eq!(granted, expected, "{file}");
         assert!(!granted.iter().any(|g| g.contains('*')), "{file}");
-        assert!(manifests.all("Role").is_empty() && manifests.all("RoleBinding").is_empty());
+
+        // The leader Lease: in the release namespace, and by name once created.
+        let lease_role = manifests.one("Role");
+        assert_eq!(lease_role["metadata"]["namespace"], NAMESPACE);
+        let expected: BTreeSet<String> = [
+            "coordination.k8s.io/leases:create",
+            "coordination.k8s.io/leases[driftgate-leader]:get",
+            "coordination.k8s.io/leases[driftgate-leader]:update",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        assert_eq!(granted_by(lease_role), expected, "{file}");
 
         let binding = manifests.one("ClusterRoleBinding");
         assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
         assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+        let subjects = json!([{
+            "kind": "ServiceAccount",
+            "name": manifests.one("ServiceAccount")["metadata"]["name"],
+            "namespace": NAMESPACE,
+        }]);
+        assert_eq!(binding["subjects"], subjects);
+        let lease_binding = manifests.one("RoleBinding");
+        assert_eq!(lease_binding["roleRef"]["kind"], "Role");
         assert_eq!(
-            binding["subjects"],
-            json!([{
-                "kind": "ServiceAccount",
-                "name": manifests.one("ServiceAccount")["metadata"]["name"],
-                "namespace": NAMESPACE,
-            }])
+            lease_binding["roleRef"]["name"],
+            lease_role["metadata"]["name"]
         );
+        assert_eq!(lease_binding["subjects"], subjects);
     }
+    // Without the selector's upkeep, no right on webhook configurations.
+    let off = render(&[], &["webhook.excludeUnguardedNamespaces=false"]);
+    let granted = granted_by(off.one("ClusterRole"));
+    assert!(
+        !granted
+            .iter()
+            .any(|g| g.contains("validatingwebhookconfigurations"))
+    );
+}
+
+/// `group/resource[names]:verb` for every right a role grants (no `[names]` when unrestricted).
+fn granted_by(role: &Value) -> BTreeSet<String> {
+    let mut granted = BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert!(rule["nonResourceURLs"].is_null());
+        let names = match &rule["resourceNames"] {
+            Value::Null => String::new(),
+            names => format!("[{}]", strings(names).join(",")),
+        };
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    granted.insert(format!("{group}/{resource}{names}:{verb}"));
+                }
+            }
+        }
+    }
+    granted
+}
+
+#[test]
+fn driftgate_adds_its_exclusion_to_exactly_the_selector_the_chart_renders() {
+    let sets = [
+        "webhook.namespaceSelector.matchLabels.team=a",
+        "webhook.namespaceSelector.matchExpressions[0].key=gitops",
+        "webhook.namespaceSelector.matchExpressions[0].operator=Exists",
+        "webhook.excludeNamespaces[0]=sandbox",
+    ];
+    for (files, sets) in [(&[][..], &[][..]), (&[][..], &sets[..])]
+        .into_iter()
+        .chain(
+            VALUES_FILES
+                .iter()
+                .map(|f| (std::slice::from_ref(f), &[][..])),
+        )
+    {
+        let manifests = render(files, sets);
+        let configuration = manifests.one("ValidatingWebhookConfiguration");
+        let gate = &configuration["webhooks"][0];
+        let args = strings(
+            &manifests.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"],
+        );
+        let flag = |name: &str| {
+            let at = args.iter().position(|a| *a == name);
+            at.map(|at| args[at + 1].to_owned())
+        };
+        assert_eq!(
+            flag("--gate-webhook-configuration").as_deref(),
+            configuration["metadata"]["name"].as_str()
+        );
+        assert_eq!(
+            flag("--gate-webhook-name").as_deref(),
+            gate["name"].as_str()
+        );
+        let base: Value = serde_json::from_str(&flag("--gate-base-namespace-selector").unwrap())
+            .expect("the base selector is JSON");
+        assert_eq!(base, gate["namespaceSelector"], "{files:?} {sets:?}");
+        assert_eq!(flag("--leader-lease").as_deref(), Some("driftgate-leader"));
+        assert_eq!(flag("--leader-lease-namespace").as_deref(), Some(NAMESPACE));
+    }
+    let off = render(&[], &["webhook.excludeUnguardedNamespaces=false"]);
+    let args = strings(&off.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(!args.contains(&"--gate-webhook-configuration"), "{args:?}");
 }
 
 /// `driftgate policy check` on every file of the rendered policy ConfigMap.
@@ -1880,15 +1965,16 @@ fn the_readmes_document_every_value_metric_alert_and_rbac_rule() {
         .collect();
     assert_eq!(table, alerts, "the chart README's alert table");
 
+    // The ClusterRole's rules and the leader Lease Role's, by group, resource and verb.
     let mut granted = BTreeSet::new();
-    for rule in render(&[], &[]).one("ClusterRole")["rules"]
-        .as_array()
-        .unwrap()
-    {
-        for group in strings(&rule["apiGroups"]) {
-            for resource in strings(&rule["resources"]) {
-                for verb in strings(&rule["verbs"]) {
-                    granted.insert(format!("{group}/{resource}:{verb}"));
+    let manifests = render(&[], &[]);
+    for role in [manifests.one("ClusterRole"), manifests.one("Role")] {
+        for rule in role["rules"].as_array().unwrap() {
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        granted.insert(format!("{group}/{resource}:{verb}"));
+                    }
                 }
             }
         }
