@@ -920,7 +920,7 @@ fn rbac_grants_exactly_what_driftgate_calls() {
         let expected: BTreeSet<String> = [
             "coordination.k8s.io/leases:create",
             "coordination.k8s.io/leases[driftgate-leader]:get",
-            "coordination.k8s.io/leases[driftgate-leader]:update",
+            "coordination.k8s.io/leases[driftgate-leader]:patch",
         ]
         .into_iter()
         .map(str::to_owned)
