@@ -21,6 +21,7 @@ use crate::ledger::service::{Ledger, Upkeep};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::server::connections::ConnectionLimit;
+use crate::server::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
 use crate::server::reload::{PolicyStatus, load_at_start, spawn_policy_reloader};
 use crate::server::tls::{
     TlsFiles, install_crypto_provider, load_rustls_config, spawn_tls_reloader,
@@ -62,6 +63,10 @@ pub struct ServeArgs {
     /// lookups, Events written to the log.
     #[arg(long)]
     pub no_kube: bool,
+    /// Also read policies from GatePolicy objects (driftgate.dev/v1alpha1, cluster-scoped),
+    /// beside --policy, and write their status. Needs a cluster.
+    #[arg(long, conflicts_with = "no_kube")]
+    pub gatepolicies: bool,
     /// Answer within this time, shorter than the webhook's timeoutSeconds (default 5s in the chart).
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_duration)]
     pub request_timeout: Duration,
@@ -316,7 +321,14 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     // until it loads, the set is empty and every review is answered 503 (see reload.rs).
     let policies = Arc::new(ArcSwap::from_pointee(PolicySet::default()));
     let policy_status = Arc::new(PolicyStatus::default());
-    let seen = load_at_start(settings.policy.clone(), &policies, &policy_status, &metrics);
+    // The files' set joined with the GatePolicy objects' (none without --gatepolicies).
+    let sources = Arc::new(PolicySources::new(policies.clone()));
+    let seen = load_at_start(
+        settings.policy.clone(),
+        sources.as_ref(),
+        &policy_status,
+        &metrics,
+    );
 
     let tls_config = load_rustls_config(&settings.tls).await?;
     let client = kube_client(&args).await?;
@@ -370,27 +382,58 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         None => Ledger::disabled(metrics.clone()),
     };
     let ledger = ledger.with_guard(ledger_guard(&args));
+    let gatepolicies = match (&client, args.gatepolicies) {
+        (Some(client), true) => {
+            let health = Arc::new(GatePolicyHealth::default());
+            // Until src/leader.rs's Lease elects one, every replica writes: each writes the
+            // same status, and only when it differs.
+            let (_every_replica, leader) = tokio::sync::watch::channel(true);
+            tasks.push(
+                GatePolicyWatch {
+                    client: client.clone(),
+                    sources: sources.clone(),
+                    health: health.clone(),
+                    metrics: metrics.clone(),
+                    leader,
+                    resync: args.reload_interval.max(Duration::from_secs(10)),
+                }
+                .spawn(shutdown.clone()),
+            );
+            Some(health)
+        }
+        (None, true) => {
+            return Err(Error::Config(
+                "--gatepolicies reads GatePolicy objects from a cluster, and none was found: give --kubeconfig, or drop --gatepolicies".into(),
+            ));
+        }
+        (_, false) => None,
+    };
     if let (None, Some(client)) = (&args.ledger.service_account, &client) {
         tasks.push(ledger.learn_writer(client.clone(), shutdown.clone()));
     }
+    let state = AppState::new(
+        policies.clone(),
+        namespaces,
+        parents,
+        events,
+        metrics.clone(),
+    );
+    let state = match gatepolicies {
+        Some(health) => state.with_gatepolicies(health),
+        None => state,
+    };
     let state = Arc::new(
-        AppState::new(
-            policies.clone(),
-            namespaces,
-            parents,
-            events,
-            metrics.clone(),
-        )
-        .with_policy_status(policy_status.clone())
-        .with_ledger(ledger)
-        .with_resources(resources)
-        .with_body_budget(args.max_body_bytes_in_flight),
+        state
+            .with_policy_status(policy_status.clone())
+            .with_ledger(ledger)
+            .with_resources(resources)
+            .with_body_budget(args.max_body_bytes_in_flight),
     );
 
     let force_reload = Arc::new(Notify::new());
     tasks.push(spawn_policy_reloader(
         seen,
-        policies.clone(),
+        sources,
         policy_status,
         args.reload_interval,
         force_reload.clone(),
