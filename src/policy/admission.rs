@@ -70,3 +70,82 @@ fn refusal(request: &AdmissionRequest<DynamicObject>, lines: &[String]) -> Strin
         lines.join("\n")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::decision::{AUDIT_DECISION, AUDIT_RULE, DecisionInput, decide_with_ledger};
+    use crate::ledger::guard::LedgerGuard;
+    use crate::policy::PolicySet;
+
+    fn request(operation: &str, subresource: Option<&str>, spec: Value) -> AdmissionRequest<DynamicObject> {
+        let mut request = json!({
+            "uid": "7d3c1a2b-0000-0000-0000-000000000000",
+            "kind": {"group": GROUP, "version": "v1alpha1", "kind": "GatePolicy"},
+            "resource": {"group": GROUP, "version": "v1alpha1", "resource": PLURAL},
+            "name": "team-a",
+            "operation": operation,
+            "userInfo": {"username": "alice"},
+            "object": {
+                "apiVersion": "driftgate.dev/v1alpha1",
+                "kind": "GatePolicy",
+                "metadata": {"name": "team-a", "uid": "x", "generation": 2},
+                "spec": spec,
+            },
+            "dryRun": false,
+        });
+        if let Some(subresource) = subresource {
+            request["subResource"] = json!(subresource);
+        }
+        serde_json::from_value(request).unwrap()
+    }
+
+    fn decide(request: &AdmissionRequest<DynamicObject>) -> crate::decision::Decision {
+        let input = DecisionInput {
+            request,
+            resource: None,
+            namespace: None,
+            parent: None,
+            now: "2026-12-01T11:00:00Z".parse().unwrap(),
+        };
+        decide_with_ledger(&PolicySet::default(), &input, &LedgerGuard::default())
+    }
+
+    #[test]
+    fn a_policy_that_compiles_is_admitted_under_its_own_rule() {
+        let request = request("CREATE", None, json!({"namespaces": {"include": ["team-a"]}}));
+        assert!(crate::decision::may_guard(&PolicySet::default(), &request, None));
+        let decision = decide(&request);
+        assert!(decision.allowed);
+        assert_eq!(decision.audit_annotations[AUDIT_RULE], "PolicyCompiled");
+    }
+
+    #[test]
+    fn a_bad_policy_is_refused_with_every_problem_as_policy_check_prints_it() {
+        let spec = json!({"namespaces": {"include": []}, "operations": ["CONNECT"]});
+        let request = request("UPDATE", None, spec);
+        let decision = decide(&request);
+        assert!(!decision.allowed);
+        assert_eq!(decision.audit_annotations[AUDIT_DECISION], "denied");
+        assert_eq!(decision.audit_annotations[AUDIT_RULE], "PolicyRefused");
+        let message = &decision.message;
+        assert!(
+            message.starts_with("alice may not write GatePolicy team-a: it has "),
+            "{message}"
+        );
+        assert!(message.contains("(policy \"team-a\", rule PolicyRefused)"), "{message}");
+        let expected = problem_lines(&compile_object(request.object.as_ref().unwrap()).unwrap_err());
+        for line in &expected {
+            assert!(message.contains(&format!("\n{line}")), "{line} in {message}");
+        }
+    }
+
+    #[test]
+    fn status_writes_and_deletes_are_not_judged() {
+        let spec = json!({"namespaces": {"include": []}});
+        assert!(judge(&request("UPDATE", Some("status"), spec.clone())).is_none());
+        assert!(judge(&request("DELETE", None, spec)).is_none());
+    }
+}
