@@ -80,7 +80,11 @@ mod tests {
     use crate::ledger::guard::LedgerGuard;
     use crate::policy::PolicySet;
 
-    fn request(operation: &str, subresource: Option<&str>, spec: Value) -> AdmissionRequest<DynamicObject> {
+    fn request(
+        operation: &str,
+        subresource: Option<&str>,
+        spec: Value,
+    ) -> AdmissionRequest<DynamicObject> {
         let mut request = json!({
             "uid": "7d3c1a2b-0000-0000-0000-000000000000",
             "kind": {"group": GROUP, "version": "v1alpha1", "kind": "GatePolicy"},
@@ -115,8 +119,16 @@ mod tests {
 
     #[test]
     fn a_policy_that_compiles_is_admitted_under_its_own_rule() {
-        let request = request("CREATE", None, json!({"namespaces": {"include": ["team-a"]}}));
-        assert!(crate::decision::may_guard(&PolicySet::default(), &request, None));
+        let request = request(
+            "CREATE",
+            None,
+            json!({"namespaces": {"include": ["team-a"]}}),
+        );
+        assert!(crate::decision::may_guard(
+            &PolicySet::default(),
+            &request,
+            None
+        ));
         let decision = decide(&request);
         assert!(decision.allowed);
         assert_eq!(decision.audit_annotations[AUDIT_RULE], "PolicyCompiled");
@@ -135,10 +147,17 @@ mod tests {
             message.starts_with("alice may not write GatePolicy team-a: it has "),
             "{message}"
         );
-        assert!(message.contains("(policy \"team-a\", rule PolicyRefused)"), "{message}");
-        let expected = problem_lines(&compile_object(request.object.as_ref().unwrap()).unwrap_err());
+        assert!(
+            message.contains("(policy \"team-a\", rule PolicyRefused)"),
+            "{message}"
+        );
+        let expected =
+            problem_lines(&compile_object(request.object.as_ref().unwrap()).unwrap_err());
         for line in &expected {
-            assert!(message.contains(&format!("\n{line}")), "{line} in {message}");
+            assert!(
+                message.contains(&format!("\n{line}")),
+                "{line} in {message}"
+            );
         }
     }
 
