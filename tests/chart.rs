@@ -1557,7 +1557,6 @@ fn gatepolicies_enabled_adds_the_flag_the_webhook_and_the_rbac() {
         added,
         [
             "gatepolicies/status:patch",
-            "gatepolicies/status:update",
             "gatepolicies:get",
             "gatepolicies:list",
             "gatepolicies:watch",
