@@ -74,6 +74,8 @@ impl FilePolicies for PolicySources {
 pub struct GatePolicyHealth {
     synced: AtomicBool,
     problems: ArcSwap<Option<String>>,
+    /// The watch's last error while it has not listed yet (the CRD not installed, RBAC).
+    list_error: ArcSwap<Option<String>>,
 }
 
 impl GatePolicyHealth {
@@ -81,6 +83,17 @@ impl GatePolicyHealth {
     /// would be admitted unguarded, so the pod is not ready.
     pub fn has_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+
+    /// Why the pod is not ready yet: None once listed.
+    pub fn not_listed(&self) -> Option<String> {
+        if self.has_synced() {
+            return None;
+        }
+        Some(match self.list_error.load().as_ref() {
+            Some(error) => format!("GatePolicy objects cannot be listed yet: {error}"),
+            None => "GatePolicy objects not listed from the API server yet".to_owned(),
+        })
     }
 
     /// Every refused object's problems, one a line.
@@ -132,6 +145,11 @@ impl GatePolicyWatch {
                     }
                     Some(Ok(_)) => {}
                     Some(Err(error)) => {
+                        if !self.health.has_synced() {
+                            self.health.list_error.store(Arc::new(Some(format!(
+                                "{error} (is the CRD gatepolicies.driftgate.dev installed, and may driftgate list it?)"
+                            ))));
+                        }
                         tracing::warn!(%error, "GatePolicy watch failed; the last policies read keep serving while it retries");
                         continue;
                     }
@@ -221,5 +239,60 @@ async fn write_statuses(
         {
             tracing::warn!(gatepolicy = %outcome.name, %error, "could not write the GatePolicy's status; retried on the next pass");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(source: &str, text: &str) -> PolicySet {
+        PolicySet::from_yaml(source, text).unwrap()
+    }
+
+    fn policy(name: &str) -> String {
+        format!(
+            "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata:\n  name: {name}\nspec:\n  namespaces:\n    include: [{name}]\n"
+        )
+    }
+
+    fn names(active: &ArcSwap<PolicySet>) -> Vec<String> {
+        active
+            .load()
+            .policies()
+            .iter()
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn each_source_swaps_its_half_and_the_union_is_published() {
+        let active = Arc::new(ArcSwap::from_pointee(PolicySet::default()));
+        let sources = PolicySources::new(active.clone());
+        sources.store_files(set("files.yaml", &policy("files-a")));
+        assert_eq!(names(&active), ["files-a"]);
+        let objects = set("gatepolicy/team-b", &policy("team-b")).into_policies();
+        sources.store_gatepolicies(objects);
+        assert_eq!(names(&active), ["files-a", "team-b"]);
+        // A reload of the files keeps the objects' policies.
+        sources.store_files(set("files.yaml", &policy("files-c")));
+        assert_eq!(names(&active), ["files-c", "team-b"]);
+        sources.store_gatepolicies(Vec::new());
+        assert_eq!(names(&active), ["files-c"]);
+    }
+
+    #[test]
+    fn not_ready_until_listed_with_the_reason() {
+        let health = GatePolicyHealth::default();
+        assert_eq!(
+            health.not_listed().as_deref(),
+            Some("GatePolicy objects not listed from the API server yet")
+        );
+        health
+            .list_error
+            .store(Arc::new(Some("404 Not Found".to_owned())));
+        assert!(health.not_listed().unwrap().contains("404 Not Found"));
+        health.synced.store(true, Ordering::Release);
+        assert_eq!(health.not_listed(), None);
     }
 }

@@ -213,12 +213,8 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         )
             .into_response();
     }
-    if state.gatepolicies.as_ref().is_some_and(|g| !g.has_synced()) {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "GatePolicy objects not listed from the API server yet\n",
-        )
-            .into_response();
+    if let Some(reason) = state.gatepolicies.as_ref().and_then(|g| g.not_listed()) {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response();
     }
     if !state.ledger.is_ready() {
         return (

@@ -121,6 +121,12 @@ impl FilePolicies for ArcSwap<PolicySet> {
     }
 }
 
+impl<P: FilePolicies + ?Sized> FilePolicies for Arc<P> {
+    fn store_files(&self, set: PolicySet) {
+        P::store_files(self, set);
+    }
+}
+
 /// Loads the policies now and swaps them in when valid, recording the outcome in `status`.
 /// Returns the errors of a refused load.
 pub fn reload_now<P: FilePolicies + ?Sized>(
