@@ -272,6 +272,24 @@ pub fn plan_status(
     (desired != current).then_some(desired)
 }
 
+/// The statuses one pass writes: each object's whose stored status differs from its outcome's.
+pub fn status_writes(
+    objects: &[Arc<DynamicObject>],
+    outcomes: &[ObjectOutcome],
+    now: Timestamp,
+) -> Vec<(String, GatePolicyStatus)> {
+    outcomes
+        .iter()
+        .filter_map(|outcome| {
+            let object = objects
+                .iter()
+                .find(|o| o.metadata.name.as_deref() == Some(outcome.name.as_str()))?;
+            let status = plan_status(outcome, object.data.get("status"), now)?;
+            Some((outcome.name.clone(), status))
+        })
+        .collect()
+}
+
 fn ready_condition(outcome: &ObjectOutcome) -> (&'static str, &'static str, String) {
     if outcome.is_valid() {
         return (
@@ -480,6 +498,33 @@ mod tests {
             ready.last_transition_time
         );
         assert_eq!(moved.observed_generation, Some(5));
+    }
+
+    #[test]
+    fn a_pass_writes_only_the_statuses_that_differ() {
+        let files = PolicySet::default();
+        let objects = vec![
+            object("team-a", 1, good_spec()),
+            object("team-b", 1, bad_spec()),
+        ];
+        let reconciled = reconcile(&objects, &files, &BTreeMap::new());
+        let writes = status_writes(&objects, &reconciled.outcomes, now());
+        let names: Vec<&str> = writes.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["team-a", "team-b"]);
+
+        // Once stored, the next pass writes nothing.
+        let stored: Vec<Arc<DynamicObject>> = objects
+            .iter()
+            .zip(&writes)
+            .map(|(object, (_, status))| {
+                let mut object = DynamicObject::clone(object);
+                object.data["status"] = serde_json::to_value(status).unwrap();
+                Arc::new(object)
+            })
+            .collect();
+        assert!(status_writes(&stored, &reconciled.outcomes, now()).is_empty());
+        // An object deleted since its outcome is not written.
+        assert!(status_writes(&stored[..1], &reconciled.outcomes[1..], now()).is_empty());
     }
 
     #[test]

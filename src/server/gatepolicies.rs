@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{GATEPOLICIES_SOURCE, Metrics};
-use crate::policy::gatepolicy::{LastGood, ObjectOutcome, api_resource, plan_status, reconcile};
+use crate::policy::gatepolicy::{LastGood, ObjectOutcome, api_resource, reconcile, status_writes};
 use crate::policy::{GatePolicy, PolicySet};
 use crate::server::reload::FilePolicies;
 
@@ -224,20 +224,13 @@ async fn write_statuses(
     objects: &[Arc<DynamicObject>],
     outcomes: &[ObjectOutcome],
 ) {
-    for outcome in outcomes {
-        let Some(object) = objects.iter().find(|o| o.name_any() == outcome.name) else {
-            continue;
-        };
-        let Some(status) = plan_status(outcome, object.data.get("status"), jiff::Timestamp::now())
-        else {
-            continue;
-        };
+    for (name, status) in status_writes(objects, outcomes, jiff::Timestamp::now()) {
         let patch = Patch::Merge(serde_json::json!({ "status": status }));
         if let Err(error) = api
-            .patch_status(&outcome.name, &PatchParams::default(), &patch)
+            .patch_status(&name, &PatchParams::default(), &patch)
             .await
         {
-            tracing::warn!(gatepolicy = %outcome.name, %error, "could not write the GatePolicy's status; retried on the next pass");
+            tracing::warn!(gatepolicy = %name, %error, "could not write the GatePolicy's status; retried on the next pass");
         }
     }
 }
