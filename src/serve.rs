@@ -308,6 +308,40 @@ fn ledger_guard(args: &ServeArgs) -> LedgerGuard {
     }
 }
 
+/// With `--gatepolicies`, the watch of GatePolicy objects (feeding `sources`), and its health for
+/// readiness; None without the flag.
+fn gatepolicy_source(
+    args: &ServeArgs,
+    client: Option<&kube::Client>,
+    sources: &Arc<PolicySources>,
+    metrics: &Arc<Metrics>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    shutdown: &CancellationToken,
+) -> Result<Option<Arc<GatePolicyHealth>>> {
+    if !args.gatepolicies {
+        return Ok(None);
+    }
+    let Some(client) = client else {
+        return Err(Error::Config(
+            "--gatepolicies reads GatePolicy objects from a cluster, and none was found: give --kubeconfig, or drop --gatepolicies".into(),
+        ));
+    };
+    let health = Arc::new(GatePolicyHealth::default());
+    // Until src/leader.rs's Lease elects one, every replica writes: each writes the same
+    // status, and only when it differs. The receiver keeps the last value once this is dropped.
+    let (_every_replica, leader) = tokio::sync::watch::channel(true);
+    let watch = GatePolicyWatch {
+        client: client.clone(),
+        sources: sources.clone(),
+        health: health.clone(),
+        metrics: metrics.clone(),
+        leader,
+        resync: args.reload_interval.max(Duration::from_secs(10)),
+    };
+    tasks.push(watch.spawn(shutdown.clone()));
+    Ok(Some(health))
+}
+
 /// Runs until SIGTERM or SIGINT, then drains: readiness fails first, in-flight reviews finish,
 /// kept-alive connections are closed.
 pub async fn serve(args: ServeArgs) -> Result<()> {
@@ -382,52 +416,30 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         None => Ledger::disabled(metrics.clone()),
     };
     let ledger = ledger.with_guard(ledger_guard(&args));
-    let gatepolicies = match (&client, args.gatepolicies) {
-        (Some(client), true) => {
-            let health = Arc::new(GatePolicyHealth::default());
-            // Until src/leader.rs's Lease elects one, every replica writes: each writes the
-            // same status, and only when it differs.
-            let (_every_replica, leader) = tokio::sync::watch::channel(true);
-            tasks.push(
-                GatePolicyWatch {
-                    client: client.clone(),
-                    sources: sources.clone(),
-                    health: health.clone(),
-                    metrics: metrics.clone(),
-                    leader,
-                    resync: args.reload_interval.max(Duration::from_secs(10)),
-                }
-                .spawn(shutdown.clone()),
-            );
-            Some(health)
-        }
-        (None, true) => {
-            return Err(Error::Config(
-                "--gatepolicies reads GatePolicy objects from a cluster, and none was found: give --kubeconfig, or drop --gatepolicies".into(),
-            ));
-        }
-        (_, false) => None,
-    };
+    let gatepolicies = gatepolicy_source(
+        &args,
+        client.as_ref(),
+        &sources,
+        &metrics,
+        &mut tasks,
+        &shutdown,
+    )?;
     if let (None, Some(client)) = (&args.ledger.service_account, &client) {
         tasks.push(ledger.learn_writer(client.clone(), shutdown.clone()));
     }
-    let state = AppState::new(
-        policies.clone(),
-        namespaces,
-        parents,
-        events,
-        metrics.clone(),
-    );
-    let state = match gatepolicies {
-        Some(health) => state.with_gatepolicies(health),
-        None => state,
-    };
     let state = Arc::new(
-        state
-            .with_policy_status(policy_status.clone())
-            .with_ledger(ledger)
-            .with_resources(resources)
-            .with_body_budget(args.max_body_bytes_in_flight),
+        AppState::new(
+            policies.clone(),
+            namespaces,
+            parents,
+            events,
+            metrics.clone(),
+        )
+        .with_policy_status(policy_status.clone())
+        .with_gatepolicies(gatepolicies)
+        .with_ledger(ledger)
+        .with_resources(resources)
+        .with_body_budget(args.max_body_bytes_in_flight),
     );
 
     let force_reload = Arc::new(Notify::new());

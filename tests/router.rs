@@ -641,9 +641,9 @@ async fn with_gatepolicies_the_pod_is_unready_until_they_are_listed() {
             events,
             metrics,
         )
-        .with_gatepolicies(Arc::new(
+        .with_gatepolicies(Some(Arc::new(
             driftgate::server::gatepolicies::GatePolicyHealth::default(),
-        )),
+        ))),
     );
     let (status, body) = get(&admin_router(state), "/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);

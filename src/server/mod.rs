@@ -115,8 +115,12 @@ impl AppState {
         self
     }
 
-    pub fn with_gatepolicies(mut self, health: Arc<gatepolicies::GatePolicyHealth>) -> Self {
-        self.gatepolicies = Some(health);
+    /// The GatePolicy source's health, when `serve --gatepolicies` reads one.
+    pub fn with_gatepolicies(
+        mut self,
+        health: Option<Arc<gatepolicies::GatePolicyHealth>>,
+    ) -> Self {
+        self.gatepolicies = health;
         self
     }
 
