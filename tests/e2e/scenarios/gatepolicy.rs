@@ -3,11 +3,19 @@
 //! policies webhook. GatePolicy objects are cluster-scoped and only this driftgate reads them,
 //! so their names are this test's own (`e2e-gp-*`).
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use driftgate::metrics::Metrics;
+use driftgate::policy::{PolicyMode, PolicySet};
+use driftgate::server::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::{establish_crd, eventually, kubectl, show};
 use crate::harness::{
-    ADMIN, BOB, Driftgate, KubectlOutput, control_plane, install_crypto_provider,
+    ADMIN, BOB, DRIFTGATE, Driftgate, KubectlOutput, control_plane, install_crypto_provider,
     policies_webhook_configuration, repo_path, webhook_configuration,
 };
 
@@ -15,6 +23,7 @@ const NS: &str = "gp-team";
 const POLICY: &str = "e2e-gp-team";
 const BAD: &str = "e2e-gp-bad";
 const POLICIES_WEBHOOK: &str = "policies.driftgate.dev";
+const FOLLOWER: &str = "e2e-gp-follower";
 
 /// A GatePolicy document; the same text is a policy file.
 fn gatepolicy(name: &str, spec: &str) -> String {
@@ -93,6 +102,59 @@ fn policy_check_problems(text: &str) -> Vec<String> {
     problems
 }
 
+fn apply_as_admin(manifest: &str) {
+    show(control_plane().kubectl_with_stdin(ADMIN, &["apply", "-f", "-"], Some(manifest))).ok();
+}
+
+fn active_mode(active: &ArcSwap<PolicySet>, name: &str) -> Option<PolicyMode> {
+    active
+        .load()
+        .policies()
+        .iter()
+        .find(|p| p.name == name)
+        .map(|p| p.mode)
+}
+
+/// A replica that is not the leader compiles and serves GatePolicies but writes no status,
+/// until it leads. Run before this test's driftgate starts: that one leads, and would write.
+async fn a_follower_writes_no_status_until_it_leads() {
+    let active = Arc::new(ArcSwap::from_pointee(PolicySet::default()));
+    let (lead, leader) = tokio::sync::watch::channel(false);
+    let shutdown = CancellationToken::new();
+    let watch = GatePolicyWatch {
+        client: control_plane().client(DRIFTGATE).await,
+        sources: Arc::new(PolicySources::new(active.clone())),
+        health: Arc::new(GatePolicyHealth::default()),
+        metrics: Arc::new(Metrics::new()),
+        leader,
+        resync: Duration::from_secs(3600),
+    };
+    let task = watch.spawn(shutdown.clone());
+    apply_as_admin(&gatepolicy(FOLLOWER, &team_spec("Enforce")));
+    eventually("the follower serves generation 1", || async {
+        (active_mode(&active, FOLLOWER) == Some(PolicyMode::Enforce)).then_some(())
+    })
+    .await;
+    apply_as_admin(&gatepolicy(FOLLOWER, &team_spec("Audit")));
+    eventually("the follower serves generation 2", || async {
+        (active_mode(&active, FOLLOWER) == Some(PolicyMode::Audit)).then_some(())
+    })
+    .await;
+    // Passes run one at a time, each with its writes: the first one's are over, and there
+    // were none.
+    let object = gatepolicy_json(FOLLOWER);
+    assert!(object["status"].is_null(), "a follower wrote: {object}");
+
+    lead.send(true).unwrap();
+    let ready = ready_at(FOLLOWER, 2).await;
+    assert_eq!(ready["status"], "True", "{ready}");
+    shutdown.cancel();
+    task.await.unwrap();
+    control_plane()
+        .kubectl(ADMIN, &["delete", "gatepolicy", FOLLOWER])
+        .ok();
+}
+
 #[tokio::test]
 async fn a_gatepolicy_is_checked_at_apply_reports_ready_and_guards_its_namespace() {
     install_crypto_provider();
@@ -101,6 +163,7 @@ async fn a_gatepolicy_is_checked_at_apply_reports_ready_and_guards_its_namespace
     ))
     .unwrap();
     establish_crd(&crd, "gatepolicies.driftgate.dev");
+    a_follower_writes_no_status_until_it_leads().await;
     control_plane().apply(
         ADMIN,
         &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n"),
