@@ -84,6 +84,10 @@ pub enum Rule {
     LedgerCrdAdmin,
     /// Anybody else tried to change or delete the records' CRD.
     LedgerCrdProtected,
+    /// A GatePolicy object written compiles (see `policy::admission`).
+    PolicyCompiled,
+    /// A GatePolicy object written does not compile: refused with every problem.
+    PolicyRefused,
 }
 
 impl Rule {
@@ -115,6 +119,8 @@ impl Rule {
             Rule::ResolveRefused => "ResolveRefused",
             Rule::LedgerCrdAdmin => "LedgerCrdAdmin",
             Rule::LedgerCrdProtected => "LedgerCrdProtected",
+            Rule::PolicyCompiled => "PolicyCompiled",
+            Rule::PolicyRefused => "PolicyRefused",
         }
     }
 }
@@ -752,6 +758,9 @@ pub fn decide_with_ledger(
     ledger: &LedgerGuard,
 ) -> Decision {
     let facts = Facts::new(input);
+    if let Some(verdict) = crate::policy::admission::judge(input.request) {
+        return assemble(&facts, vec![verdict]);
+    }
     if let Some(verdict) = crate::ledger::guard::judge(policies, ledger, input.request, input.now) {
         return assemble(&facts, vec![verdict]);
     }
@@ -1413,6 +1422,7 @@ pub fn may_guard(
 ) -> bool {
     // driftgate's own records are guarded in every namespace, and their CRD cluster-wide.
     crate::ledger::guard::guards(request)
+        || crate::policy::admission::guards(request)
         || policies
             .policies()
             .iter()

@@ -233,7 +233,10 @@ fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
         | Rule::RecordResolved
         | Rule::LedgerMetadata
         | Rule::RecordDeletedWithNamespace
-        | Rule::LedgerCrdAdmin => None,
+        | Rule::LedgerCrdAdmin
+        | Rule::PolicyCompiled
+        // The refusal reaches its author at apply time (and Flux's status); no Event on top.
+        | Rule::PolicyRefused => None,
         Rule::BreakGlassOpened => Some((
             EventReason::BreakGlassOpened,
             format!(

@@ -38,6 +38,8 @@ pub struct SourceLabels {
 
 /// The `source` of the `--policy` path in `driftgate_policy_valid`.
 pub const FILE_SOURCE: &str = "file";
+/// The `source` of GatePolicy objects (`serve --gatepolicies`) in `driftgate_policy_valid`.
+pub const GATEPOLICIES_SOURCE: &str = "gatepolicies";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {

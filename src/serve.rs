@@ -23,6 +23,7 @@ use crate::ledger::service::{Ledger, Upkeep};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::server::connections::ConnectionLimit;
+use crate::server::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
 use crate::server::reload::{PolicyStatus, load_at_start, spawn_policy_reloader};
 use crate::server::tls::{
     TlsFiles, install_crypto_provider, load_rustls_config, spawn_tls_reloader,
@@ -64,6 +65,10 @@ pub struct ServeArgs {
     /// lookups, Events written to the log.
     #[arg(long)]
     pub no_kube: bool,
+    /// Also read policies from GatePolicy objects (driftgate.dev/v1alpha1, cluster-scoped),
+    /// beside --policy, and write their status. Needs a cluster.
+    #[arg(long, conflicts_with = "no_kube")]
+    pub gatepolicies: bool,
     /// Answer within this time, shorter than the webhook's timeoutSeconds (default 5s in the chart).
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_duration)]
     pub request_timeout: Duration,
@@ -312,6 +317,38 @@ fn ledger_guard(args: &ServeArgs) -> LedgerGuard {
     }
 }
 
+/// With `--gatepolicies`, the watch of GatePolicy objects (feeding `sources`), and its health for
+/// readiness; None without the flag.
+fn gatepolicy_source(
+    args: &ServeArgs,
+    client: Option<&kube::Client>,
+    sources: &Arc<PolicySources>,
+    metrics: &Arc<Metrics>,
+    leader: tokio::sync::watch::Receiver<bool>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    shutdown: &CancellationToken,
+) -> Result<Option<Arc<GatePolicyHealth>>> {
+    if !args.gatepolicies {
+        return Ok(None);
+    }
+    let Some(client) = client else {
+        return Err(Error::Config(
+            "--gatepolicies reads GatePolicy objects from a cluster, and none was found: give --kubeconfig, or drop --gatepolicies".into(),
+        ));
+    };
+    let health = Arc::new(GatePolicyHealth::default());
+    let watch = GatePolicyWatch {
+        client: client.clone(),
+        sources: sources.clone(),
+        health: health.clone(),
+        metrics: metrics.clone(),
+        leader,
+        resync: args.reload_interval.max(Duration::from_secs(10)),
+    };
+    tasks.push(watch.spawn(shutdown.clone()));
+    Ok(Some(health))
+}
+
 /// Runs until SIGTERM or SIGINT, then drains: readiness fails first, in-flight reviews finish,
 /// kept-alive connections are closed.
 pub async fn serve(args: ServeArgs) -> Result<()> {
@@ -325,7 +362,14 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     // until it loads, the set is empty and every review is answered 503 (see reload.rs).
     let policies = Arc::new(ArcSwap::from_pointee(PolicySet::default()));
     let policy_status = Arc::new(PolicyStatus::default());
-    let seen = load_at_start(settings.policy.clone(), &policies, &policy_status, &metrics);
+    // The files' set joined with the GatePolicy objects' (none without --gatepolicies).
+    let sources = Arc::new(PolicySources::new(policies.clone()));
+    let seen = load_at_start(
+        settings.policy.clone(),
+        sources.as_ref(),
+        &policy_status,
+        &metrics,
+    );
 
     let tls_config = load_rustls_config(&settings.tls).await?;
     let client = kube_client(&args).await?;
@@ -379,11 +423,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         None => Ledger::disabled(metrics.clone()),
     };
     let ledger = ledger.with_guard(ledger_guard(&args));
-    if let (None, Some(client)) = (&args.ledger.service_account, &client) {
-        tasks.push(ledger.learn_writer(client.clone(), shutdown.clone()));
-    }
-    // Only the leader writes the webhook configuration (its namespaceSelector here, and any
-    // other writer of it: give it `leading.clone()`); without a Lease, this replica does.
+    // Only the leader writes the webhook configuration and GatePolicy
+    // statuses (any other such writer: give it `leading.clone()`); without a Lease, this replica does.
     let leading = match (&client, args.leader.lease_settings(instance_name(&args))) {
         (Some(client), Some(lease)) => {
             let (leading, task) =
@@ -393,6 +434,18 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         }
         _ => Leadership::sole(),
     };
+    let gatepolicies = gatepolicy_source(
+        &args,
+        client.as_ref(),
+        &sources,
+        &metrics,
+        leading.clone(),
+        &mut tasks,
+        &shutdown,
+    )?;
+    if let (None, Some(client)) = (&args.ledger.service_account, &client) {
+        tasks.push(ledger.learn_writer(client.clone(), shutdown.clone()));
+    }
     if let (Some(client), Some(gate)) = (&client, args.gate_selector.gate_webhook()) {
         let inputs = KeeperInputs {
             gate,
@@ -417,6 +470,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             metrics.clone(),
         )
         .with_policy_status(policy_status.clone())
+        .with_gatepolicies(gatepolicies)
         .with_ledger(ledger)
         .with_resources(resources)
         .with_body_budget(args.max_body_bytes_in_flight),
@@ -425,7 +479,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let force_reload = Arc::new(Notify::new());
     tasks.push(spawn_policy_reloader(
         seen,
-        policies.clone(),
+        sources,
         policy_status,
         args.reload_interval,
         force_reload.clone(),

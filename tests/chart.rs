@@ -344,10 +344,19 @@ fn every_values_file_renders_namespaced_objects_into_the_release_namespace() {
             "ClusterRoleBinding",
             "ValidatingWebhookConfiguration",
             "PodDisruptionBudget",
-            "CustomResourceDefinition",
         ] {
             manifests.one(kind);
         }
+        let crds: BTreeSet<&str> = manifests
+            .all("CustomResourceDefinition")
+            .iter()
+            .map(|crd| str(&crd["metadata"]["name"]))
+            .collect();
+        assert_eq!(
+            crds,
+            BTreeSet::from([RECORDS_CRD, GATEPOLICIES_CRD]),
+            "{file}"
+        );
     }
 }
 
@@ -1399,6 +1408,246 @@ fn driftgate_crd() -> String {
 }
 
 const CRD_FILE: &str = "files/crds/backportrequirements.driftgate.dev.yaml";
+const RECORDS_CRD: &str = "backportrequirements.driftgate.dev";
+const GATEPOLICIES_CRD: &str = "gatepolicies.driftgate.dev";
+const GATEPOLICIES_CRD_FILE: &str = "files/crds/gatepolicies.driftgate.dev.yaml";
+
+/// The structs of src/policy/document.rs, each with its fields as YAML names and their Rust
+/// types, read from the source text: the document types read through serde-saphyr's
+/// `Spanned`, which has no JSON schema to generate the CRD from, so the test reads both sides.
+fn document_structs() -> BTreeMap<String, Vec<(String, String)>> {
+    let source = std::fs::read_to_string(repo().join("src/policy/document.rs")).unwrap();
+    let mut structs = BTreeMap::new();
+    let mut current: Option<(String, Vec<(String, String)>)> = None;
+    for line in source.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("pub struct ") {
+            let name = rest.trim_end_matches(" {").to_owned();
+            current = Some((name, Vec::new()));
+        } else if line == "}" {
+            if let Some((name, fields)) = current.take() {
+                structs.insert(name, fields);
+            }
+        } else if let (Some((_, fields)), Some(rest)) = (&mut current, line.strip_prefix("pub ")) {
+            let (field, ty) = rest
+                .split_once(": ")
+                .expect("a field line is `pub name: Type,`");
+            fields.push((camel_case(field), ty.trim_end_matches(',').to_owned()));
+        }
+    }
+    structs
+}
+
+fn camel_case(snake: &str) -> String {
+    let mut out = String::new();
+    let mut upper = false;
+    for c in snake.chars() {
+        match c {
+            '_' => upper = true,
+            c if upper => {
+                out.extend(c.to_uppercase());
+                upper = false;
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Every difference between the document struct `name` and the CRD schema `node` at `path`:
+/// a field on one side only, a type that differs, an object that would prune unknown fields.
+fn schema_differences(
+    structs: &BTreeMap<String, Vec<(String, String)>>,
+    name: &str,
+    node: &Value,
+    path: &str,
+    found: &mut Vec<String>,
+) {
+    let fields = &structs[name];
+    if node["x-kubernetes-preserve-unknown-fields"] != true {
+        found.push(format!(
+            "{path}: keeps no unknown fields, so driftgate never sees a misspelt one"
+        ));
+    }
+    let properties = node["properties"].as_object().cloned().unwrap_or_default();
+    let in_schema: BTreeSet<&str> = properties.keys().map(String::as_str).collect();
+    let in_document: BTreeSet<&str> = fields.iter().map(|(f, _)| f.as_str()).collect();
+    for missing in in_document.difference(&in_schema) {
+        found.push(format!(
+            "{path}.{missing}: in document.rs ({name}), not in the CRD schema"
+        ));
+    }
+    for extra in in_schema.difference(&in_document) {
+        found.push(format!(
+            "{path}.{extra}: in the CRD schema, not in document.rs ({name})"
+        ));
+    }
+    for (field, ty) in fields {
+        let Some(schema) = properties.get(field) else {
+            continue;
+        };
+        let at = format!("{path}.{field}");
+        let is_list = ty.contains("Vec<");
+        let expected = if is_list {
+            "array"
+        } else if ty.contains("BTreeMap<") || structs.keys().any(|s| ty.contains(s.as_str())) {
+            "object"
+        } else if ty.contains("bool") {
+            "boolean"
+        } else {
+            "string"
+        };
+        if schema["type"] != expected {
+            found.push(format!(
+                "{at}: {ty} is a {expected}, the schema says {}",
+                schema["type"]
+            ));
+            continue;
+        }
+        let element = if is_list { &schema["items"] } else { schema };
+        let nested = ty
+            .split(|c: char| !c.is_alphanumeric())
+            .find(|word| structs.contains_key(*word));
+        if let Some(nested) = nested {
+            schema_differences(structs, nested, element, &at, found);
+        } else if is_list && element["type"] != "string" {
+            found.push(format!(
+                "{at}: a list of strings, the schema's items are {}",
+                element["type"]
+            ));
+        }
+    }
+}
+
+fn gatepolicy_spec_schema(crd: &Value) -> &Value {
+    &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+}
+
+#[test]
+fn the_gatepolicy_crd_schema_matches_the_policy_document_field_for_field() {
+    let crd: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(chart().join(GATEPOLICIES_CRD_FILE)).unwrap(),
+    )
+    .unwrap();
+    let structs = document_structs();
+    assert!(structs.len() >= 10, "{structs:?}");
+    let mut found = Vec::new();
+    schema_differences(
+        &structs,
+        "GatePolicySpec",
+        gatepolicy_spec_schema(&crd),
+        "spec",
+        &mut found,
+    );
+    assert!(
+        found.is_empty(),
+        "{GATEPOLICIES_CRD_FILE} and src/policy/document.rs differ:\n{}",
+        found.join("\n")
+    );
+
+    // The check is a real one: a field added to the document, and one dropped from the
+    // schema, deep or not, are found.
+    let mut grown = structs.clone();
+    grown
+        .get_mut("BreakGlassSpec")
+        .unwrap()
+        .push(("approvers".into(), "Vec<Spanned<String>>".into()));
+    let mut shrunk = crd.clone();
+    let spec = shrunk["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        .as_object_mut()
+        .unwrap();
+    spec["properties"]["controllers"]["items"]["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("fieldManagers");
+    let mut found = Vec::new();
+    schema_differences(
+        &grown,
+        "GatePolicySpec",
+        gatepolicy_spec_schema(&shrunk),
+        "spec",
+        &mut found,
+    );
+    assert_eq!(
+        found,
+        [
+            "spec.controllers.fieldManagers: in document.rs (ControllerSpec), not in the CRD schema",
+            "spec.breakGlass.approvers: in document.rs (BreakGlassSpec), not in the CRD schema",
+        ]
+    );
+
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+    assert_eq!(version["name"], "v1alpha1");
+    assert_eq!(
+        (&version["served"], &version["storage"]),
+        (&json!(true), &json!(true))
+    );
+    assert_eq!(version["subresources"], json!({"status": {}}));
+    assert_eq!(
+        printer_columns(&crd),
+        ["Mode", "Namespaces", "Ready", "Age"]
+    );
+}
+
+#[test]
+fn gatepolicies_enabled_adds_the_flag_the_webhook_and_the_rbac() {
+    let off = render(&[], &[]);
+    assert!(!strings(&off.container()["args"]).contains(&"--gatepolicies"));
+    let names = |manifests: &Manifests| -> Vec<String> {
+        manifests.one("ValidatingWebhookConfiguration")["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| str(&w["name"]).to_owned())
+            .collect()
+    };
+    assert_eq!(names(&off), ["gate.driftgate.dev", "records.driftgate.dev"]);
+
+    let on = render(&[], &["gatePolicies.enabled=true"]);
+    assert!(strings(&on.container()["args"]).contains(&"--gatepolicies"));
+    assert_eq!(
+        names(&on),
+        [
+            "gate.driftgate.dev",
+            "records.driftgate.dev",
+            "policies.driftgate.dev"
+        ]
+    );
+    let vwc = on.one("ValidatingWebhookConfiguration");
+    let policies = &vwc["webhooks"][2];
+    assert_eq!(policies["failurePolicy"], "Fail");
+    assert_eq!(policies["clientConfig"]["service"]["path"], "/validate");
+    assert_eq!(
+        policies["rules"],
+        json!([{"apiGroups": ["driftgate.dev"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["gatepolicies"], "scope": "Cluster"}])
+    );
+    // The gate never sends driftgate.dev objects: the policies webhook is their only judge.
+    let gate_conditions = vwc["webhooks"][0]["matchConditions"].to_string();
+    assert!(gate_conditions.contains("request.resource.group != 'driftgate.dev'"));
+
+    let rules = |manifests: &Manifests| -> BTreeSet<String> {
+        let mut granted = BTreeSet::new();
+        for rule in manifests.one("ClusterRole")["rules"].as_array().unwrap() {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    granted.insert(format!("{resource}:{verb}"));
+                }
+            }
+        }
+        granted
+    };
+    let added: Vec<String> = rules(&on).difference(&rules(&off)).cloned().collect();
+    assert_eq!(
+        added,
+        [
+            "gatepolicies/status:patch",
+            "gatepolicies:get",
+            "gatepolicies:list",
+            "gatepolicies:watch",
+        ]
+    );
+}
 
 #[test]
 fn the_chart_ships_the_crd_driftgate_prints() {
@@ -1419,7 +1668,9 @@ fn the_chart_ships_the_crd_driftgate_prints() {
     let expected: Value = serde_saphyr::from_str(&printed).unwrap();
     for file in VALUES_FILES {
         let manifests = render(&[file], &[]);
-        let mut rendered = manifests.one("CustomResourceDefinition").clone();
+        let mut rendered = manifests
+            .named("CustomResourceDefinition", RECORDS_CRD)
+            .clone();
         let metadata = rendered["metadata"].as_object_mut().unwrap();
         let annotations = metadata.remove("annotations").unwrap();
         assert_eq!(
@@ -1967,7 +2218,8 @@ fn the_readmes_document_every_value_metric_alert_and_rbac_rule() {
 
     // The ClusterRole's rules and the leader Lease Role's, by group, resource and verb.
     let mut granted = BTreeSet::new();
-    let manifests = render(&[], &[]);
+    // Every rule the chart can grant: GatePolicies add theirs.
+    let manifests = render(&[], &["gatePolicies.enabled=true"]);
     for role in [manifests.one("ClusterRole"), manifests.one("Role")] {
         for rule in role["rules"].as_array().unwrap() {
             for group in strings(&rule["apiGroups"]) {

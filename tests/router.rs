@@ -623,3 +623,32 @@ fn the_stack_given_to_a_deep_review_holds_what_the_ledger_does_with_its_object()
         .join()
         .expect("the test thread did not panic");
 }
+
+#[tokio::test]
+async fn with_gatepolicies_the_pod_is_unready_until_they_are_listed() {
+    let metrics = Arc::new(Metrics::new());
+    let shutdown = CancellationToken::new();
+    let policies = Arc::new(ArcSwap::from_pointee(
+        PolicySet::load(Path::new("policies/example.yaml")).unwrap(),
+    ));
+    let (events, _task) =
+        EventSink::spawn(None, "test".into(), 16, metrics.clone(), shutdown.clone());
+    let state = Arc::new(
+        AppState::new(
+            policies,
+            NamespaceCache::disabled(),
+            ParentLookup::new(None, Duration::from_secs(1), metrics.clone()),
+            events,
+            metrics,
+        )
+        .with_gatepolicies(Some(Arc::new(
+            driftgate::server::gatepolicies::GatePolicyHealth::default(),
+        ))),
+    );
+    let (status, body) = get(&admin_router(state), "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        body,
+        "GatePolicy objects not listed from the API server yet\n"
+    );
+}

@@ -3,7 +3,9 @@
 //! Loading never stops at the first problem: every error in every file is collected, each
 //! naming its file, line, document and field, and what is allowed instead.
 
+pub mod admission;
 pub mod document;
+pub mod gatepolicy;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -352,6 +354,26 @@ impl PolicySet {
             policies,
             sources: files,
         })
+    }
+
+    /// `files`' policies and `more`, by name; a name `files` already has is not added again
+    /// (the GatePolicy source reports that conflict on the object itself).
+    pub fn union(files: &PolicySet, more: &[GatePolicy]) -> PolicySet {
+        let mut policies = files.policies.clone();
+        for policy in more {
+            if !policies.iter().any(|p| p.name == policy.name) {
+                policies.push(policy.clone());
+            }
+        }
+        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        PolicySet {
+            policies,
+            sources: files.sources.clone(),
+        }
+    }
+
+    pub fn into_policies(self) -> Vec<GatePolicy> {
+        self.policies
     }
 
     /// Compiles policies from YAML text (one or more documents); `source` names it in errors.

@@ -3,6 +3,7 @@
 //! The routers hold no TLS and no sockets, so tests drive them with `tower::ServiceExt::oneshot`.
 
 pub mod connections;
+pub mod gatepolicies;
 pub mod reload;
 pub mod tls;
 pub mod windows;
@@ -75,6 +76,8 @@ pub struct AppState {
     pub accepting: AtomicBool,
     /// Bytes of request bodies that may be held at once.
     pub body_budget: BodyBudget,
+    /// The GatePolicy source, when `serve --gatepolicies` reads one.
+    pub gatepolicies: Option<Arc<gatepolicies::GatePolicyHealth>>,
 }
 
 impl AppState {
@@ -102,12 +105,22 @@ impl AppState {
             metrics,
             clock: Arc::new(Timestamp::now),
             accepting: AtomicBool::new(true),
+            gatepolicies: None,
         }
     }
 
     /// The reloader's status of `policies`, when they may not have loaded.
     pub fn with_policy_status(mut self, status: Arc<PolicyStatus>) -> Self {
         self.policy_status = status;
+        self
+    }
+
+    /// The GatePolicy source's health, when `serve --gatepolicies` reads one.
+    pub fn with_gatepolicies(
+        mut self,
+        health: Option<Arc<gatepolicies::GatePolicyHealth>>,
+    ) -> Self {
+        self.gatepolicies = health;
         self
     }
 
@@ -204,6 +217,9 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         )
             .into_response();
     }
+    if let Some(reason) = state.gatepolicies.as_ref().and_then(|g| g.not_listed()) {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response();
+    }
     if !state.ledger.is_ready() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -214,12 +230,23 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     // A failed reload keeps serving the last good policy, so it does not make the pod unready;
     // the body says so (and the driftgate_policy_valid gauge, whose alert stays while it does).
     let count = state.policies.load().policies().len();
+    // A refused GatePolicy is refused for its own namespaces only; the pod serves the rest.
+    let refused_objects = match state.gatepolicies.as_ref().and_then(|g| g.problems()) {
+        Some(problems) => format!(
+            "refused GatePolicy objects (each keeps its last good generation, if any):\n{problems}\n"
+        ),
+        None => String::new(),
+    };
     match state.policy_status.problems() {
-        None => (StatusCode::OK, format!("ok: {count} policies loaded\n")).into_response(),
+        None => (
+            StatusCode::OK,
+            format!("ok: {count} policies loaded\n{refused_objects}"),
+        )
+            .into_response(),
         Some(problems) => (
             StatusCode::OK,
             format!(
-                "ok: {count} policies loaded; the policy's current content is refused, the last good one keeps serving:\n{problems}\n"
+                "ok: {count} policies loaded; the policy's current content is refused, the last good one keeps serving:\n{problems}\n{refused_objects}"
             ),
         )
             .into_response(),

@@ -109,18 +109,36 @@ fn fingerprint(path: &Path) -> u64 {
     hasher.finish()
 }
 
+/// Where the file source's valid sets go: straight to the active set, or (with GatePolicies
+/// on) to [`super::gatepolicies::PolicySources`], which joins them with the objects' policies.
+pub trait FilePolicies {
+    fn store_files(&self, set: PolicySet);
+}
+
+impl FilePolicies for ArcSwap<PolicySet> {
+    fn store_files(&self, set: PolicySet) {
+        self.store(Arc::new(set));
+    }
+}
+
+impl<P: FilePolicies + ?Sized> FilePolicies for Arc<P> {
+    fn store_files(&self, set: PolicySet) {
+        P::store_files(self, set);
+    }
+}
+
 /// Loads the policies now and swaps them in when valid, recording the outcome in `status`.
 /// Returns the errors of a refused load.
-pub fn reload_now(
+pub fn reload_now<P: FilePolicies + ?Sized>(
     path: &Path,
-    policies: &ArcSwap<PolicySet>,
+    policies: &P,
     status: &PolicyStatus,
     metrics: &Metrics,
 ) -> Result<usize, PolicyErrors> {
     match PolicySet::load(path) {
         Ok(set) => {
             let count = set.policies().len();
-            policies.store(Arc::new(set));
+            policies.store_files(set);
             status.loaded();
             metrics.set_policy_valid(FILE_SOURCE, true);
             Metrics::count_result(&metrics.policy_reloads, true);
@@ -162,9 +180,9 @@ pub struct Seen {
 }
 
 /// The first load, at start. A refused policy does not stop `serve`: see the module's comment.
-pub fn load_at_start(
+pub fn load_at_start<P: FilePolicies + ?Sized>(
     path: PathBuf,
-    policies: &ArcSwap<PolicySet>,
+    policies: &P,
     status: &PolicyStatus,
     metrics: &Metrics,
 ) -> Seen {
@@ -177,9 +195,9 @@ pub fn load_at_start(
 /// Polls the path every `interval` and reloads on a change since `seen`; `force` (signalled on
 /// SIGHUP) reloads even when nothing changed. A refused content is not retried until it
 /// changes again.
-pub fn spawn_policy_reloader(
+pub fn spawn_policy_reloader<P: FilePolicies + Send + Sync + ?Sized + 'static>(
     seen: Seen,
-    policies: Arc<ArcSwap<PolicySet>>,
+    policies: Arc<P>,
     status: Arc<PolicyStatus>,
     interval: Duration,
     force: Arc<Notify>,
@@ -204,7 +222,7 @@ pub fn spawn_policy_reloader(
                 continue;
             }
             last = current;
-            let _ = reload_now(&path, &policies, &status, &metrics);
+            let _ = reload_now(&path, policies.as_ref(), &status, &metrics);
         }
     })
 }

@@ -86,10 +86,19 @@ pub fn records_webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Va
     configuration_with(name, url, ca_pem, "records.driftgate.dev")
 }
 
+/// The chart's ValidatingWebhookConfiguration with only its policies webhook
+/// (`policies.driftgate.dev`: GatePolicy creates and updates, cluster-wide), as
+/// `gatePolicies.enabled` renders it.
+pub fn policies_webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
+    configuration_with(name, url, ca_pem, "policies.driftgate.dev")
+}
+
 fn configuration_with(name: &str, url: &str, ca_pem: &[u8], webhook: &str) -> Value {
     let objects = render(&[
         format!("webhook.url={url}"),
         format!("webhook.caBundle={}", BASE64_STANDARD.encode(ca_pem)),
+        // Renders every webhook; the one asked for is kept.
+        "gatePolicies.enabled=true".to_owned(),
     ]);
     let mut configuration = one(&objects, "ValidatingWebhookConfiguration");
     configuration["metadata"] = serde_json::json!({"name": name});
@@ -104,7 +113,8 @@ fn configuration_with(name: &str, url: &str, ca_pem: &[u8], webhook: &str) -> Va
 /// The chart's RBAC for driftgate (ClusterRole and ClusterRoleBinding; the Role and RoleBinding
 /// of its leader Lease, with the release namespace they live in), as one JSON list manifest.
 pub fn rbac_manifest() -> String {
-    let objects = render(&[]);
+    // With every rule the chart can grant: the GatePolicy test's driftgate reads them.
+    let objects = render(&["gatePolicies.enabled=true".to_owned()]);
     let namespace = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Namespace",

@@ -85,6 +85,12 @@ pub fn records_webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Va
     super::chart::records_webhook_configuration(name, url, ca_pem)
 }
 
+/// The chart's policies webhook (`policies.driftgate.dev`) alone: GatePolicy writes, which are
+/// cluster-scoped, so every such write is sent to the driftgate that registers it.
+pub fn policies_webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
+    super::chart::policies_webhook_configuration(name, url, ca_pem)
+}
+
 impl Driftgate {
     /// Starts `driftgate serve --policy POLICY` on loopback with fresh certificates from
     /// `driftgate certs dev`, as the [`DRIFTGATE`] identity, and waits for `/readyz` (which

@@ -22,8 +22,8 @@ pub use control_plane::{
 };
 #[allow(unused_imports)]
 pub use driftgate::{
-    Driftgate, driftgate_cli, records_webhook_configuration, repo_path, shared,
-    webhook_configuration,
+    Driftgate, driftgate_cli, policies_webhook_configuration, records_webhook_configuration,
+    repo_path, shared, webhook_configuration,
 };
 
 /// rustls needs a process-wide crypto provider before kube-rs builds a TLS client.

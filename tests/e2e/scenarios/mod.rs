@@ -11,6 +11,7 @@ mod break_glass;
 mod bypass;
 mod deep;
 mod effects;
+mod gatepolicy;
 mod gitops;
 mod ledger_guard;
 mod normal_day;
