@@ -119,7 +119,10 @@ pub enum RuntimeCertError {
         secret: String,
         source: crate::Error,
     },
-    #[error("cannot read ValidatingWebhookConfiguration {configuration}: {source}")]
+    #[error(
+        "cannot read ValidatingWebhookConfiguration {configuration} (is it applied, and may \
+         driftgate get it?): {source}"
+    )]
     ReadWebhooks {
         configuration: String,
         source: kube::Error,
@@ -392,12 +395,29 @@ impl Keeper {
         if let Some(Ok(stored)) = &stored {
             self.serve(&stored.current);
         }
+        // A configuration that cannot be read (not applied yet) trusts nothing: the Secret is
+        // still created and served, and no step that needs the bundle is taken.
         let live = match &self.writer {
-            Some(writer) => writer.live().await?,
-            None => Vec::new(),
+            Some(writer) => match writer.live().await {
+                Ok(live) => Some(live),
+                Err(error) => {
+                    tracing::warn!(%error, "the caBundle cannot be read; the certificate rotation waits for it");
+                    None
+                }
+            },
+            None => Some(Vec::new()),
         };
+        let untrusted = vec![BTreeSet::new(); self.settings.webhooks.len().max(1)];
         let now = Timestamp::now();
-        let step = rotation::plan(now, stored.as_ref(), &live, self.settings.timing);
+        let step = rotation::plan(
+            now,
+            stored.as_ref(),
+            live.as_deref().unwrap_or(&untrusted),
+            self.settings.timing,
+        );
+        if live.is_none() && matches!(step, Step::WriteBundle(_)) {
+            return Ok(self.settings.check_interval);
+        }
         self.take(step, secret, stored, now).await
     }
 

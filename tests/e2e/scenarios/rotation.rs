@@ -1,0 +1,191 @@
+//! Issue 11: runtime certificates. Two replicas keep their CA and serving certificate in one
+//! Secret and write the caBundle themselves; with a 40s validity they rotate every ~20s, while a
+//! client sends reviews through the API server the whole time: every single one must get
+//! driftgate's answer (a denial), none a failed webhook call.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use serde_json::json;
+
+use crate::harness::{
+    ADMIN, BOB, Driftgate, control_plane, install_crypto_provider, repo_path,
+    webhook_configuration,
+};
+
+const NS: &str = "rotation-e2e";
+/// The Secret lives outside the namespaces the test's webhooks select: driftgate's own writes
+/// of it are never sent to driftgate.
+const SECRET_NS: &str = "rotation-e2e-certs";
+const SECRET: &str = "driftgate-rotation-tls";
+const CONFIGURATION: &str = "driftgate-e2e-rotation";
+const WEBHOOK_A: &str = "gate.driftgate.dev";
+const WEBHOOK_B: &str = "gate-b.driftgate.dev";
+const ROTATIONS: usize = 2;
+
+fn policy() -> std::path::PathBuf {
+    let template = std::fs::read_to_string(repo_path("tests/e2e/ledger-policy.yaml"))
+        .expect("the policy template reads");
+    let text = template
+        .replace("__NAMESPACE__", NS)
+        .replace("__NAME__", NS)
+        .replace("    # __BREAK_GLASS_EXTRA__\n", "");
+    let path = control_plane().dir().join(format!("{NS}-policy.yaml"));
+    std::fs::write(&path, text).expect("the policy is written");
+    path
+}
+
+/// The serial of the serving certificate the Secret holds now.
+async fn stored_serial(secrets: &Api<Secret>) -> Option<String> {
+    let secret = secrets.get_opt(SECRET).await.expect("the admin reads Secrets")?;
+    let data: BTreeMap<String, Vec<u8>> = secret
+        .data?
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    driftgate::certs::rotation::from_data(&data)
+        .ok()
+        .map(|stored| stored.current.serial)
+}
+
+#[tokio::test]
+async fn certificates_rotate_twice_under_load_with_no_failed_review() {
+    install_crypto_provider();
+    let control_plane = control_plane();
+    for ns in [NS, SECRET_NS] {
+        control_plane.kubectl(ADMIN, &["create", "namespace", ns]);
+    }
+    control_plane
+        .kubectl(ADMIN, &["label", "namespace", NS, "driftgate-e2e-rotation=guarded", "--overwrite"])
+        .ok();
+    let policy = policy();
+    let runtime_args = [
+        "--tls-secret",
+        &format!("{SECRET_NS}/{SECRET}"),
+        "--tls-secret-host",
+        "127.0.0.1",
+        "--cert-validity",
+        "40s",
+        "--cert-renew-before",
+        "25s",
+        "--ca-bundle-settle",
+        "3s",
+        "--cert-check-interval",
+        "1s",
+        "--webhook-configuration",
+        CONFIGURATION,
+        "--ca-bundle-webhook",
+        WEBHOOK_A,
+        "--ca-bundle-webhook",
+        WEBHOOK_B,
+    ];
+    let a = Driftgate::start_with_runtime_certs("rotation-a", &policy, ADMIN, &runtime_args);
+    let b = Driftgate::start_with_runtime_certs("rotation-b", &policy, ADMIN, &runtime_args);
+
+    // The chart's gate webhook, once per replica, with no caBundle: driftgate writes it.
+    let mut configuration = webhook_configuration(CONFIGURATION, &a.webhook_url(), b"");
+    let webhooks = configuration["webhooks"].as_array_mut().expect("webhooks");
+    webhooks[0]["namespaceSelector"] = json!({"matchLabels": {"driftgate-e2e-rotation": "guarded"}});
+    assert!(webhooks[0]["clientConfig"].get("caBundle").is_none(), "rendered with a caBundle");
+    let mut second = webhooks[0].clone();
+    second["name"] = json!(WEBHOOK_B);
+    second["clientConfig"]["url"] = json!(b.webhook_url());
+    webhooks.push(second);
+    a.register_probing(configuration, NS);
+
+    let admin = control_plane.client(ADMIN).await;
+    let live: ValidatingWebhookConfiguration = Api::all(admin.clone())
+        .get(CONFIGURATION)
+        .await
+        .expect("the configuration reads");
+    for webhook in live.webhooks.unwrap_or_default() {
+        let bundle = webhook.client_config.ca_bundle.expect("driftgate wrote the caBundle");
+        assert!(
+            String::from_utf8_lossy(&bundle.0).contains("BEGIN CERTIFICATE"),
+            "{}: caBundle is not PEM",
+            webhook.name
+        );
+    }
+
+    let secrets: Api<Secret> = Api::namespaced(admin, SECRET_NS);
+    let configmaps: Api<ConfigMap> = Api::namespaced(control_plane.client(BOB).await, NS);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let reviews_before = (a.reviews(), b.reviews());
+    let mut serials = vec![stored_serial(&secrets).await.expect("the Secret holds a certificate")];
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(150);
+    let mut sent = 0usize;
+    let mut last_check = Instant::now();
+    while serials.len() <= ROTATIONS {
+        assert!(
+            Instant::now() < deadline,
+            "only {} rotations after {sent} reviews; driftgate a's log:\n{}",
+            serials.len() - 1,
+            a.log_tail(40)
+        );
+        let object = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(format!("probe-{sent}")),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        sent += 1;
+        match configmaps.create(&dry_run, &object).await {
+            Ok(_) => panic!("review {sent}: bob's ConfigMap was admitted in guarded {NS}"),
+            Err(kube::Error::Api(status)) => {
+                let denied = [WEBHOOK_A, WEBHOOK_B].iter().any(|w| {
+                    status
+                        .message
+                        .starts_with(&format!("admission webhook \"{w}\" denied the request: "))
+                });
+                assert!(
+                    denied,
+                    "review {sent} after {:?} did not get driftgate's answer: {}",
+                    started.elapsed(),
+                    status.message
+                );
+            }
+            Err(other) => panic!("review {sent}: {other}"),
+        }
+        if last_check.elapsed() >= Duration::from_millis(500) {
+            last_check = Instant::now();
+            if let Some(serial) = stored_serial(&secrets).await
+                && serials.last() != Some(&serial)
+            {
+                eprintln!("rotation after {:?}, {sent} reviews: serial {serial}", started.elapsed());
+                serials.push(serial);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Both replicas answered every review (each goes to both webhooks): no call failed there
+    // either, and both switched to each new certificate.
+    let answered = (a.reviews() - reviews_before.0, b.reviews() - reviews_before.1);
+    eprintln!(
+        "{sent} reviews in {:?} across {} rotations; answered by a: {}, b: {}",
+        started.elapsed(),
+        serials.len() - 1,
+        answered.0,
+        answered.1
+    );
+    assert!(answered.0 >= sent as f64 && answered.1 >= sent as f64, "{answered:?} of {sent}");
+    for replica in [&a, &b] {
+        assert!(
+            replica.counter("driftgate_certificate_rotations_total", &[]) >= ROTATIONS as f64,
+            "a replica did not switch certificates:\n{}",
+            replica.log_tail(40)
+        );
+        assert_eq!(
+            replica.counter("driftgate_ca_bundle_writes_total", &["result=\"failure\""]),
+            0.0
+        );
+    }
+}
