@@ -333,3 +333,46 @@ fn check_dev_certs(paths: &DevCertPaths) -> std::result::Result<(), String> {
         })?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runtime generation verifies, as the API server checks it, for the Service's names
+    /// against its own CA, and for no other name.
+    #[test]
+    fn an_issued_generation_verifies_for_the_service_names_against_its_ca() {
+        let hosts = [
+            "driftgate.driftgate-system.svc".to_owned(),
+            "127.0.0.1".to_owned(),
+        ];
+        let now = jiff::Timestamp::now();
+        let generation = issue_generation(now, Duration::from_secs(3600), &hosts).unwrap();
+        let mut roots = RootCertStore::empty();
+        for ca in
+            tls::parse_cert_chain(Path::new("ca.crt"), generation.ca_cert_pem.as_bytes()).unwrap()
+        {
+            roots.add(ca).unwrap();
+        }
+        let verifier =
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), tls::provider())
+                .build()
+                .unwrap();
+        let chain =
+            tls::parse_cert_chain(Path::new("tls.crt"), generation.cert_pem.as_bytes()).unwrap();
+        let verify = |name: &str| {
+            verifier.verify_server_cert(
+                &chain[0],
+                &chain[1..],
+                &ServerName::try_from(name.to_owned()).unwrap(),
+                &[],
+                UnixTime::now(),
+            )
+        };
+        verify("driftgate.driftgate-system.svc").expect("the Service name verifies");
+        verify("127.0.0.1").expect("the IP address verifies");
+        assert!(verify("driftgate.elsewhere.svc").is_err());
+        // Expires when asked, to the second.
+        assert_eq!(generation.not_after.as_second(), now.as_second() + 3600);
+    }
+}

@@ -13,8 +13,7 @@ use kube::api::{ObjectMeta, PostParams};
 use serde_json::json;
 
 use crate::harness::{
-    ADMIN, BOB, Driftgate, control_plane, install_crypto_provider, repo_path,
-    webhook_configuration,
+    ADMIN, BOB, Driftgate, control_plane, install_crypto_provider, repo_path, webhook_configuration,
 };
 
 const NS: &str = "rotation-e2e";
@@ -41,12 +40,11 @@ fn policy() -> std::path::PathBuf {
 
 /// The serial of the serving certificate the Secret holds now.
 async fn stored_serial(secrets: &Api<Secret>) -> Option<String> {
-    let secret = secrets.get_opt(SECRET).await.expect("the admin reads Secrets")?;
-    let data: BTreeMap<String, Vec<u8>> = secret
-        .data?
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
-        .collect();
+    let secret = secrets
+        .get_opt(SECRET)
+        .await
+        .expect("the admin reads Secrets")?;
+    let data: BTreeMap<String, Vec<u8>> = secret.data?.into_iter().map(|(k, v)| (k, v.0)).collect();
     driftgate::certs::rotation::from_data(&data)
         .ok()
         .map(|stored| stored.current.serial)
@@ -60,7 +58,16 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
         control_plane.kubectl(ADMIN, &["create", "namespace", ns]);
     }
     control_plane
-        .kubectl(ADMIN, &["label", "namespace", NS, "driftgate-e2e-rotation=guarded", "--overwrite"])
+        .kubectl(
+            ADMIN,
+            &[
+                "label",
+                "namespace",
+                NS,
+                "driftgate-e2e-rotation=guarded",
+                "--overwrite",
+            ],
+        )
         .ok();
     let policy = policy();
     let runtime_args = [
@@ -89,8 +96,12 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
     // The chart's gate webhook, once per replica, with no caBundle: driftgate writes it.
     let mut configuration = webhook_configuration(CONFIGURATION, &a.webhook_url(), b"");
     let webhooks = configuration["webhooks"].as_array_mut().expect("webhooks");
-    webhooks[0]["namespaceSelector"] = json!({"matchLabels": {"driftgate-e2e-rotation": "guarded"}});
-    assert!(webhooks[0]["clientConfig"].get("caBundle").is_none(), "rendered with a caBundle");
+    webhooks[0]["namespaceSelector"] =
+        json!({"matchLabels": {"driftgate-e2e-rotation": "guarded"}});
+    assert!(
+        webhooks[0]["clientConfig"].get("caBundle").is_none(),
+        "rendered with a caBundle"
+    );
     let mut second = webhooks[0].clone();
     second["name"] = json!(WEBHOOK_B);
     second["clientConfig"]["url"] = json!(b.webhook_url());
@@ -103,7 +114,10 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
         .await
         .expect("the configuration reads");
     for webhook in live.webhooks.unwrap_or_default() {
-        let bundle = webhook.client_config.ca_bundle.expect("driftgate wrote the caBundle");
+        let bundle = webhook
+            .client_config
+            .ca_bundle
+            .expect("driftgate wrote the caBundle");
         assert!(
             String::from_utf8_lossy(&bundle.0).contains("BEGIN CERTIFICATE"),
             "{}: caBundle is not PEM",
@@ -118,7 +132,11 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
         ..PostParams::default()
     };
     let reviews_before = (a.reviews(), b.reviews());
-    let mut serials = vec![stored_serial(&secrets).await.expect("the Secret holds a certificate")];
+    let mut serials = vec![
+        stored_serial(&secrets)
+            .await
+            .expect("the Secret holds a certificate"),
+    ];
     let started = Instant::now();
     let deadline = started + Duration::from_secs(150);
     let mut sent = 0usize;
@@ -160,7 +178,10 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
             if let Some(serial) = stored_serial(&secrets).await
                 && serials.last() != Some(&serial)
             {
-                eprintln!("rotation after {:?}, {sent} reviews: serial {serial}", started.elapsed());
+                eprintln!(
+                    "rotation after {:?}, {sent} reviews: serial {serial}",
+                    started.elapsed()
+                );
                 serials.push(serial);
             }
         }
@@ -168,7 +189,10 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
     }
     // Both replicas answered every review (each goes to both webhooks): no call failed there
     // either, and both switched to each new certificate.
-    let answered = (a.reviews() - reviews_before.0, b.reviews() - reviews_before.1);
+    let answered = (
+        a.reviews() - reviews_before.0,
+        b.reviews() - reviews_before.1,
+    );
     eprintln!(
         "{sent} reviews in {:?} across {} rotations; answered by a: {}, b: {}",
         started.elapsed(),
@@ -176,7 +200,10 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
         answered.0,
         answered.1
     );
-    assert!(answered.0 >= sent as f64 && answered.1 >= sent as f64, "{answered:?} of {sent}");
+    assert!(
+        answered.0 >= sent as f64 && answered.1 >= sent as f64,
+        "{answered:?} of {sent}"
+    );
     for replica in [&a, &b] {
         assert!(
             replica.counter("driftgate_certificate_rotations_total", &[]) >= ROTATIONS as f64,
