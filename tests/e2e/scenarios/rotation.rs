@@ -1,7 +1,11 @@
 //! Issue 11: runtime certificates. Two replicas keep their CA and serving certificate in one
-//! Secret and write the caBundle themselves; with a 40s validity they rotate every ~20s, while a
+//! Secret and write the caBundle themselves; with a 40s validity they rotate every ~15s, while a
 //! client sends reviews through the API server the whole time: every single one must get
 //! driftgate's answer (a denial), none a failed webhook call.
+//!
+//! They run as driftgate's identity with the chart's RBAC (the harness applies it): the Secret
+//! and the configuration are the ones the chart's Role and ClusterRole name, for release
+//! `driftgate` in namespace `driftgate`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,15 +17,17 @@ use kube::api::{ObjectMeta, PostParams};
 use serde_json::json;
 
 use crate::harness::{
-    ADMIN, BOB, Driftgate, control_plane, install_crypto_provider, repo_path, webhook_configuration,
+    ADMIN, BOB, DRIFTGATE, Driftgate, control_plane, install_crypto_provider, repo_path,
+    webhook_configuration,
 };
 
 const NS: &str = "rotation-e2e";
-/// The Secret lives outside the namespaces the test's webhooks select: driftgate's own writes
-/// of it are never sent to driftgate.
-const SECRET_NS: &str = "rotation-e2e-certs";
-const SECRET: &str = "driftgate-rotation-tls";
-const CONFIGURATION: &str = "driftgate-e2e-rotation";
+/// The chart's release namespace in the harness, which the test's webhooks do not select:
+/// driftgate's own writes of its Secret are never sent to driftgate.
+const SECRET_NS: &str = "driftgate";
+/// `<release>-certs` and `<release>`: the names the chart's RBAC allows.
+const SECRET: &str = "driftgate-certs";
+const CONFIGURATION: &str = "driftgate";
 const WEBHOOK_A: &str = "gate.driftgate.dev";
 const WEBHOOK_B: &str = "gate-b.driftgate.dev";
 const ROTATIONS: usize = 2;
@@ -54,9 +60,7 @@ async fn stored_serial(secrets: &Api<Secret>) -> Option<String> {
 async fn certificates_rotate_twice_under_load_with_no_failed_review() {
     install_crypto_provider();
     let control_plane = control_plane();
-    for ns in [NS, SECRET_NS] {
-        control_plane.kubectl(ADMIN, &["create", "namespace", ns]);
-    }
+    control_plane.kubectl(ADMIN, &["create", "namespace", NS]);
     control_plane
         .kubectl(
             ADMIN,
@@ -90,8 +94,8 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
         "--ca-bundle-webhook",
         WEBHOOK_B,
     ];
-    let a = Driftgate::start_with_runtime_certs("rotation-a", &policy, ADMIN, &runtime_args);
-    let b = Driftgate::start_with_runtime_certs("rotation-b", &policy, ADMIN, &runtime_args);
+    let a = Driftgate::start_with_runtime_certs("rotation-a", &policy, DRIFTGATE, &runtime_args);
+    let b = Driftgate::start_with_runtime_certs("rotation-b", &policy, DRIFTGATE, &runtime_args);
 
     // The chart's gate webhook, once per replica, with no caBundle: driftgate writes it.
     let mut configuration = webhook_configuration(CONFIGURATION, &a.webhook_url(), b"");
@@ -214,5 +218,13 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
             replica.counter("driftgate_ca_bundle_writes_total", &["result=\"failure\""]),
             0.0
         );
+        let log = replica.log_tail(2000);
+        for trouble in [
+            "watching the certificate Secret failed",
+            "cannot write Secret",
+            "replacing the certificate Secret",
+        ] {
+            assert!(!log.contains(trouble), "{trouble}:\n{log}");
+        }
     }
 }
