@@ -242,6 +242,11 @@ impl Driftgate {
         format!("https://{}/validate", self.webhook)
     }
 
+    /// The webhook port's address.
+    pub fn webhook_addr(&self) -> SocketAddr {
+        self.webhook
+    }
+
     /// The development CA that signed the serving certificate: the webhook's `caBundle`.
     pub fn ca_pem(&self) -> &[u8] {
         self.ca_pem.as_bytes()

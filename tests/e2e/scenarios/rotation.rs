@@ -7,8 +7,14 @@
 //! and the configuration are the ones the chart's Role and ClusterRole name, for release
 //! `driftgate` in namespace `driftgate`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -54,6 +60,79 @@ async fn stored_serial(secrets: &Api<Secret>) -> Option<String> {
     driftgate::certs::rotation::from_data(&data)
         .ok()
         .map(|stored| stored.current.serial)
+}
+
+/// The CA certificates (DER) of the configuration's first webhook's live caBundle.
+async fn live_bundle(configurations: &Api<ValidatingWebhookConfiguration>) -> Vec<Vec<u8>> {
+    let live = configurations
+        .get(CONFIGURATION)
+        .await
+        .expect("the configuration reads");
+    let bundle = live.webhooks.unwrap_or_default()[0]
+        .client_config
+        .ca_bundle
+        .clone()
+        .map(|b| b.0)
+        .unwrap_or_default();
+    rustls_pemfile::certs(&mut &bundle[..])
+        .map(|c| c.expect("the caBundle is PEM").to_vec())
+        .collect()
+}
+
+/// A fresh TLS handshake with `addr`, trusting exactly `bundle` for 127.0.0.1, as the API server
+/// does on a new connection: the serial of the certificate served, or why it was not trusted.
+async fn handshake(addr: SocketAddr, bundle: &[Vec<u8>]) -> Result<String, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in bundle {
+        roots.add(ca.clone().into()).map_err(|e| e.to_string())?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::IpAddress(addr.ip().into());
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let leaf = tls.get_ref().1.peer_certificates().expect("a certificate")[0].clone();
+    let (_, cert) = x509_parser::parse_x509_certificate(&leaf).map_err(|e| e.to_string())?;
+    Ok(cert.raw_serial_as_string())
+}
+
+/// New connections, one after another until `stop`: each must verify against the bundle live
+/// just before it. Returns how many handshakes were made and the serials served.
+fn spawn_handshakes(
+    configurations: Api<ValidatingWebhookConfiguration>,
+    replicas: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(usize, BTreeSet<String>)> {
+    tokio::spawn(async move {
+        let mut made = 0;
+        let mut serials = BTreeSet::new();
+        while !stop.load(Ordering::Relaxed) {
+            let bundle = live_bundle(&configurations).await;
+            for addr in &replicas {
+                match handshake(*addr, &bundle).await {
+                    Ok(serial) => {
+                        serials.insert(serial);
+                    }
+                    Err(error) => panic!(
+                        "handshake {made} with {addr} failed against the live caBundle ({} CAs): {error}",
+                        bundle.len()
+                    ),
+                }
+                made += 1;
+            }
+        }
+        (made, serials)
+    })
 }
 
 #[tokio::test]
@@ -129,7 +208,15 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
         );
     }
 
-    let secrets: Api<Secret> = Api::namespaced(admin, SECRET_NS);
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), SECRET_NS);
+    // The API server keeps its connections alive, so the reviews below seldom make a new
+    // handshake; these do, continuously, which is when an untrusted certificate would show.
+    let stop = Arc::new(AtomicBool::new(false));
+    let handshakes = spawn_handshakes(
+        Api::all(admin),
+        vec![a.webhook_addr(), b.webhook_addr()],
+        stop.clone(),
+    );
     let configmaps: Api<ConfigMap> = Api::namespaced(control_plane.client(BOB).await, NS);
     let dry_run = PostParams {
         dry_run: true,
@@ -190,6 +277,18 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (made, served) = handshakes.await.expect("every handshake verified");
+    eprintln!(
+        "{made} fresh handshakes verified against the live caBundle; {} serials served",
+        served.len()
+    );
+    for serial in &serials {
+        assert!(
+            served.contains(serial),
+            "serial {serial} of the Secret was never served: {served:?}"
+        );
     }
     // Both replicas answered every review (each goes to both webhooks): no call failed there
     // either, and both switched to each new certificate.
