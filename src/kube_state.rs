@@ -17,6 +17,7 @@ use kube::core::discovery::v2::APIGroupDiscoveryList;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +41,8 @@ struct CacheInner {
     trusted: Arc<AtomicBool>,
     /// True from the end of the first complete LIST on, whatever happens later.
     synced: Arc<AtomicBool>,
+    /// Notified on every change of the store (one waiter: the gate selector's keeper).
+    changes: Arc<Notify>,
 }
 
 impl NamespaceCache {
@@ -57,6 +60,7 @@ impl NamespaceCache {
         let (store, writer) = reflector::store();
         let trusted = Arc::new(AtomicBool::new(false));
         let synced = Arc::new(AtomicBool::new(false));
+        let changes = Arc::new(Notify::new());
         metrics.namespace_cache_ready.set(0);
         let api = Api::<Namespace>::all(client);
         let events = relisting_watcher(api, watcher::Config::default())
@@ -68,6 +72,7 @@ impl NamespaceCache {
             events,
             trusted.clone(),
             synced.clone(),
+            changes.clone(),
             metrics,
             shutdown,
         ));
@@ -76,6 +81,7 @@ impl NamespaceCache {
                 store,
                 trusted,
                 synced,
+                changes,
             }),
         };
         (cache, task)
@@ -112,6 +118,20 @@ impl NamespaceCache {
         }
         inner.store.get(&ObjectRef::new(name))
     }
+
+    /// Every Namespace, when the cache is synced and trusted; None otherwise (fail closed).
+    pub fn snapshot(&self) -> Option<Vec<Arc<Namespace>>> {
+        let inner = self.inner.as_ref()?;
+        if !inner.trusted.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(inner.store.state())
+    }
+
+    /// Notified after the store changed; None without a cluster.
+    pub fn changes(&self) -> Option<Arc<Notify>> {
+        self.inner.as_ref().map(|inner| inner.changes.clone())
+    }
 }
 
 /// A watcher that starts over with a LIST after every error. kube-runtime's watcher resumes a
@@ -139,6 +159,7 @@ async fn drive(
     events: impl Stream<Item = watcher::Result<watcher::Event<Namespace>>>,
     trusted: Arc<AtomicBool>,
     synced: Arc<AtomicBool>,
+    changes: Arc<Notify>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
@@ -166,10 +187,11 @@ async fn drive(
                 } else {
                     tracing::info!("namespace cache synced");
                 }
+                changes.notify_one();
             }
             // A new LIST has begun; until it completes the store holds the old state.
             Some(Ok(watcher::Event::Init)) => set(false),
-            Some(Ok(_)) => {}
+            Some(Ok(_)) => changes.notify_one(),
             Some(Err(error)) => {
                 set(false);
                 match throttle.failure() {

@@ -4,6 +4,7 @@
 //! ([`policy`]), the pure decision ([`decision::decide`]) and the offline tools ([`cli`]).
 #![forbid(unsafe_code)]
 
+pub mod blast_radius;
 pub mod certs;
 pub mod cli;
 pub mod decision;
@@ -12,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod fieldpath;
 pub mod kube_state;
+pub mod leader;
 pub mod ledger;
 pub mod metrics;
 pub mod ownership;

@@ -83,6 +83,12 @@ pub struct Metrics {
     pub certificate_rotations: Counter,
     /// Runtime mode: writes of the webhook configuration's caBundle, by result.
     pub ca_bundle_writes: Family<ResultLabels, Counter>,
+    /// Namespaces the gate webhook's namespaceSelector last written by this replica excludes.
+    pub webhook_selector_excluded_namespaces: Gauge,
+    /// Writes of the gate webhook's namespaceSelector, by result.
+    pub webhook_selector_writes: Family<ResultLabels, Counter>,
+    /// 1 while this replica holds the leader Lease.
+    pub leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -242,6 +248,24 @@ impl Metrics {
             "Runtime certificates: writes of the webhook configuration's caBundle, by result",
             ca_bundle_writes.clone(),
         );
+        let webhook_selector_excluded_namespaces = Gauge::default();
+        registry.register(
+            "webhook_selector_excluded_namespaces",
+            "Namespaces that no policy guards, excluded from the gate webhook by the namespaceSelector this replica last wrote",
+            webhook_selector_excluded_namespaces.clone(),
+        );
+        let webhook_selector_writes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "webhook_selector_writes",
+            "Server-side applies of the gate webhook's namespaceSelector, by result",
+            webhook_selector_writes.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease (only the leader writes the webhook configuration)",
+            leader.clone(),
+        );
         // Series that alerts read exist from the start, at zero, rather than appearing on first use.
         for family in [
             &ca_bundle_writes,
@@ -249,6 +273,7 @@ impl Metrics {
             &tls_reloads,
             &parent_lookups,
             &ledger_writes,
+            &webhook_selector_writes,
         ] {
             for result in ["success", "failure"] {
                 let _ = family.get_or_create(&ResultLabels {
@@ -286,6 +311,9 @@ impl Metrics {
             serving_certificate_expiry,
             certificate_rotations,
             ca_bundle_writes,
+            webhook_selector_excluded_namespaces,
+            webhook_selector_writes,
+            leader,
         }
     }
 
@@ -344,6 +372,9 @@ mod tests {
             "driftgate_events_dropped_total{reason=\"queue_full\"} 0",
             "driftgate_break_glass_windows_open",
             "driftgate_policy_valid{source=\"file\"} 0",
+            "driftgate_webhook_selector_writes_total{result=\"failure\"} 0",
+            "driftgate_webhook_selector_excluded_namespaces 0",
+            "driftgate_leader 0",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

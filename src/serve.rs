@@ -15,10 +15,12 @@ use tokio_util::sync::CancellationToken;
 
 use axum_server::tls_rustls::RustlsConfig;
 
+use crate::blast_radius::{GateSelectorArgs, KeeperInputs, spawn_selector_keeper};
 use crate::certs::runtime::{RuntimeCertArgs, RuntimeCerts};
 use crate::error::{Error, Result};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, ParentLookup, ResourceCatalog, client_config, client_for};
+use crate::leader::{LeaderArgs, Leadership};
 use crate::ledger::guard::LedgerGuard;
 use crate::ledger::service::{Ledger, Upkeep};
 use crate::metrics::Metrics;
@@ -115,7 +117,14 @@ pub struct ServeArgs {
     /// Who writes backport records and their CRD, and how long settled records are kept.
     #[command(flatten)]
     pub ledger: Box<LedgerArgs>,
-    /// The reporting instance in Events; default: $POD_NAME, then the host name.
+    /// The gate webhook's namespaceSelector, kept to the namespaces policies guard.
+    #[command(flatten)]
+    pub gate_selector: Box<GateSelectorArgs>,
+    /// Which replica writes the webhook configuration.
+    #[command(flatten)]
+    pub leader: Box<LeaderArgs>,
+    /// The reporting instance in Events (and the leader Lease's holder); default: $POD_NAME,
+    /// then the host name.
     #[arg(long, value_name = "NAME", env = "POD_NAME")]
     pub instance: Option<String>,
 }
@@ -347,6 +356,17 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
 
     let client = kube_client(&args).await?;
     let mut tasks = Vec::new();
+    // Only the leader writes the webhook configuration (its namespaceSelector here, and any
+    // other writer of it: give it `leading.clone()`); without a Lease, this replica does.
+    let leading = match (&client, args.leader.lease_settings(instance_name(&args))) {
+        (Some(client), Some(lease)) => {
+            let (leading, task) =
+                Leadership::spawn(client.clone(), lease, metrics.clone(), shutdown.clone());
+            tasks.push(task);
+            leading
+        }
+        _ => Leadership::sole(),
+    };
     let tls_config = match &settings.tls {
         TlsSource::Files(files) => {
             let config = load_rustls_config(files).await?;
@@ -363,15 +383,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             let client = client.clone().ok_or_else(|| {
                 Error::Config(crate::certs::runtime::RuntimeCertError::NoCluster.to_string())
             })?;
-            // The integrator replaces this with the Lease's receiver (src/leader.rs): until
-            // then every replica writes the caBundle, the same one, idempotently.
-            let (_leading_sender, leading) = tokio::sync::watch::channel(true);
             let slot = Arc::new(CertSlot::default());
             tasks.extend(crate::certs::runtime::spawn(
                 client,
                 runtime.clone(),
                 slot.clone(),
-                leading,
+                leading.clone(),
                 metrics.clone(),
                 shutdown.clone(),
             ));
@@ -430,6 +447,21 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let ledger = ledger.with_guard(ledger_guard(&args));
     if let (None, Some(client)) = (&args.ledger.service_account, &client) {
         tasks.push(ledger.learn_writer(client.clone(), shutdown.clone()));
+    }
+    if let (Some(client), Some(gate)) = (&client, args.gate_selector.gate_webhook()) {
+        let inputs = KeeperInputs {
+            gate,
+            policies: policies.clone(),
+            policy_status: policy_status.clone(),
+            namespaces: namespaces.clone(),
+            leading: leading.clone(),
+            metrics: metrics.clone(),
+        };
+        tasks.push(spawn_selector_keeper(
+            client.clone(),
+            inputs,
+            shutdown.clone(),
+        ));
     }
     let state = Arc::new(
         AppState::new(

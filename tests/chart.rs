@@ -610,7 +610,7 @@ fn the_deployment_runs_restricted_with_probes_on_the_admin_port() {
             "--policy",
             "/etc/driftgate/policies",
             "--tls-secret",
-            "driftgate-certs",
+            "driftgate-system/driftgate-certs",
         ]
     );
     assert!(!args.contains(&"--tls-cert"), "{args:?}");
@@ -863,31 +863,8 @@ fn rbac_grants_exactly_what_driftgate_calls() {
     for file in VALUES_FILES {
         let manifests = render(&[file], &[]);
         let role = manifests.one("ClusterRole");
-        let runtime_certs = !file.starts_with("cert-manager");
-        let configuration = manifests.one("ValidatingWebhookConfiguration");
-        let mut granted = BTreeSet::new();
-        for rule in role["rules"].as_array().unwrap() {
-            assert!(rule["nonResourceURLs"].is_null());
-            let names = if rule["resourceNames"].is_null() {
-                Vec::new()
-            } else {
-                strings(&rule["resourceNames"])
-            };
-            for group in strings(&rule["apiGroups"]) {
-                for resource in strings(&rule["resources"]) {
-                    // Only the webhook configuration is limited by name, to the chart's own.
-                    if resource == "validatingwebhookconfigurations" {
-                        assert_eq!(names, [str(&configuration["metadata"]["name"])], "{file}");
-                    } else {
-                        assert!(names.is_empty(), "{file}: {rule}");
-                    }
-                    for verb in strings(&rule["verbs"]) {
-                        granted.insert(format!("{group}/{resource}:{verb}"));
-                    }
-                }
-            }
-        }
-        let mut expected: BTreeSet<String> = [
+        let granted = granted_by(role);
+        let expected: BTreeSet<String> = [
             "/namespaces:list",
             "/namespaces:watch",
             "events.k8s.io/events:create",
@@ -903,54 +880,134 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             // Retention: settled records are deleted by driftgate, and by nobody else.
             "driftgate.dev/backportrequirements:delete",
             "driftgate.dev/backportrequirements/status:patch",
+            // The gate's namespaceSelector: the chart's own configuration only.
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:get",
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:list",
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:watch",
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:patch",
         ]
         .into_iter()
         .map(str::to_owned)
         .collect();
-        if runtime_certs {
-            expected.insert(
-                "admissionregistration.k8s.io/validatingwebhookconfigurations:get".to_owned(),
-            );
-            expected.insert(
-                "admissionregistration.k8s.io/validatingwebhookconfigurations:patch".to_owned(),
-            );
-        }
         assert_eq!(granted, expected, "{file}");
         assert!(!granted.iter().any(|g| g.contains('*')), "{file}");
-        if !runtime_certs {
-            assert!(manifests.all("Role").is_empty() && manifests.all("RoleBinding").is_empty());
-        } else {
-            // The one Secret by name; create alone (its name is in the body, not the URL).
-            let secret_role = manifests.one("Role");
-            assert_eq!(secret_role["metadata"]["namespace"], NAMESPACE);
-            assert_eq!(
-                secret_role["rules"],
-                json!([
-                    {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [format!("{RELEASE}-certs")], "verbs": ["get", "list", "watch", "update"]},
-                    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
-                ]),
-                "{file}"
-            );
-            let binding = manifests.one("RoleBinding");
-            assert_eq!(binding["roleRef"]["name"], secret_role["metadata"]["name"]);
-            assert_eq!(
-                binding["subjects"][0]["name"],
-                manifests.one("ServiceAccount")["metadata"]["name"]
+
+        // The leader Lease: in the release namespace, and by name once created; so is the
+        // runtime certificates' one Secret (not with cert-manager, whose Secret is mounted).
+        let lease_role = manifests.one("Role");
+        assert_eq!(lease_role["metadata"]["namespace"], NAMESPACE);
+        let mut expected: BTreeSet<String> = [
+            "coordination.k8s.io/leases:create",
+            "coordination.k8s.io/leases[driftgate-leader]:get",
+            "coordination.k8s.io/leases[driftgate-leader]:update",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        if !file.starts_with("cert-manager") {
+            expected.extend(
+                [
+                    "/secrets:create",
+                    "/secrets[driftgate-certs]:get",
+                    "/secrets[driftgate-certs]:list",
+                    "/secrets[driftgate-certs]:watch",
+                    "/secrets[driftgate-certs]:update",
+                ]
+                .map(str::to_owned),
             );
         }
+        assert_eq!(granted_by(lease_role), expected, "{file}");
 
         let binding = manifests.one("ClusterRoleBinding");
         assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
         assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+        let subjects = json!([{
+            "kind": "ServiceAccount",
+            "name": manifests.one("ServiceAccount")["metadata"]["name"],
+            "namespace": NAMESPACE,
+        }]);
+        assert_eq!(binding["subjects"], subjects);
+        let lease_binding = manifests.one("RoleBinding");
+        assert_eq!(lease_binding["roleRef"]["kind"], "Role");
         assert_eq!(
-            binding["subjects"],
-            json!([{
-                "kind": "ServiceAccount",
-                "name": manifests.one("ServiceAccount")["metadata"]["name"],
-                "namespace": NAMESPACE,
-            }])
+            lease_binding["roleRef"]["name"],
+            lease_role["metadata"]["name"]
         );
+        assert_eq!(lease_binding["subjects"], subjects);
     }
+    // Without the selector's upkeep, no right on webhook configurations.
+    let off = render(&[], &["webhook.excludeUnguardedNamespaces=false"]);
+    let granted = granted_by(off.one("ClusterRole"));
+    assert!(
+        !granted
+            .iter()
+            .any(|g| g.contains("validatingwebhookconfigurations"))
+    );
+}
+
+/// `group/resource[names]:verb` for every right a role grants (no `[names]` when unrestricted).
+fn granted_by(role: &Value) -> BTreeSet<String> {
+    let mut granted = BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert!(rule["nonResourceURLs"].is_null());
+        let names = match &rule["resourceNames"] {
+            Value::Null => String::new(),
+            names => format!("[{}]", strings(names).join(",")),
+        };
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    granted.insert(format!("{group}/{resource}{names}:{verb}"));
+                }
+            }
+        }
+    }
+    granted
+}
+
+#[test]
+fn driftgate_adds_its_exclusion_to_exactly_the_selector_the_chart_renders() {
+    let sets = [
+        "webhook.namespaceSelector.matchLabels.team=a",
+        "webhook.namespaceSelector.matchExpressions[0].key=gitops",
+        "webhook.namespaceSelector.matchExpressions[0].operator=Exists",
+        "webhook.excludeNamespaces[0]=sandbox",
+    ];
+    for (files, sets) in [(&[][..], &[][..]), (&[][..], &sets[..])]
+        .into_iter()
+        .chain(
+            VALUES_FILES
+                .iter()
+                .map(|f| (std::slice::from_ref(f), &[][..])),
+        )
+    {
+        let manifests = render(files, sets);
+        let configuration = manifests.one("ValidatingWebhookConfiguration");
+        let gate = &configuration["webhooks"][0];
+        let args = strings(
+            &manifests.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"],
+        );
+        let flag = |name: &str| {
+            let at = args.iter().position(|a| *a == name);
+            at.map(|at| args[at + 1].to_owned())
+        };
+        assert_eq!(
+            flag("--gate-webhook-configuration").as_deref(),
+            configuration["metadata"]["name"].as_str()
+        );
+        assert_eq!(
+            flag("--gate-webhook-name").as_deref(),
+            gate["name"].as_str()
+        );
+        let base: Value = serde_json::from_str(&flag("--gate-base-namespace-selector").unwrap())
+            .expect("the base selector is JSON");
+        assert_eq!(base, gate["namespaceSelector"], "{files:?} {sets:?}");
+        assert_eq!(flag("--leader-lease").as_deref(), Some("driftgate-leader"));
+        assert_eq!(flag("--leader-lease-namespace").as_deref(), Some(NAMESPACE));
+    }
+    let off = render(&[], &["webhook.excludeUnguardedNamespaces=false"]);
+    let args = strings(&off.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(!args.contains(&"--gate-webhook-configuration"), "{args:?}");
 }
 
 /// `driftgate policy check` on every file of the rendered policy ConfigMap.
@@ -1055,7 +1112,10 @@ fn runtime_certificates_render_no_secret_and_no_ca_bundle_so_helm_template_is_st
             .collect()
     };
     let service = str(&manifests.one("Service")["metadata"]["name"]).to_owned();
-    assert_eq!(values_of("--tls-secret"), [format!("{service}-certs")]);
+    assert_eq!(
+        values_of("--tls-secret"),
+        [format!("{NAMESPACE}/{service}-certs")]
+    );
     assert!(
         values_of("--tls-secret-host").contains(&format!("{service}.{NAMESPACE}.svc").as_str()),
         "{args:?}"
@@ -1072,16 +1132,6 @@ fn runtime_certificates_render_no_secret_and_no_ca_bundle_so_helm_template_is_st
         .collect();
     assert_eq!(values_of("--ca-bundle-webhook"), webhook_names);
     assert_eq!(values_of("--cert-validity"), ["90d"]);
-    let namespace = container["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "POD_NAMESPACE")
-        .expect("POD_NAMESPACE");
-    assert_eq!(
-        namespace["valueFrom"]["fieldRef"]["fieldPath"],
-        "metadata.namespace"
-    );
 
     // Nothing is generated at render time: two renders are byte for byte the same (Argo CD
     // sees no drift), which the chart's genCA mode never was.
@@ -1921,17 +1971,16 @@ fn the_readmes_document_every_value_metric_alert_and_rbac_rule() {
         .collect();
     assert_eq!(table, alerts, "the chart README's alert table");
 
+    // The ClusterRole's rules and the leader Lease Role's, by group, resource and verb.
     let mut granted = BTreeSet::new();
-    let rendered = render(&[], &[]);
-    let rules = [rendered.one("ClusterRole"), rendered.one("Role")]
-        .iter()
-        .flat_map(|role| role["rules"].as_array().unwrap().clone())
-        .collect::<Vec<_>>();
-    for rule in &rules {
-        for group in strings(&rule["apiGroups"]) {
-            for resource in strings(&rule["resources"]) {
-                for verb in strings(&rule["verbs"]) {
-                    granted.insert(format!("{group}/{resource}:{verb}"));
+    let manifests = render(&[], &[]);
+    for role in [manifests.one("ClusterRole"), manifests.one("Role")] {
+        for rule in role["rules"].as_array().unwrap() {
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        granted.insert(format!("{group}/{resource}:{verb}"));
+                    }
                 }
             }
         }

@@ -107,3 +107,33 @@ document per element.
 {{- fail "policy must be a YAML string, a map (one GatePolicy) or a list of GatePolicies; or set existingPolicyConfigMap" -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+The gate webhook's namespaceSelector as the chart renders it: the webhook configuration's, and
+the base driftgate adds its exclusion of unguarded namespaces to (`--gate-base-namespace-selector`),
+from the same values so that the two never disagree.
+*/}}
+{{- define "driftgate.gateNamespaceSelector" -}}
+{{- $webhook := .Values.webhook -}}
+{{- with $webhook.namespaceSelector.matchLabels }}
+matchLabels:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+matchExpressions:
+  # Always excluded: kube-system, and the webhook's own namespace. Were driftgate's own
+  # namespace guarded, its replacement pods could not be created while no replica is
+  # running to admit them (failurePolicy Fail): a deadlock that only deleting this
+  # configuration breaks.
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values:
+      {{- toYaml (uniq (concat (list "kube-system" .Release.Namespace) $webhook.excludeNamespaces)) | nindent 6 }}
+  {{- with $webhook.namespaceSelector.matchExpressions }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+
+{{- /* The Lease the replicas elect the one that writes the webhook configuration with. */}}
+{{- define "driftgate.leaderLeaseName" -}}
+{{- printf "%s-leader" (include "driftgate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}

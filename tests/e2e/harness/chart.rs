@@ -101,9 +101,9 @@ fn configuration_with(name: &str, url: &str, ca_pem: &[u8], webhook: &str) -> Va
     configuration
 }
 
-/// The chart's ClusterRole and ClusterRoleBinding for driftgate, and the Role and RoleBinding
-/// for its runtime-certificate Secret (in [`NAMESPACE`], created first), as one JSON list
-/// manifest.
+/// The chart's RBAC for driftgate (ClusterRole and ClusterRoleBinding; the Role and RoleBinding
+/// of its leader Lease and runtime-certificate Secret, with the release namespace they live in),
+/// as one JSON list manifest.
 pub fn rbac_manifest() -> String {
     let objects = render(&[]);
     let namespace = serde_json::json!({
@@ -111,22 +111,18 @@ pub fn rbac_manifest() -> String {
         "kind": "Namespace",
         "metadata": {"name": NAMESPACE},
     });
-    let items: Vec<Value> = std::iter::once(namespace)
-        .chain(
-            ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
-                .iter()
-                .map(|kind| {
-                    let mut object = one(&objects, kind);
-                    // Helm's bookkeeping labels are not needed to apply it.
-                    let name = object["metadata"]["name"].clone();
-                    let namespace = object["metadata"]["namespace"].clone();
-                    object["metadata"] = serde_json::json!({"name": name});
-                    if !namespace.is_null() {
-                        object["metadata"]["namespace"] = namespace;
-                    }
-                    object
-                }),
-        )
-        .collect();
+    let rbac = ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+        .iter()
+        .map(|kind| {
+            let mut object = one(&objects, kind);
+            // Helm's bookkeeping labels are not needed to apply it.
+            let namespace = object["metadata"]["namespace"].clone();
+            object["metadata"] = serde_json::json!({"name": object["metadata"]["name"]});
+            if !namespace.is_null() {
+                object["metadata"]["namespace"] = namespace;
+            }
+            object
+        });
+    let items: Vec<Value> = std::iter::once(namespace).chain(rbac).collect();
     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
 }

@@ -352,6 +352,12 @@ impl Driftgate {
         );
     }
 
+    /// Kills the process (SIGKILL: a crash), leaving its webhook configurations registered, as
+    /// the API server sees a driftgate that died.
+    pub fn kill(&self) {
+        self.lock_process().kill();
+    }
+
     /// Deletes a ValidatingWebhookConfiguration this driftgate registered.
     pub fn unregister(&self, name: &str) {
         control_plane()

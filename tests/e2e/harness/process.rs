@@ -114,6 +114,19 @@ impl Guarded {
         }
     }
 
+    /// SIGKILL to the process itself, as a crash would end it (nothing it does on SIGTERM
+    /// happens), then waits up to 10 s for its guard to exit.
+    pub fn kill(&mut self) {
+        // The guard's children: the process and the guard's own stdin watcher.
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-P", &self.guard.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.exited().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM (SIGKILL after the grace period given to [`Guarded::spawn`]), then waits up to
     /// `wait` for the process to exit and its directory to be removed.
     pub fn stop(&mut self, wait: Duration) {

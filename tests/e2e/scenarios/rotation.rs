@@ -3,9 +3,10 @@
 //! client sends reviews through the API server the whole time: every single one must get
 //! driftgate's answer (a denial), none a failed webhook call.
 //!
-//! They run as driftgate's identity with the chart's RBAC (the harness applies it): the Secret
-//! and the configuration are the ones the chart's Role and ClusterRole name, for release
-//! `driftgate` in namespace `driftgate`.
+//! They run as driftgate's identity with the chart's RBAC (the harness applies it): the Secret is
+//! the one the chart's Role names, for release `driftgate` in namespace `driftgate`. The
+//! configuration and the Lease are the test's own (the blast-radius test, running at the same
+//! time, has the chart's), granted to driftgate alike: only the Lease's holder writes caBundle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -31,9 +32,45 @@ const NS: &str = "rotation-e2e";
 /// The chart's release namespace in the harness, which the test's webhooks do not select:
 /// driftgate's own writes of its Secret are never sent to driftgate.
 const SECRET_NS: &str = "driftgate";
-/// `<release>-certs` and `<release>`: the names the chart's RBAC allows.
+/// `<release>-certs`: the name the chart's RBAC allows.
 const SECRET: &str = "driftgate-certs";
-const CONFIGURATION: &str = "driftgate";
+const CONFIGURATION: &str = "driftgate-e2e-rotation";
+const LEASE: &str = "driftgate-e2e-rotation-leader";
+
+/// The chart's grants for its own configuration and Lease, for the test's names.
+const RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: driftgate-e2e-rotation}
+rules:
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [validatingwebhookconfigurations]
+    resourceNames: [driftgate-e2e-rotation]
+    verbs: [get, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: driftgate-e2e-rotation}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftgate-e2e-rotation}
+subjects:
+  - {kind: ServiceAccount, name: driftgate, namespace: driftgate}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: driftgate-e2e-rotation, namespace: driftgate}
+rules:
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    resourceNames: [driftgate-e2e-rotation-leader]
+    verbs: [get, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: driftgate-e2e-rotation, namespace: driftgate}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftgate-e2e-rotation}
+subjects:
+  - {kind: ServiceAccount, name: driftgate, namespace: driftgate}
+"#;
 const WEBHOOK_A: &str = "gate.driftgate.dev";
 const WEBHOOK_B: &str = "gate-b.driftgate.dev";
 const ROTATIONS: usize = 2;
@@ -140,6 +177,7 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
     install_crypto_provider();
     let control_plane = control_plane();
     control_plane.kubectl(ADMIN, &["create", "namespace", NS]);
+    control_plane.apply(ADMIN, RBAC);
     control_plane
         .kubectl(
             ADMIN,
@@ -172,6 +210,10 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
         WEBHOOK_A,
         "--ca-bundle-webhook",
         WEBHOOK_B,
+        "--leader-lease",
+        LEASE,
+        "--leader-lease-namespace",
+        SECRET_NS,
     ];
     let a = Driftgate::start_with_runtime_certs("rotation-a", &policy, DRIFTGATE, &runtime_args);
     let b = Driftgate::start_with_runtime_certs("rotation-b", &policy, DRIFTGATE, &runtime_args);
@@ -307,6 +349,24 @@ async fn certificates_rotate_twice_under_load_with_no_failed_review() {
         answered.0 >= sent as f64 && answered.1 >= sent as f64,
         "{answered:?} of {sent}"
     );
+    // One Lease holder wrote every caBundle; the other replica only read and served.
+    let leaders: Vec<f64> = [&a, &b]
+        .iter()
+        .map(|r| r.counter("driftgate_leader", &[]))
+        .collect();
+    let writes: Vec<f64> = [&a, &b]
+        .iter()
+        .map(|r| r.counter("driftgate_ca_bundle_writes_total", &["result=\"success\""]))
+        .collect();
+    eprintln!("leader gauges {leaders:?}, caBundle writes {writes:?}");
+    assert_eq!(leaders.iter().sum::<f64>(), 1.0, "{leaders:?}");
+    let follower = usize::from(leaders[0] == 1.0);
+    assert_eq!(
+        writes[follower], 0.0,
+        "the replica that never led wrote caBundle: {writes:?}"
+    );
+    // The first bundle, then the new CA added for each rotation (the old leaves later).
+    assert!(writes[1 - follower] >= 1.0 + ROTATIONS as f64, "{writes:?}");
     for replica in [&a, &b] {
         assert!(
             replica.counter("driftgate_certificate_rotations_total", &[]) >= ROTATIONS as f64,

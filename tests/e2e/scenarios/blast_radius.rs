@@ -1,0 +1,419 @@
+//! Issue 11, blast radius: only namespaces that some policy guards reach the webhook (and their
+//! Namespace objects), so that with driftgate killed only those are refused; two replicas agree
+//! on who writes the configuration through a Lease.
+//!
+//! Its own two driftgates keep the chart's webhook configuration (named `driftgate`, as the
+//! chart's RBAC grants, with the chart's leader Lease) whose base selector also requires a
+//! label only this test's namespaces carry, so no other test is ever sent to them.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use serde_json::{Value, json};
+
+use crate::harness::{
+    ADMIN, BOB, Driftgate, control_plane, install_crypto_provider, webhook_configuration,
+};
+
+use super::{WEBHOOK, assert_denied, eventually, kubectl};
+
+/// Only namespaces with this label are in the test configuration's base selector.
+const E2E_LABEL: &str = "blast.driftgate.dev/e2e";
+/// The test policy guards namespaces with this label (and `blast-prod-*` by name).
+const GUARD_LABEL: &str = "blast.driftgate.dev/guarded";
+/// The chart's names for release `driftgate`: its RBAC grants these and nothing else.
+const CONFIGURATION: &str = "driftgate";
+const LEASE: &str = "driftgate-leader";
+const LEASE_NAMESPACE: &str = "driftgate";
+
+const POLICY: &str = r#"apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata:
+  name: blast
+spec:
+  namespaces:
+    include: ["blast-prod-*"]
+    selector:
+      matchLabels: {blast.driftgate.dev/guarded: "true"}
+  resources:
+    include: ["core/ConfigMap"]
+  controllers:
+    - name: flux
+      usernames: ["system:serviceaccount:flux-system:kustomize-controller"]
+"#;
+
+fn create_namespace(name: &str, guarded: bool) {
+    let guard = if guarded {
+        format!(", {GUARD_LABEL}: \"true\"")
+    } else {
+        String::new()
+    };
+    let manifest = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels: {{{E2E_LABEL}: \"true\"{guard}}}\n"
+    );
+    let out = control_plane().apply(ADMIN, &manifest);
+    assert!(out.success(), "creating namespace {name}: {}", out.stderr);
+}
+
+/// Bob creates ConfigMap `name` in `namespace` (a server-side dry run: nothing is left behind).
+fn bob_creates(namespace: &str, name: &str) -> crate::harness::KubectlOutput {
+    kubectl(
+        BOB,
+        &[
+            "create",
+            "configmap",
+            name,
+            "-n",
+            namespace,
+            "--from-literal=k=v",
+            "--dry-run=server",
+        ],
+    )
+}
+
+/// The live gate webhook's namespaceSelector.
+fn live_selector() -> Value {
+    let out = control_plane()
+        .kubectl(
+            ADMIN,
+            &[
+                "get",
+                "validatingwebhookconfiguration",
+                CONFIGURATION,
+                "-o",
+                "json",
+            ],
+        )
+        .ok();
+    let configuration: Value = serde_json::from_str(&out.stdout).expect("kubectl prints JSON");
+    configuration["webhooks"][0]["namespaceSelector"].clone()
+}
+
+/// The namespaces the live selector's added `NotIn` excludes (the base's own is the first).
+fn excluded() -> Vec<String> {
+    let selector = live_selector();
+    let expressions = selector["matchExpressions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    expressions
+        .iter()
+        .skip(1)
+        .filter(|e| e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn")
+        .flat_map(|e| e["values"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Replaces the policy file at once (a rename), as a ConfigMap update does.
+fn write_policy(path: &std::path::Path, text: &str) {
+    let next = path.with_extension("next");
+    std::fs::write(&next, text).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
+async fn lease_holder() -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(control_plane().client(ADMIN).await, LEASE_NAMESPACE);
+    leases.get_opt(LEASE).await.ok()??.spec?.holder_identity
+}
+
+fn leading(driftgate: &Driftgate) -> bool {
+    driftgate
+        .metrics()
+        .lines()
+        .any(|l| l == "driftgate_leader 1")
+}
+
+#[tokio::test]
+async fn only_guarded_namespaces_depend_on_driftgate_and_one_replica_writes_the_selector() {
+    install_crypto_provider();
+    for (name, guarded) in [
+        ("blast-prod-a", false),
+        ("blast-team-a", true),
+        ("blast-dev-a", false),
+        ("blast-dev-b", false),
+    ] {
+        create_namespace(name, guarded);
+    }
+    let dir = std::env::temp_dir().join(format!("driftgate-e2e-blast-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("blast.yaml");
+    write_policy(&policy, POLICY);
+
+    // The chart's gate webhook, narrowed to this test's namespaces.
+    let base = json!({
+        "matchLabels": {E2E_LABEL: "true"},
+        "matchExpressions": [{
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "driftgate"],
+        }],
+    });
+    let base_flag = base.to_string();
+    let flags = [
+        "--gate-webhook-configuration",
+        CONFIGURATION,
+        "--gate-base-namespace-selector",
+        &base_flag,
+        "--leader-lease",
+        LEASE,
+        "--leader-lease-namespace",
+        LEASE_NAMESPACE,
+        "--leader-lease-duration",
+        "4s",
+    ];
+    // One replica first, so that it is the leader and the one the API server calls; the second
+    // waits for the Lease.
+    let first = Driftgate::start("blast-1", &policy, &flags);
+    let mut configuration =
+        webhook_configuration(CONFIGURATION, &first.webhook_url(), first.ca_pem());
+    assert_eq!(
+        configuration["webhooks"][0]["namespaceSelector"]["matchExpressions"][0],
+        base["matchExpressions"][0],
+        "the chart's static exclusion"
+    );
+    configuration["webhooks"][0]["namespaceSelector"] = base.clone();
+    first.register_probing(configuration.clone(), "blast-prod-a");
+    eventually("the first replica leads", || async {
+        leading(&first).then_some(())
+    })
+    .await;
+    let second = Driftgate::start("blast-2", &policy, &flags);
+
+    // The live configuration gets the exclusion list: unguarded namespaces, not guarded ones.
+    let list = eventually("the selector excludes blast-dev-a", || async {
+        let list = excluded();
+        list.contains(&"blast-dev-a".to_owned()).then_some(list)
+    })
+    .await;
+    assert!(list.contains(&"default".to_owned()), "{list:?}");
+    for guarded in ["blast-prod-a", "blast-team-a"] {
+        assert!(!list.contains(&guarded.to_owned()), "{guarded} in {list:?}");
+    }
+    let mut sorted = list.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(list, sorted, "sorted, without duplicates");
+    assert_eq!(live_selector()["matchLabels"], base["matchLabels"]);
+    let managed = kubectl(
+        ADMIN,
+        &[
+            "get",
+            "validatingwebhookconfiguration",
+            CONFIGURATION,
+            "--show-managed-fields",
+            "-o",
+            "json",
+        ],
+    )
+    .ok();
+    assert!(
+        managed
+            .stdout
+            .contains("\"manager\": \"driftgate-namespace-selector\""),
+        "{}",
+        managed.stdout
+    );
+
+    // Exactly one leads: the first, holder of the Lease, while the second campaigns (every
+    // third of the 4s lease) and waits.
+    for _ in 0..10 {
+        assert!(
+            leading(&first) && !leading(&second),
+            "exactly one replica leads"
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    assert_eq!(
+        lease_holder().await.as_deref(),
+        Some("driftgate-e2e-blast-1")
+    );
+
+    // A namespace created to match the policy is guarded from its first object: no gap.
+    create_namespace("blast-prod-new", false);
+    assert_denied(
+        &bob_creates("blast-prod-new", "first"),
+        "bob may not create ConfigMap blast-prod-new/first:",
+        "NotPermitted",
+    );
+    // An unguarded new namespace waits for driftgate until it is excluded.
+    let created = Instant::now();
+    create_namespace("blast-dev-new", false);
+    eventually("blast-dev-new is excluded", || async {
+        excluded()
+            .contains(&"blast-dev-new".to_owned())
+            .then_some(())
+    })
+    .await;
+    eprintln!(
+        "blast radius: an unguarded new namespace was excluded after {:.2}s",
+        created.elapsed().as_secs_f64()
+    );
+
+    // A label that brings an excluded namespace into the policy's selector: guarded once the
+    // leader drops it from the list and the API server sees the new configuration.
+    assert!(bob_creates("blast-dev-b", "before").success());
+    let labelled = Instant::now();
+    kubectl(
+        ADMIN,
+        &[
+            "label",
+            "namespace",
+            "blast-dev-b",
+            &format!("{GUARD_LABEL}=true"),
+        ],
+    )
+    .ok();
+    eventually("blast-dev-b is guarded", || async {
+        let out = bob_creates("blast-dev-b", "after");
+        (!out.success()).then_some(out)
+    })
+    .await;
+    eprintln!(
+        "blast radius: a namespace labelled into a policy's selector was guarded after {:.2}s",
+        labelled.elapsed().as_secs_f64()
+    );
+    assert_denied(
+        &bob_creates("blast-dev-b", "after"),
+        "bob may not create ConfigMap blast-dev-b/after:",
+        "NotPermitted",
+    );
+    assert!(!excluded().contains(&"blast-dev-b".to_owned()));
+
+    // A policy change that guards an excluded namespace: guarded once the leader has reloaded
+    // the policy (--reload-interval, 2s) and dropped the namespace from the list.
+    let edited = Instant::now();
+    write_policy(
+        &policy,
+        &POLICY.replace(
+            "[\"blast-prod-*\"]",
+            "[\"blast-prod-*\", \"blast-dev-new\"]",
+        ),
+    );
+    eventually("blast-dev-new is guarded", || async {
+        (!bob_creates("blast-dev-new", "after").success()).then_some(())
+    })
+    .await;
+    eprintln!(
+        "blast radius: a namespace a policy edit guards was guarded after {:.2}s",
+        edited.elapsed().as_secs_f64()
+    );
+    assert!(!excluded().contains(&"blast-dev-new".to_owned()));
+
+    // While the policy source is refused, the selector stays as written for the last good one.
+    let good = std::fs::read_to_string(&policy).unwrap();
+    write_policy(
+        &policy,
+        "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nspec: {}\n",
+    );
+    eventually("the leader holds the selector", || async {
+        first
+            .log_tail(400)
+            .contains("the policy source is refused")
+            .then_some(())
+    })
+    .await;
+    create_namespace("blast-dev-held", false);
+    // Several rechecks (one a second) and the namespace's watch event go by without a write.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!excluded().contains(&"blast-dev-held".to_owned()));
+    write_policy(&policy, &good);
+    eventually(
+        "blast-dev-held is excluded once the policy is fixed",
+        || async {
+            excluded()
+                .contains(&"blast-dev-held".to_owned())
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Kill the leader (SIGKILL: it cannot release the Lease); the second takes over when the
+    // Lease expires and keeps writing: a reset to the chart's base selector (what helm upgrade
+    // or Argo CD self-heal does) is repaired.
+    let killed = Instant::now();
+    first.kill();
+    eventually("the second replica leads", || async {
+        leading(&second).then_some(())
+    })
+    .await;
+    eprintln!(
+        "blast radius: the second replica led {:.2}s after the leader was killed (lease 4s)",
+        killed.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        lease_holder().await.as_deref(),
+        Some("driftgate-e2e-blast-2")
+    );
+    let writes = |d: &Driftgate| {
+        d.counter(
+            "driftgate_webhook_selector_writes_total",
+            &[r#"result="success""#],
+        )
+    };
+    let written_before = writes(&second);
+    let reset = Instant::now();
+    let out = kubectl(
+        ADMIN,
+        &[
+            "patch",
+            "validatingwebhookconfiguration",
+            CONFIGURATION,
+            "--type=json",
+            "-p",
+            &json!([{"op": "replace", "path": "/webhooks/0/namespaceSelector", "value": base}])
+                .to_string(),
+        ],
+    );
+    assert!(out.success(), "{}", out.stderr);
+    eventually("the new leader repairs the reset selector", || async {
+        excluded().contains(&"blast-dev-a".to_owned()).then_some(())
+    })
+    .await;
+    eprintln!(
+        "blast radius: a reset selector was repaired after {:.2}s",
+        reset.elapsed().as_secs_f64()
+    );
+    assert!(writes(&second) > written_before);
+
+    // Every replica down: the API server cannot call the webhook.
+    second.kill();
+    let unguarded = bob_creates("blast-dev-a", "while-down");
+    assert!(unguarded.success(), "{}", unguarded.stderr);
+    let guarded = bob_creates("blast-prod-a", "while-down");
+    assert!(!guarded.success(), "{}", guarded.stdout);
+    assert!(
+        guarded
+            .stderr
+            .contains(&format!("failed calling webhook \"{WEBHOOK}\"")),
+        "{}",
+        guarded.stderr
+    );
+    let edit = kubectl(
+        ADMIN,
+        &[
+            "annotate",
+            "namespace",
+            "blast-dev-a",
+            "example.com/owner=team-a",
+            "--overwrite",
+        ],
+    );
+    assert!(edit.success(), "{}", edit.stderr);
+    let guarded_edit = kubectl(
+        ADMIN,
+        &[
+            "annotate",
+            "namespace",
+            "blast-prod-a",
+            "example.com/owner=team-a",
+            "--overwrite",
+        ],
+    );
+    assert!(
+        !guarded_edit.success(),
+        "a guarded Namespace waits for driftgate"
+    );
+    first.unregister(CONFIGURATION);
+}
