@@ -935,11 +935,28 @@ fn rbac_grants_exactly_what_driftgate_calls() {
         );
         assert_eq!(lease_binding["subjects"], subjects);
     }
-    // Without the selector's upkeep, no right on webhook configurations.
+    // Without the selector's upkeep, runtime certificates still read and write the caBundle
+    // (get, patch; no list or watch); with neither, no right on webhook configurations.
     let off = render(&[], &["webhook.excludeUnguardedNamespaces=false"]);
-    let granted = granted_by(off.one("ClusterRole"));
+    let on_configurations: BTreeSet<String> = granted_by(off.one("ClusterRole"))
+        .into_iter()
+        .filter(|g| g.contains("validatingwebhookconfigurations"))
+        .collect();
+    assert_eq!(
+        on_configurations,
+        BTreeSet::from([
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:get"
+                .to_owned(),
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:patch"
+                .to_owned(),
+        ])
+    );
+    let neither = render(
+        &["cert-manager-values.yaml"],
+        &["webhook.excludeUnguardedNamespaces=false"],
+    );
     assert!(
-        !granted
+        !granted_by(neither.one("ClusterRole"))
             .iter()
             .any(|g| g.contains("validatingwebhookconfigurations"))
     );
