@@ -104,6 +104,11 @@ pub enum RuntimeCertError {
         renew_before: Duration,
         settle: Duration,
     },
+    #[error(
+        "--tls-secret needs at least one --tls-secret-host (the Service's DNS names, such as \
+         driftgate.driftgate.svc): a certificate for no name verifies for nobody"
+    )]
+    NoHosts,
     #[error("--tls-secret needs a cluster (it is kept in the API server); drop --no-kube")]
     NoCluster,
     #[error("cannot read Secret {secret}: {source}")]
@@ -167,6 +172,9 @@ impl RuntimeCertArgs {
                 }
             },
         };
+        if self.hosts.is_empty() {
+            return Err(RuntimeCertError::NoHosts);
+        }
         if self.cert_renew_before >= self.cert_validity
             || self.cert_renew_before <= self.ca_bundle_settle * 2
         {
@@ -601,7 +609,14 @@ mod tests {
         );
     }
 
+    /// The flags `extra`, with one --tls-secret-host.
     fn args(extra: &[&str]) -> RuntimeCertArgs {
+        let mut with_host = extra.to_vec();
+        with_host.extend(["--tls-secret-host", "driftgate.driftgate.svc"]);
+        parse(&with_host)
+    }
+
+    fn parse(extra: &[&str]) -> RuntimeCertArgs {
         #[derive(clap::Parser)]
         struct Cli {
             #[command(flatten)]
@@ -633,6 +648,17 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(settings.namespace, "ns");
+    }
+
+    #[test]
+    fn a_certificate_for_no_name_is_refused_with_a_sentence() {
+        let error = parse(&["--tls-secret", "ns/tls"]).settings().unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("--tls-secret needs at least one --tls-secret-host"),
+            "{error}"
+        );
     }
 
     #[test]
