@@ -39,7 +39,7 @@ pub enum Error {
         cert.display()
     )]
     TlsKeyMismatch { cert: PathBuf, key: PathBuf },
-    #[error("cannot generate development certificates: {reason}")]
+    #[error("cannot generate certificates: {reason}")]
     Certs { reason: String },
 }
 

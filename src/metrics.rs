@@ -79,6 +79,12 @@ pub struct Metrics {
     pub webhook_body_bytes_in_flight: Gauge,
     /// Requests answered 503 because the body budget stayed full.
     pub webhook_body_budget_refused: Counter,
+    /// Runtime mode: when the certificate this replica serves expires (Unix time).
+    pub serving_certificate_expiry: Gauge<f64, AtomicU64>,
+    /// Runtime mode: serving certificates this replica switched to after its first.
+    pub certificate_rotations: Counter,
+    /// Runtime mode: writes of the webhook configuration's caBundle, by result.
+    pub ca_bundle_writes: Family<ResultLabels, Counter>,
     /// Namespaces the gate webhook's namespaceSelector last written by this replica excludes.
     pub webhook_selector_excluded_namespaces: Gauge,
     /// Writes of the gate webhook's namespaceSelector, by result.
@@ -226,6 +232,24 @@ impl Metrics {
             "Requests answered 503 because --max-body-bytes-in-flight stayed reserved by others",
             webhook_body_budget_refused.clone(),
         );
+        let serving_certificate_expiry = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "serving_certificate_expiry_timestamp_seconds",
+            "Runtime certificates: Unix time at which the serving certificate this replica serves expires (0 in file mode)",
+            serving_certificate_expiry.clone(),
+        );
+        let certificate_rotations = Counter::default();
+        registry.register(
+            "certificate_rotations",
+            "Runtime certificates: serving certificates this replica switched to from the Secret, after its first",
+            certificate_rotations.clone(),
+        );
+        let ca_bundle_writes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "ca_bundle_writes",
+            "Runtime certificates: writes of the webhook configuration's caBundle, by result",
+            ca_bundle_writes.clone(),
+        );
         let webhook_selector_excluded_namespaces = Gauge::default();
         registry.register(
             "webhook_selector_excluded_namespaces",
@@ -246,6 +270,7 @@ impl Metrics {
         );
         // Series that alerts read exist from the start, at zero, rather than appearing on first use.
         for family in [
+            &ca_bundle_writes,
             &policy_reloads,
             &tls_reloads,
             &parent_lookups,
@@ -285,6 +310,9 @@ impl Metrics {
             webhook_body_bytes_in_flight,
             webhook_body_budget_refused,
             ledger_writes,
+            serving_certificate_expiry,
+            certificate_rotations,
+            ca_bundle_writes,
             webhook_selector_excluded_namespaces,
             webhook_selector_writes,
             leader,

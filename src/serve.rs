@@ -13,7 +13,10 @@ use hyper_util::rt::TokioTimer;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use axum_server::tls_rustls::RustlsConfig;
+
 use crate::blast_radius::{GateSelectorArgs, KeeperInputs, spawn_selector_keeper};
+use crate::certs::runtime::{RuntimeCertArgs, RuntimeCerts};
 use crate::error::{Error, Result};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, ParentLookup, ResourceCatalog, client_config, client_for};
@@ -26,7 +29,8 @@ use crate::server::connections::ConnectionLimit;
 use crate::server::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
 use crate::server::reload::{PolicyStatus, load_at_start, spawn_policy_reloader};
 use crate::server::tls::{
-    TlsFiles, install_crypto_provider, load_rustls_config, spawn_tls_reloader,
+    CertSlot, TlsFiles, install_crypto_provider, load_rustls_config, server_config_with_resolver,
+    spawn_tls_reloader,
 };
 use crate::server::{AppState, MAX_BODY_BYTES, admin_router, router};
 
@@ -47,11 +51,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH", required_unless_present = "dev")]
     pub policy: Option<PathBuf>,
     /// Serving certificate chain (PEM), reloaded when it changes.
-    #[arg(long, value_name = "FILE", required_unless_present = "dev")]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["dev", "tls_secret"])]
     pub tls_cert: Option<PathBuf>,
     /// Serving private key (PEM), reloaded when it changes.
-    #[arg(long, value_name = "FILE", required_unless_present = "dev")]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["dev", "tls_secret"])]
     pub tls_key: Option<PathBuf>,
+    /// Runtime mode: the CA and certificate kept and rotated in a Secret (boxed: many flags).
+    #[command(flatten)]
+    pub runtime_certs: Box<RuntimeCertArgs>,
     /// Address of the TLS webhook port.
     #[arg(long, value_name = "ADDR")]
     pub addr: Option<SocketAddr>,
@@ -229,11 +236,18 @@ fn parse_positive_duration(value: &str) -> std::result::Result<Duration, String>
     }
 }
 
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum TlsSource {
+    Files(TlsFiles),
+    Secret(RuntimeCerts),
+}
+
 /// The settings after `--dev` defaults are applied.
 #[derive(Debug, Clone)]
 pub struct ServeSettings {
     pub policy: PathBuf,
-    pub tls: TlsFiles,
+    pub tls: TlsSource,
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub args: ServeArgs,
@@ -241,14 +255,27 @@ pub struct ServeSettings {
 
 impl ServeArgs {
     pub fn settings(&self) -> Result<ServeSettings> {
-        let (policy, tls, addr, admin) = if self.dev {
+        let runtime = self
+            .runtime_certs
+            .settings()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let (policy, tls, addr, admin) = if let Some(runtime) = runtime {
+            (
+                self.policy.clone().ok_or_else(|| {
+                    Error::Config("--policy is required (or use --dev)".to_owned())
+                })?,
+                TlsSource::Secret(runtime),
+                self.addr.unwrap_or(([0, 0, 0, 0], 8443).into()),
+                self.admin_addr.unwrap_or(([0, 0, 0, 0], 8080).into()),
+            )
+        } else if self.dev {
             let certs = crate::certs::ensure_dev_certs(std::path::Path::new(DEV_CERT_DIR))?;
             (
                 self.policy.clone().unwrap_or_else(|| DEV_POLICY.into()),
-                TlsFiles {
+                TlsSource::Files(TlsFiles {
                     cert: self.tls_cert.clone().unwrap_or(certs.cert),
                     key: self.tls_key.clone().unwrap_or(certs.key),
-                },
+                }),
                 self.addr.unwrap_or(([127, 0, 0, 1], 8443).into()),
                 self.admin_addr.unwrap_or(([127, 0, 0, 1], 8080).into()),
             )
@@ -257,10 +284,10 @@ impl ServeArgs {
             let missing = |what: &str| Error::Config(format!("{what} is required (or use --dev)"));
             (
                 self.policy.clone().ok_or_else(|| missing("--policy"))?,
-                TlsFiles {
+                TlsSource::Files(TlsFiles {
                     cert: self.tls_cert.clone().ok_or_else(|| missing("--tls-cert"))?,
                     key: self.tls_key.clone().ok_or_else(|| missing("--tls-key"))?,
-                },
+                }),
                 self.addr.unwrap_or(([0, 0, 0, 0], 8443).into()),
                 self.admin_addr.unwrap_or(([0, 0, 0, 0], 8080).into()),
             )
@@ -371,9 +398,48 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         &metrics,
     );
 
-    let tls_config = load_rustls_config(&settings.tls).await?;
     let client = kube_client(&args).await?;
     let mut tasks = Vec::new();
+    // Only the leader writes the webhook configuration (its namespaceSelector and caBundle) and
+    // GatePolicy statuses; without a Lease, this replica does.
+    let leading = match (&client, args.leader.lease_settings(instance_name(&args))) {
+        (Some(client), Some(lease)) => {
+            let (leading, task) =
+                Leadership::spawn(client.clone(), lease, metrics.clone(), shutdown.clone());
+            tasks.push(task);
+            leading
+        }
+        _ => Leadership::sole(),
+    };
+    let tls_config = match &settings.tls {
+        TlsSource::Files(files) => {
+            let config = load_rustls_config(files).await?;
+            tasks.push(spawn_tls_reloader(
+                config.clone(),
+                files.clone(),
+                args.reload_interval,
+                metrics.clone(),
+                shutdown.clone(),
+            ));
+            config
+        }
+        TlsSource::Secret(runtime) => {
+            let client = client.clone().ok_or_else(|| {
+                Error::Config(crate::certs::runtime::RuntimeCertError::NoCluster.to_string())
+            })?;
+            let slot = Arc::new(CertSlot::default());
+            tasks.extend(crate::certs::runtime::spawn(
+                client,
+                runtime.clone(),
+                slot.clone(),
+                leading.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ));
+            wait_for_certificate(&slot, &runtime.name).await;
+            RustlsConfig::from_config(server_config_with_resolver(slot))
+        }
+    };
     let namespaces = match &client {
         Some(client) => {
             let (cache, task) =
@@ -423,17 +489,6 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         None => Ledger::disabled(metrics.clone()),
     };
     let ledger = ledger.with_guard(ledger_guard(&args));
-    // Only the leader writes the webhook configuration and GatePolicy
-    // statuses (any other such writer: give it `leading.clone()`); without a Lease, this replica does.
-    let leading = match (&client, args.leader.lease_settings(instance_name(&args))) {
-        (Some(client), Some(lease)) => {
-            let (leading, task) =
-                Leadership::spawn(client.clone(), lease, metrics.clone(), shutdown.clone());
-            tasks.push(task);
-            leading
-        }
-        _ => Leadership::sole(),
-    };
     let gatepolicies = gatepolicy_source(
         &args,
         client.as_ref(),
@@ -483,13 +538,6 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         policy_status,
         args.reload_interval,
         force_reload.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-    ));
-    tasks.push(spawn_tls_reloader(
-        tls_config.clone(),
-        settings.tls.clone(),
-        args.reload_interval,
         metrics.clone(),
         shutdown.clone(),
     ));
@@ -583,6 +631,22 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     }
     tracing::info!("driftgate stopped");
     Ok(())
+}
+
+/// Runtime mode listens once the Secret's certificate is loaded: a handshake before that
+/// would fail for want of a certificate.
+async fn wait_for_certificate(slot: &CertSlot, secret: &str) {
+    let mut waited = Duration::ZERO;
+    while !slot.is_loaded() {
+        if waited == Duration::from_secs(10) {
+            tracing::warn!(
+                secret,
+                "still waiting for the certificate Secret to be created and read"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += Duration::from_millis(100);
+    }
 }
 
 /// The webhook's listening socket, with a listen queue of 1024 rather than the standard

@@ -7,15 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use driftgate::metrics::{Metrics, ReasonLabels, ReviewLabels};
-use driftgate::server::tls::{TlsFiles, server_config};
 use k8s_openapi::ByteString;
-use rustls::RootCertStore;
-use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::ServerCertVerifier;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use serde_json::{Value, json};
 
 const RELEASE: &str = "driftgate";
@@ -267,12 +262,6 @@ fn encode(bytes: &[u8]) -> String {
         .as_str()
         .unwrap()
         .to_owned()
-}
-
-fn pem_certs(pem: &[u8]) -> Vec<CertificateDer<'static>> {
-    rustls_pemfile::certs(&mut &pem[..])
-        .collect::<Result<Vec<_>, _>>()
-        .expect("PEM certificates")
 }
 
 #[test]
@@ -624,20 +613,16 @@ fn the_deployment_runs_restricted_with_probes_on_the_admin_port() {
 
     let args = strings(&container["args"]);
     assert_eq!(
-        args[..10],
+        args[..5],
         [
             "serve",
             "--policy",
             "/etc/driftgate/policies",
-            "--tls-cert",
-            "/etc/driftgate/tls/tls.crt",
-            "--tls-key",
-            "/etc/driftgate/tls/tls.key",
-            "--log-format",
-            "json",
-            "--request-timeout",
+            "--tls-secret",
+            "driftgate-system/driftgate-certs",
         ]
     );
+    assert!(!args.contains(&"--tls-cert"), "{args:?}");
     assert!(
         !args.contains(&"--dev") && !args.contains(&"--no-kube"),
         "{args:?}"
@@ -653,32 +638,25 @@ fn the_deployment_runs_restricted_with_probes_on_the_admin_port() {
         "metadata.name"
     );
 
-    // Both volumes are mounted whole and read-only: a subPath mount never sees updates.
     let mounts: BTreeMap<&str, &Value> = container["volumeMounts"]
         .as_array()
         .unwrap()
         .iter()
         .map(|m| (str(&m["name"]), m))
         .collect();
-    for (volume, path) in [
-        ("policies", "/etc/driftgate/policies"),
-        ("tls", "/etc/driftgate/tls"),
-    ] {
-        let mount = mounts[volume];
-        assert_eq!(mount["mountPath"], path);
-        assert_eq!(mount["readOnly"], true);
-        assert!(mount["subPath"].is_null(), "{mount}");
-    }
+    // The policies are mounted whole and read-only (a subPath mount never sees updates);
+    // runtime certificates are read through the API: no Secret is mounted.
+    assert!(!mounts.contains_key("tls"), "{mounts:?}");
+    let mount = mounts["policies"];
+    assert_eq!(mount["mountPath"], "/etc/driftgate/policies");
+    assert_eq!(mount["readOnly"], true);
+    assert!(mount["subPath"].is_null(), "{mount}");
     let configmap = manifests.one("ConfigMap");
     assert_eq!(
         manifests.volume("policies")["configMap"]["name"],
         configmap["metadata"]["name"]
     );
     assert!(manifests.volume("policies")["configMap"]["items"].is_null());
-    let secret = manifests.one("Secret");
-    let tls = &manifests.volume("tls")["secret"];
-    assert_eq!(tls["secretName"], secret["metadata"]["name"]);
-    assert_eq!(tls["defaultMode"], 0o440, "0440: owner and group read");
 
     assert_eq!(
         pod["serviceAccountName"],
@@ -923,10 +901,11 @@ fn rbac_grants_exactly_what_driftgate_calls() {
         assert_eq!(granted, expected, "{file}");
         assert!(!granted.iter().any(|g| g.contains('*')), "{file}");
 
-        // The leader Lease: in the release namespace, and by name once created.
+        // The leader Lease: in the release namespace, and by name once created; so is the
+        // runtime certificates' one Secret (not with cert-manager, whose Secret is mounted).
         let lease_role = manifests.one("Role");
         assert_eq!(lease_role["metadata"]["namespace"], NAMESPACE);
-        let expected: BTreeSet<String> = [
+        let mut expected: BTreeSet<String> = [
             "coordination.k8s.io/leases:create",
             "coordination.k8s.io/leases[driftgate-leader]:get",
             "coordination.k8s.io/leases[driftgate-leader]:patch",
@@ -934,6 +913,18 @@ fn rbac_grants_exactly_what_driftgate_calls() {
         .into_iter()
         .map(str::to_owned)
         .collect();
+        if !file.starts_with("cert-manager") {
+            expected.extend(
+                [
+                    "/secrets:create",
+                    "/secrets[driftgate-certs]:get",
+                    "/secrets[driftgate-certs]:list",
+                    "/secrets[driftgate-certs]:watch",
+                    "/secrets[driftgate-certs]:update",
+                ]
+                .map(str::to_owned),
+            );
+        }
         assert_eq!(granted_by(lease_role), expected, "{file}");
 
         let binding = manifests.one("ClusterRoleBinding");
@@ -953,11 +944,28 @@ fn rbac_grants_exactly_what_driftgate_calls() {
         );
         assert_eq!(lease_binding["subjects"], subjects);
     }
-    // Without the selector's upkeep, no right on webhook configurations.
+    // Without the selector's upkeep, runtime certificates still read and write the caBundle
+    // (get, patch; no list or watch); with neither, no right on webhook configurations.
     let off = render(&[], &["webhook.excludeUnguardedNamespaces=false"]);
-    let granted = granted_by(off.one("ClusterRole"));
+    let on_configurations: BTreeSet<String> = granted_by(off.one("ClusterRole"))
+        .into_iter()
+        .filter(|g| g.contains("validatingwebhookconfigurations"))
+        .collect();
+    assert_eq!(
+        on_configurations,
+        BTreeSet::from([
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:get"
+                .to_owned(),
+            "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:patch"
+                .to_owned(),
+        ])
+    );
+    let neither = render(
+        &["cert-manager-values.yaml"],
+        &["webhook.excludeUnguardedNamespaces=false"],
+    );
     assert!(
-        !granted
+        !granted_by(neither.one("ClusterRole"))
             .iter()
             .any(|g| g.contains("validatingwebhookconfigurations"))
     );
@@ -1106,59 +1114,73 @@ fn an_existing_policy_configmap_is_mounted_and_none_is_created() {
 }
 
 #[test]
-fn generated_certificates_are_served_by_driftgate_and_verify_for_the_service() {
+fn runtime_certificates_render_no_secret_and_no_ca_bundle_so_helm_template_is_stable() {
     let manifests = render(&["default-values.yaml"], &[]);
-    let secret = manifests.one("Secret");
-    assert_eq!(secret["type"], "kubernetes.io/tls");
-    let service = str(&manifests.one("Service")["metadata"]["name"]).to_owned();
-    let ca_pem = decode(&secret["data"]["ca.crt"]);
-    let webhook = manifests.webhook();
-    assert_eq!(
-        decode(&webhook["clientConfig"]["caBundle"]),
-        ca_pem,
-        "the webhook trusts the CA that signed the Secret"
-    );
-
-    // driftgate loads the pair as it would from the mounted Secret.
-    let dir = TempDir::new("generated-certs");
-    let files = TlsFiles {
-        cert: dir.path().join("tls.crt"),
-        key: dir.path().join("tls.key"),
-    };
-    std::fs::write(&files.cert, decode(&secret["data"]["tls.crt"])).unwrap();
-    std::fs::write(&files.key, decode(&secret["data"]["tls.key"])).unwrap();
-    server_config(&files).expect("driftgate accepts the generated pair");
-
-    // The API server dials <service>.<namespace>.svc and verifies against caBundle.
-    let mut roots = RootCertStore::empty();
-    for cert in pem_certs(&ca_pem) {
-        roots.add(cert).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .unwrap();
-    let chain = pem_certs(&decode(&secret["data"]["tls.crt"]));
-    for host in [
-        format!("{service}.{NAMESPACE}.svc"),
-        format!("{service}.{NAMESPACE}.svc.cluster.local"),
-    ] {
-        let name = ServerName::try_from(host.clone()).unwrap();
-        verifier
-            .verify_server_cert(&chain[0], &chain[1..], &name, &[], UnixTime::now())
-            .unwrap_or_else(|e| panic!("{host}: {e}"));
-    }
-    let other = ServerName::try_from(format!("{service}.elsewhere.svc")).unwrap();
     assert!(
-        verifier
-            .verify_server_cert(&chain[0], &chain[1..], &other, &[], UnixTime::now())
-            .is_err()
+        manifests.all("Secret").is_empty(),
+        "{:?}",
+        manifests.kinds()
     );
+    let vwc = manifests.one("ValidatingWebhookConfiguration");
+    for webhook in vwc["webhooks"].as_array().unwrap() {
+        assert!(webhook["clientConfig"]["caBundle"].is_null(), "{webhook}");
+    }
+    assert!(vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_null());
 
-    // `helm template` cannot look up the existing Secret, so each run makes a new CA (helm
-    // upgrade reuses the Secret through lookup; see the chart's README).
-    let again = render(&["default-values.yaml"], &[]);
-    assert_ne!(decode(&again.one("Secret")["data"]["ca.crt"]), ca_pem);
+    // driftgate is told its Secret, the Service's names for the certificate, and the webhooks
+    // whose caBundle it writes: exactly this configuration's two.
+    let container = &manifests.one("Deployment")["spec"]["template"]["spec"]["containers"][0];
+    let args = strings(&container["args"]);
+    let values_of = |flag: &str| -> Vec<&str> {
+        args.windows(2)
+            .filter(|pair| pair[0] == flag)
+            .map(|pair| pair[1])
+            .collect()
+    };
+    let service = str(&manifests.one("Service")["metadata"]["name"]).to_owned();
+    assert_eq!(
+        values_of("--tls-secret"),
+        [format!("{NAMESPACE}/{service}-certs")]
+    );
+    assert!(
+        values_of("--tls-secret-host").contains(&format!("{service}.{NAMESPACE}.svc").as_str()),
+        "{args:?}"
+    );
+    assert_eq!(
+        values_of("--webhook-configuration"),
+        [str(&vwc["metadata"]["name"])]
+    );
+    let webhook_names: Vec<&str> = vwc["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| str(&w["name"]))
+        .collect();
+    assert_eq!(values_of("--ca-bundle-webhook"), webhook_names);
+    assert_eq!(values_of("--cert-validity"), ["90d"]);
+
+    // Nothing is generated at render time: two renders are byte for byte the same (Argo CD
+    // sees no drift), which the chart's genCA mode never was.
+    for file in VALUES_FILES {
+        let render_text = || {
+            let out = run_helm(&[
+                "template",
+                RELEASE,
+                chart().to_str().unwrap(),
+                "--namespace",
+                NAMESPACE,
+                "-f",
+                values_file(file).to_str().unwrap(),
+            ]);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            text(&out.stdout)
+        };
+        assert_eq!(
+            render_text(),
+            render_text(),
+            "{file}: helm template differs between runs"
+        );
+    }
 }
 
 #[test]
@@ -1332,6 +1354,7 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
         [
             "DriftgateBackportPendingTooLong",
             "DriftgateBreakGlassWindowOpenTooLong",
+            "DriftgateCertificateNearExpiry",
             "DriftgateDenialsSpiking",
             "DriftgateEmergencyChangeReverted",
             "DriftgatePolicyReloadFailed",

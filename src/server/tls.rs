@@ -176,41 +176,77 @@ impl ResolvesServerCert for SingleCert {
 /// Builds the server config from the PEM contents of `files`; every check happens here, so
 /// the first load and every reload refuse exactly the same things.
 fn server_config_from_pem(files: &TlsFiles, cert: &[u8], key: &[u8]) -> Result<Arc<ServerConfig>> {
+    let certified = certified_key_from_pem(files, cert, key)?;
+    Ok(server_config_with_resolver(Arc::new(SingleCert(Arc::new(
+        certified,
+    )))))
+}
+
+/// Parses and checks a serving pair (parsable, key matches certificate); `files` name where
+/// the PEM came from in any error (a Secret's keys are named the same way as files).
+pub(crate) fn certified_key_from_pem(
+    files: &TlsFiles,
+    cert: &[u8],
+    key: &[u8],
+) -> Result<CertifiedKey> {
     let chain = parse_cert_chain(&files.cert, cert)?;
     let key = parse_private_key(&files.key, key)?;
-    let provider = provider();
-    let signing_key = provider
+    let signing_key = provider()
         .key_provider
         .load_private_key(key)
         .map_err(|e| tls_error(&files.key, format!("is not a usable private key: {e}")))?;
     let certified = CertifiedKey::new(chain, signing_key);
     match certified.keys_match() {
-        Ok(()) => {}
+        Ok(()) => Ok(certified),
         Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
-            return Err(Error::TlsKeyMismatch {
+            Err(Error::TlsKeyMismatch {
                 cert: files.cert.clone(),
                 key: files.key.clone(),
-            });
+            })
         }
         // Includes "cannot tell" (a key that does not reveal its public half): serving a pair
         // we could not check is how a mismatch reaches production.
-        Err(e) => {
-            return Err(tls_error(
-                &files.key,
-                format!(
-                    "cannot be checked against the certificate in {}: {e}",
-                    files.cert.display()
-                ),
-            ));
-        }
+        Err(e) => Err(tls_error(
+            &files.key,
+            format!(
+                "cannot be checked against the certificate in {}: {e}",
+                files.cert.display()
+            ),
+        )),
     }
-    let mut config = ServerConfig::builder_with_provider(provider)
+}
+
+/// TLS 1.2 and 1.3 with ALPN `h2` and `http/1.1`, certificates from `resolver`.
+pub fn server_config_with_resolver(resolver: Arc<dyn ResolvesServerCert>) -> Arc<ServerConfig> {
+    let mut config = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .expect("the ring provider supports TLS 1.2 and 1.3")
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(SingleCert(Arc::new(certified))));
+        .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Arc::new(config)
+}
+
+/// The serving certificate of runtime mode: swapped in place when the Secret changes, so new
+/// handshakes get the new certificate while established connections keep theirs. Empty until
+/// the first certificate is stored; a handshake then fails (no certificate to offer).
+#[derive(Debug, Default)]
+pub struct CertSlot(arc_swap::ArcSwapOption<CertifiedKey>);
+
+impl CertSlot {
+    pub fn store(&self, certified: Arc<CertifiedKey>) {
+        self.0.store(Some(certified));
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.0.load().is_some()
+    }
+}
+
+impl ResolvesServerCert for CertSlot {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.0.load_full()
+    }
 }
 
 /// What the two files held at one poll: their contents, or why they could not be read.

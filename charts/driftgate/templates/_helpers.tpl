@@ -61,14 +61,16 @@ app.kubernetes.io/component: admission-webhook
 {{- end }}
 
 {{/*
-The Secret mounted at /etc/driftgate/tls. The two modes use different names, so that switching
-between them never has helm delete a Secret that cert-manager has just taken over.
+The serving certificate's Secret: cert-manager's (mounted at /etc/driftgate/tls), or in runtime
+mode driftgate's own (read through the API, never mounted). The names differ from each other and
+from the `-tls` Secret older charts rendered, so that switching modes never has helm delete a
+Secret that cert-manager or driftgate has just taken over.
 */}}
 {{- define "driftgate.tlsSecretName" -}}
 {{- if .Values.certManager.enabled }}
 {{- printf "%s-serving-cert" (include "driftgate.fullname" .) }}
 {{- else }}
-{{- printf "%s-tls" (include "driftgate.fullname" .) }}
+{{- printf "%s-certs" (include "driftgate.fullname" .) }}
 {{- end }}
 {{- end }}
 

@@ -111,7 +111,8 @@ fn configuration_with(name: &str, url: &str, ca_pem: &[u8], webhook: &str) -> Va
 }
 
 /// The chart's RBAC for driftgate (ClusterRole and ClusterRoleBinding; the Role and RoleBinding
-/// of its leader Lease, with the release namespace they live in), as one JSON list manifest.
+/// of its leader Lease and runtime-certificate Secret, with the release namespace they live in),
+/// as one JSON list manifest.
 pub fn rbac_manifest() -> String {
     // With every rule the chart can grant: the GatePolicy test's driftgate reads them.
     let objects = render(&["gatePolicies.enabled=true".to_owned()]);

@@ -39,6 +39,14 @@ pub fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
+/// Where a started driftgate's serving certificate comes from.
+enum Certificates {
+    /// `driftgate certs dev` files, passed as --tls-cert/--tls-key.
+    DevFiles,
+    /// Runtime mode: the flags the test passes.
+    Runtime,
+}
+
 /// A running `driftgate serve`, with the webhook configurations it registered. Dropping it
 /// deletes those configurations first (a `failurePolicy: Fail` webhook that no longer answers
 /// would refuse every write it matches), then stops the process.
@@ -125,6 +133,37 @@ impl Driftgate {
         kubeconfig: &Path,
         extra_args: &[&str],
     ) -> Driftgate {
+        Self::spawn_serving(name, policy, kubeconfig, Certificates::DevFiles, extra_args)
+    }
+
+    /// Starts `driftgate serve` in runtime-certificate mode, as `who`: no certificate files;
+    /// `runtime_args` (`--tls-secret NS/NAME`, `--webhook-configuration`, …) say where the
+    /// Secret and the caBundle are. Waits for `/readyz`. [`Driftgate::ca_pem`] is empty: the
+    /// CA is whatever driftgate writes into the configuration.
+    pub fn start_with_runtime_certs(
+        name: &str,
+        policy: &Path,
+        who: Identity,
+        runtime_args: &[&str],
+    ) -> Driftgate {
+        let driftgate = Self::spawn_serving(
+            name,
+            policy,
+            &control_plane().kubeconfig(who),
+            Certificates::Runtime,
+            runtime_args,
+        );
+        driftgate.wait_until_ready(Duration::from_secs(30));
+        driftgate
+    }
+
+    fn spawn_serving(
+        name: &str,
+        policy: &Path,
+        kubeconfig: &Path,
+        certificates: Certificates,
+        extra_args: &[&str],
+    ) -> Driftgate {
         let control_plane = control_plane();
         static STARTED: AtomicUsize = AtomicUsize::new(0);
         let dir = control_plane.dir().join(format!(
@@ -132,30 +171,15 @@ impl Driftgate {
             STARTED.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).expect("driftgate's directory is created");
-        let certs = dir.join("certs");
-        let out = Command::new(BIN)
-            .args(["certs", "dev", "--out"])
-            .arg(&certs)
-            .stdin(Stdio::null())
-            .output()
-            .expect("driftgate certs dev runs");
-        assert!(
-            out.status.success(),
-            "driftgate certs dev failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ca_pem = std::fs::read_to_string(certs.join("ca.crt")).expect("ca.crt reads");
         let webhook: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut serve = Command::new(BIN);
+        serve.arg("serve").arg("--policy").arg(policy);
+        let ca_pem = match certificates {
+            Certificates::DevFiles => Self::dev_certificates(&dir, &mut serve),
+            Certificates::Runtime => String::new(),
+        };
         serve
-            .arg("serve")
-            .arg("--policy")
-            .arg(policy)
-            .arg("--tls-cert")
-            .arg(certs.join("tls.crt"))
-            .arg("--tls-key")
-            .arg(certs.join("tls.key"))
             .arg("--addr")
             .arg(webhook.to_string())
             .arg("--admin-addr")
@@ -188,6 +212,30 @@ impl Driftgate {
         }
     }
 
+    /// Fresh certificates from `driftgate certs dev` in `dir`, passed to `serve` as files;
+    /// returns the CA (PEM).
+    fn dev_certificates(dir: &Path, serve: &mut Command) -> String {
+        let certs = dir.join("certs");
+        let out = Command::new(BIN)
+            .args(["certs", "dev", "--out"])
+            .arg(&certs)
+            .stdin(Stdio::null())
+            .output()
+            .expect("driftgate certs dev runs");
+        assert!(
+            out.status.success(),
+            "driftgate certs dev failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ca_pem = std::fs::read_to_string(certs.join("ca.crt")).expect("ca.crt reads");
+        serve
+            .arg("--tls-cert")
+            .arg(certs.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(certs.join("tls.key"));
+        ca_pem
+    }
+
     /// Waits until `/readyz` answers 200.
     pub fn wait_until_ready(&self, timeout: Duration) {
         self.wait_until("/readyz answers 200", timeout, || {
@@ -198,6 +246,11 @@ impl Driftgate {
     /// `https://127.0.0.1:PORT/validate`
     pub fn webhook_url(&self) -> String {
         format!("https://{}/validate", self.webhook)
+    }
+
+    /// The webhook port's address.
+    pub fn webhook_addr(&self) -> SocketAddr {
+        self.webhook
     }
 
     /// The development CA that signed the serving certificate: the webhook's `caBundle`.

@@ -1,5 +1,7 @@
-//! `driftgate certs dev`: a development CA and serving certificate, generated with rcgen.
+//! Certificates generated with rcgen: `driftgate certs dev` (files for development) and, in
+//! [`rotation`] and [`runtime`], the CA and serving certificate `serve` keeps in a Secret.
 //!
+//! `driftgate certs dev`:
 //! Writes `ca.crt`, `ca.key`, `tls.crt`, `tls.key` into `out`; the serving certificate is
 //! ECDSA P-256, signed by the CA, with SANs `localhost`, `127.0.0.1`, `driftgate`,
 //! `driftgate.driftgate.svc`, `driftgate.driftgate.svc.cluster.local` and every `extra_hosts`
@@ -21,6 +23,9 @@ use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::{DnsName, ServerName, UnixTime};
+
+pub mod rotation;
+pub mod runtime;
 
 use crate::error::{Error, Result};
 use crate::server::tls::{self, TlsFiles};
@@ -97,14 +102,7 @@ fn certs_error(reason: impl std::fmt::Display) -> Error {
 /// Generates a fresh CA and serving certificate into `out` (created if missing), replacing any.
 pub fn generate_dev_certs(out: &Path, extra_hosts: &[String]) -> Result<DevCertPaths> {
     let hosts = serving_hosts(extra_hosts)?;
-    let subject_alt_names = hosts
-        .iter()
-        .map(|host| match host.parse::<IpAddr>() {
-            Ok(ip) => Ok(SanType::IpAddress(ip)),
-            Err(_) => Ia5String::try_from(host.as_str()).map(SanType::DnsName),
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(certs_error)?;
+    let subject_alt_names = subject_alt_names(&hosts)?;
 
     let since_epoch = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -163,6 +161,70 @@ pub fn generate_dev_certs(out: &Path, extra_hosts: &[String]) -> Result<DevCertP
     )?;
     write_atomically(&paths.cert, cert.pem().as_bytes(), Visibility::Public)?;
     Ok(paths)
+}
+
+fn subject_alt_names(hosts: &[String]) -> Result<Vec<SanType>> {
+    hosts
+        .iter()
+        .map(|host| match host.parse::<IpAddr>() {
+            Ok(ip) => Ok(SanType::IpAddress(ip)),
+            Err(_) => Ia5String::try_from(host.as_str()).map(SanType::DnsName),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(certs_error)
+}
+
+/// A new CA and a serving certificate for `hosts` signed by it, valid from `now` (less a
+/// few minutes, for clients whose clock is behind) for `validity`: one generation of the
+/// runtime-mode Secret.
+pub fn issue_generation(
+    now: jiff::Timestamp,
+    validity: Duration,
+    hosts: &[String],
+) -> Result<rotation::Generation> {
+    let subject_alt_names = subject_alt_names(hosts)?;
+    let since_epoch = Duration::from_secs(
+        u64::try_from(now.as_second()).map_err(|_| certs_error("the clock is before 1970"))?,
+    );
+    let epoch = rcgen::date_time_ymd(1970, 1, 1);
+    let not_before = epoch + since_epoch.saturating_sub(Duration::from_secs(300));
+    let not_after = epoch + since_epoch + validity;
+
+    let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(certs_error)?;
+    let mut ca_params = CertificateParams::default();
+    let ca_id: String = ca_params.key_identifier(&ca_key)[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // Each CA its own name, as for the development CA: two alike confuse verifiers.
+    ca_params.distinguished_name = name(&format!("driftgate CA {ca_id}"));
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    ca_params.not_before = not_before;
+    ca_params.not_after = not_after;
+    let ca_key_pem = ca_key.serialize_pem();
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).map_err(certs_error)?;
+
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(certs_error)?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = name("driftgate");
+    params.subject_alt_names = subject_alt_names;
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.not_before = not_before;
+    params.not_after = not_after;
+    let cert = params.signed_by(&key, &ca).map_err(certs_error)?;
+    rotation::generation_from_pem(&ca.pem(), &ca_key_pem, &cert.pem(), &key.serialize_pem())
+        .map_err(|e| {
+            certs_error(format!(
+                "the certificate just generated does not check: {e}"
+            ))
+        })
 }
 
 fn name(common_name: &str) -> DistinguishedName {
@@ -270,4 +332,47 @@ fn check_dev_certs(paths: &DevCertPaths) -> std::result::Result<(), String> {
             )
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runtime generation verifies, as the API server checks it, for the Service's names
+    /// against its own CA, and for no other name.
+    #[test]
+    fn an_issued_generation_verifies_for_the_service_names_against_its_ca() {
+        let hosts = [
+            "driftgate.driftgate-system.svc".to_owned(),
+            "127.0.0.1".to_owned(),
+        ];
+        let now = jiff::Timestamp::now();
+        let generation = issue_generation(now, Duration::from_secs(3600), &hosts).unwrap();
+        let mut roots = RootCertStore::empty();
+        for ca in
+            tls::parse_cert_chain(Path::new("ca.crt"), generation.ca_cert_pem.as_bytes()).unwrap()
+        {
+            roots.add(ca).unwrap();
+        }
+        let verifier =
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), tls::provider())
+                .build()
+                .unwrap();
+        let chain =
+            tls::parse_cert_chain(Path::new("tls.crt"), generation.cert_pem.as_bytes()).unwrap();
+        let verify = |name: &str| {
+            verifier.verify_server_cert(
+                &chain[0],
+                &chain[1..],
+                &ServerName::try_from(name.to_owned()).unwrap(),
+                &[],
+                UnixTime::now(),
+            )
+        };
+        verify("driftgate.driftgate-system.svc").expect("the Service name verifies");
+        verify("127.0.0.1").expect("the IP address verifies");
+        assert!(verify("driftgate.elsewhere.svc").is_err());
+        // Expires when asked, to the second.
+        assert_eq!(generation.not_after.as_second(), now.as_second() + 3600);
+    }
 }
