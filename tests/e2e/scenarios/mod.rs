@@ -13,6 +13,7 @@ mod effects;
 mod gitops;
 mod ledger_guard;
 mod normal_day;
+mod quickstart;
 mod scope;
 mod subresources;
 
