@@ -668,6 +668,46 @@ fn the_deployment_runs_restricted_with_probes_on_the_admin_port() {
     );
 }
 
+fn container_image(manifests: &Manifests) -> &Value {
+    &manifests.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+}
+
+/// image/build.sh prints the manifest digest to pin; a loaded image (kind) goes by its tag.
+#[test]
+fn an_image_digest_pins_the_image_and_wins_over_the_tag() {
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    let repository = "image.repository=registry.example.com/driftgate";
+    let pinned = render(
+        &[],
+        &[
+            repository,
+            "image.tag=9.9.9",
+            &format!("image.digest={digest}"),
+        ],
+    );
+    assert_eq!(
+        container_image(&pinned),
+        &format!("registry.example.com/driftgate@{digest}")
+    );
+    let tagged = render(&[], &[repository, "image.tag=9.9.9"]);
+    assert_eq!(
+        container_image(&tagged),
+        "registry.example.com/driftgate:9.9.9"
+    );
+
+    let chart = chart().display().to_string();
+    for digest in ["latest", "sha256:0123", "sha512:abc"] {
+        let set = format!("image.digest={digest}");
+        let out = run_helm(&["template", RELEASE, &chart, "--set", &set]);
+        assert!(!out.status.success(), "--set {set} rendered");
+        assert!(
+            text(&out.stderr).contains("digest"),
+            "--set {set}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn the_pod_is_cluster_critical_and_its_security_contexts_can_be_overridden() {
     let manifests = render(&["default-values.yaml"], &[]);

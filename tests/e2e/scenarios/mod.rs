@@ -15,6 +15,7 @@ mod gatepolicy;
 mod gitops;
 mod ledger_guard;
 mod normal_day;
+mod quickstart;
 mod rotation;
 mod scope;
 mod subresources;
