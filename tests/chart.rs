@@ -137,11 +137,12 @@ impl Manifests {
             .collect()
     }
 
-    /// The gate: the first webhook (the second guards driftgate's own records).
+    /// The gate: the first webhook (the second guards driftgate's own records, the third
+    /// GatePolicy objects).
     fn webhook(&self) -> &Value {
         let vwc = self.one("ValidatingWebhookConfiguration");
         let webhooks = vwc["webhooks"].as_array().expect("webhooks is a list");
-        assert_eq!(webhooks.len(), 2);
+        assert!(matches!(webhooks.len(), 2 | 3), "{webhooks:?}");
         &webhooks[0]
     }
 
@@ -934,6 +935,11 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:list",
             "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:watch",
             "admissionregistration.k8s.io/validatingwebhookconfigurations[driftgate]:patch",
+            // GatePolicy objects (gatePolicies.enabled, the default): read, and their status.
+            "driftgate.dev/gatepolicies:get",
+            "driftgate.dev/gatepolicies:list",
+            "driftgate.dev/gatepolicies:watch",
+            "driftgate.dev/gatepolicies/status:patch",
         ]
         .into_iter()
         .map(str::to_owned)
@@ -1654,7 +1660,7 @@ fn the_gatepolicy_crd_schema_matches_the_policy_document_field_for_field() {
 
 #[test]
 fn gatepolicies_enabled_adds_the_flag_the_webhook_and_the_rbac() {
-    let off = render(&[], &[]);
+    let off = render(&[], &["gatePolicies.enabled=false"]);
     assert!(!strings(&off.container()["args"]).contains(&"--gatepolicies"));
     let names = |manifests: &Manifests| -> Vec<String> {
         manifests.one("ValidatingWebhookConfiguration")["webhooks"]
@@ -1666,7 +1672,8 @@ fn gatepolicies_enabled_adds_the_flag_the_webhook_and_the_rbac() {
     };
     assert_eq!(names(&off), ["gate.driftgate.dev", "records.driftgate.dev"]);
 
-    let on = render(&[], &["gatePolicies.enabled=true"]);
+    // On by default.
+    let on = render(&[], &[]);
     assert!(strings(&on.container()["args"]).contains(&"--gatepolicies"));
     assert_eq!(
         names(&on),
@@ -1919,8 +1926,18 @@ fn chart_copy(dir: &TempDir) -> PathBuf {
 fn ledger_flags(namespace: &str, sets: &[&str]) -> Vec<String> {
     let rendered = render_in(namespace, &[], sets);
     let args = strings(&rendered.container()["args"]);
-    let at = args.iter().position(|a| *a == "--service-account").unwrap();
-    args[at..].iter().map(|a| (*a).to_owned()).collect()
+    let ledger = [
+        "--service-account",
+        "--ledger-crd-admin-user",
+        "--ledger-crd-admin-group",
+    ];
+    let flags: Vec<String> = args
+        .windows(2)
+        .filter(|pair| ledger.contains(&pair[0]))
+        .flat_map(|pair| pair.iter().map(|a| (*a).to_owned()))
+        .collect();
+    assert!(flags.contains(&"--service-account".to_owned()), "{args:?}");
+    flags
 }
 
 #[test]
@@ -2453,15 +2470,15 @@ fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_restores_t
         helm("upgrade");
         assert_eq!(
             webhooks(),
-            "gate.driftgate.dev records.driftgate.dev Fail Fail",
+            "gate.driftgate.dev records.driftgate.dev policies.driftgate.dev Fail Fail Fail",
             "after kubectl {}",
             step.join(" ")
         );
         gate_refuses_while_down();
     }
-    // Removing the gate left the records webhook alone.
+    // Removing the gate left the records and GatePolicy webhooks alone.
     kubectl(remove_gate);
-    assert_eq!(webhooks(), "records.driftgate.dev Fail");
+    assert_eq!(webhooks(), "records.driftgate.dev policies.driftgate.dev Fail Fail");
     helm("upgrade");
     kubectl(remove_both);
     assert!(write().success());
