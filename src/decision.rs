@@ -175,6 +175,25 @@ pub struct PolicyVerdict {
     pub new_window: Option<BreakGlassWindow>,
 }
 
+impl PolicyVerdict {
+    /// A verdict of driftgate on its own objects (records, GatePolicies): refused when it carries
+    /// a message, and always Enforce, whatever the policy's mode (Audit concerns workloads).
+    pub fn enforced(policy: String, rule: Rule, message: Option<String>) -> PolicyVerdict {
+        PolicyVerdict {
+            policy,
+            mode: PolicyMode::Enforce,
+            rule,
+            allowed: message.is_none(),
+            would_deny: false,
+            message,
+            warning: None,
+            matched: None,
+            window: None,
+            new_window: None,
+        }
+    }
+}
+
 /// The object a request writes, for records and messages.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -2478,7 +2478,10 @@ fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_restores_t
     }
     // Removing the gate left the records and GatePolicy webhooks alone.
     kubectl(remove_gate);
-    assert_eq!(webhooks(), "records.driftgate.dev policies.driftgate.dev Fail Fail");
+    assert_eq!(
+        webhooks(),
+        "records.driftgate.dev policies.driftgate.dev Fail Fail"
+    );
     helm("upgrade");
     kubectl(remove_both);
     assert!(write().success());

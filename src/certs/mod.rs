@@ -102,64 +102,28 @@ fn certs_error(reason: impl std::fmt::Display) -> Error {
 /// Generates a fresh CA and serving certificate into `out` (created if missing), replacing any.
 pub fn generate_dev_certs(out: &Path, extra_hosts: &[String]) -> Result<DevCertPaths> {
     let hosts = serving_hosts(extra_hosts)?;
-    let subject_alt_names = subject_alt_names(&hosts)?;
 
     let since_epoch = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_err(|_| certs_error("the system clock is before 1970"))?;
     // Valid from an hour ago, so a client whose clock is a little behind ours accepts it.
-    let not_before =
-        rcgen::date_time_ymd(1970, 1, 1) + since_epoch.saturating_sub(Duration::from_secs(3600));
-    let not_after = not_before + Duration::from_secs(3600) + VALIDITY;
-
-    let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(certs_error)?;
-    let ca_key_pem = ca_key.serialize_pem();
-    let mut ca_params = CertificateParams::default();
-    // Each CA gets its own name. Issuers are found by name, so two dev CAs named alike (an old
-    // one still trusted next to a new one) make verifiers try the wrong key and report a bad
-    // signature instead of an unknown issuer.
-    let ca_id: String = ca_params.key_identifier(&ca_key)[..4]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    ca_params.distinguished_name = name(&format!("driftgate development CA {ca_id}"));
-    // pathlen 0: this CA signs serving certificates, never another CA.
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    ca_params.not_before = not_before;
-    ca_params.not_after = not_after;
-    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).map_err(certs_error)?;
-
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(certs_error)?;
-    let mut params = CertificateParams::default();
-    params.distinguished_name = name("driftgate");
-    params.subject_alt_names = subject_alt_names;
-    params.is_ca = IsCa::ExplicitNoCa;
-    // ECDSA signs the handshake; it never encrypts a key, so digitalSignature only.
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.use_authority_key_identifier_extension = true;
-    params.not_before = not_before;
-    params.not_after = not_after;
-    let cert = params.signed_by(&key, &ca).map_err(certs_error)?;
+    let not_before = since_epoch.saturating_sub(Duration::from_secs(3600));
+    let not_after = since_epoch + VALIDITY;
+    let issued = issue("driftgate development CA", not_before, not_after, &hosts)?;
 
     fs::create_dir_all(out).map_err(|source| Error::Write {
         path: out.to_owned(),
         source,
     })?;
     let paths = DevCertPaths::in_dir(out);
-    write_atomically(&paths.ca_cert, ca.pem().as_bytes(), Visibility::Public)?;
-    write_atomically(&paths.ca_key, ca_key_pem.as_bytes(), Visibility::Private)?;
     write_atomically(
-        &paths.key,
-        key.serialize_pem().as_bytes(),
-        Visibility::Private,
+        &paths.ca_cert,
+        issued.ca_cert.as_bytes(),
+        Visibility::Public,
     )?;
-    write_atomically(&paths.cert, cert.pem().as_bytes(), Visibility::Public)?;
+    write_atomically(&paths.ca_key, issued.ca_key.as_bytes(), Visibility::Private)?;
+    write_atomically(&paths.key, issued.key.as_bytes(), Visibility::Private)?;
+    write_atomically(&paths.cert, issued.cert.as_bytes(), Visibility::Public)?;
     Ok(paths)
 }
 
@@ -182,25 +146,54 @@ pub fn issue_generation(
     validity: Duration,
     hosts: &[String],
 ) -> Result<rotation::Generation> {
-    let subject_alt_names = subject_alt_names(hosts)?;
     let since_epoch = Duration::from_secs(
         u64::try_from(now.as_second()).map_err(|_| certs_error("the clock is before 1970"))?,
     );
-    let epoch = rcgen::date_time_ymd(1970, 1, 1);
-    let not_before = epoch + since_epoch.saturating_sub(Duration::from_secs(300));
-    let not_after = epoch + since_epoch + validity;
+    let not_before = since_epoch.saturating_sub(Duration::from_secs(300));
+    let not_after = since_epoch + validity;
+    let issued = issue("driftgate CA", not_before, not_after, hosts)?;
+    rotation::generation_from_pem(&issued.ca_cert, &issued.ca_key, &issued.cert, &issued.key)
+        .map_err(|e| {
+            certs_error(format!(
+                "the certificate just generated does not check: {e}"
+            ))
+        })
+}
 
+/// A CA and a serving certificate it signed, as PEM.
+struct Issued {
+    ca_cert: String,
+    ca_key: String,
+    cert: String,
+    key: String,
+}
+
+/// A new CA (named `ca_label` and a short id of its key) and a serving certificate for `hosts`
+/// signed by it, both valid from `not_before` to `not_after` (since the Unix epoch).
+fn issue(
+    ca_label: &str,
+    not_before: Duration,
+    not_after: Duration,
+    hosts: &[String],
+) -> Result<Issued> {
+    let epoch = rcgen::date_time_ymd(1970, 1, 1);
+    let (not_before, not_after) = (epoch + not_before, epoch + not_after);
+    let subject_alt_names = subject_alt_names(hosts)?;
     let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(certs_error)?;
     let mut ca_params = CertificateParams::default();
+    // Each CA gets its own name. Issuers are found by name, so two CAs named alike (an old one
+    // still trusted next to a new one) make verifiers try the wrong key and report a bad
+    // signature instead of an unknown issuer.
     let ca_id: String = ca_params.key_identifier(&ca_key)[..4]
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    // Each CA its own name, as for the development CA: two alike confuse verifiers.
-    ca_params.distinguished_name = name(&format!("driftgate CA {ca_id}"));
+    ca_params.distinguished_name = name(&format!("{ca_label} {ca_id}"));
+    // pathlen 0: this CA signs serving certificates, never another CA.
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca_params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
     ca_params.not_before = not_before;
@@ -213,18 +206,19 @@ pub fn issue_generation(
     params.distinguished_name = name("driftgate");
     params.subject_alt_names = subject_alt_names;
     params.is_ca = IsCa::ExplicitNoCa;
+    // ECDSA signs the handshake; it never encrypts a key, so digitalSignature only.
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
     params.not_before = not_before;
     params.not_after = not_after;
     let cert = params.signed_by(&key, &ca).map_err(certs_error)?;
-    rotation::generation_from_pem(&ca.pem(), &ca_key_pem, &cert.pem(), &key.serialize_pem())
-        .map_err(|e| {
-            certs_error(format!(
-                "the certificate just generated does not check: {e}"
-            ))
-        })
+    Ok(Issued {
+        ca_cert: ca.pem(),
+        ca_key: ca_key_pem,
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
 }
 
 fn name(common_name: &str) -> DistinguishedName {

@@ -17,7 +17,7 @@ use crate::decision::{PolicyVerdict, Rule};
 use crate::diff::changed_paths;
 use crate::fieldpath::FieldPath;
 use crate::ledger::record::{BackportRequirement, BackportStatus, Phase};
-use crate::policy::{PolicyMode, PolicySet};
+use crate::policy::PolicySet;
 use crate::timefmt::human_utc;
 
 pub const GROUP: &str = "driftgate.dev";
@@ -147,26 +147,9 @@ struct Subject<'a> {
     policy: String,
 }
 
-/// The guard's verdict: refused when it carries a message. The ledger is guarded whatever the
-/// policy's mode (Audit concerns workloads), so it is always Enforce.
-fn guard_verdict(policy: String, rule: Rule, message: Option<String>) -> PolicyVerdict {
-    PolicyVerdict {
-        policy,
-        mode: PolicyMode::Enforce,
-        rule,
-        allowed: message.is_none(),
-        would_deny: false,
-        message,
-        warning: None,
-        matched: None,
-        window: None,
-        new_window: None,
-    }
-}
-
 impl Subject<'_> {
     fn verdict(&self, rule: Rule, message: Option<String>) -> PolicyVerdict {
-        guard_verdict(self.policy.clone(), rule, message)
+        PolicyVerdict::enforced(self.policy.clone(), rule, message)
     }
 
     fn deny(&self, rule: Rule, verb: &str, problem: &str, next: &str) -> PolicyVerdict {
@@ -504,7 +487,8 @@ fn judge_crd(guard: &LedgerGuard, request: &AdmissionRequest<DynamicObject>) -> 
         username
     };
     // No policy guards the CRD: driftgate's own settings do.
-    let verdict = |rule: Rule, message: Option<String>| guard_verdict(String::new(), rule, message);
+    let verdict =
+        |rule: Rule, message: Option<String>| PolicyVerdict::enforced(String::new(), rule, message);
     if guard.is_crd_admin(&request.user_info) {
         return verdict(Rule::LedgerCrdAdmin, None);
     }

@@ -6,7 +6,6 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 
 use crate::decision::{PolicyVerdict, Rule};
-use crate::policy::PolicyMode;
 use crate::policy::gatepolicy::{GROUP, PLURAL, compile_object, problem_lines};
 
 /// A create or update of a GatePolicy itself (its status is driftgate's own bookkeeping).
@@ -38,18 +37,7 @@ pub fn judge(request: &AdmissionRequest<DynamicObject>) -> Option<PolicyVerdict>
             )),
         ),
     };
-    Some(PolicyVerdict {
-        policy: name.to_owned(),
-        mode: PolicyMode::Enforce,
-        rule,
-        allowed: message.is_none(),
-        would_deny: false,
-        message,
-        warning: None,
-        matched: None,
-        window: None,
-        new_window: None,
-    })
+    Some(PolicyVerdict::enforced(name.to_owned(), rule, message))
 }
 
 /// Names the user, the object, the policy and the rule, says what to do, then lists every
