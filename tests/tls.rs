@@ -23,7 +23,7 @@ use driftgate::metrics::Metrics;
 use driftgate::server::tls::{
     TlsFiles, install_crypto_provider, load_rustls_config, spawn_tls_reloader,
 };
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 use rustls::{CertificateError, ClientConfig, ProtocolVersion, RootCertStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -94,7 +94,7 @@ fn read(path: &Path) -> Vec<u8> {
 }
 
 fn leaf(cert_file: &Path) -> CertificateDer<'static> {
-    rustls_pemfile::certs(&mut &*read(cert_file))
+    CertificateDer::pem_slice_iter(&read(cert_file))
         .next()
         .expect("a certificate")
         .unwrap()
@@ -123,7 +123,7 @@ fn client_with<P: AsRef<Path>>(
 ) -> TlsConnector {
     let mut roots = RootCertStore::empty();
     for ca in ca_files {
-        for cert in rustls_pemfile::certs(&mut &*read(ca.as_ref())) {
+        for cert in CertificateDer::pem_slice_iter(&read(ca.as_ref())) {
             roots.add(cert.unwrap()).unwrap();
         }
     }
