@@ -12,6 +12,11 @@ use std::sync::OnceLock;
 use driftgate::metrics::{Metrics, ReasonLabels, ReviewLabels};
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
+use tempfile::TempDir;
+
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::scratch_dir;
 
 const RELEASE: &str = "driftgate";
 const NAMESPACE: &str = "driftgate-system";
@@ -41,29 +46,6 @@ fn values_file(name: &str) -> PathBuf {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A directory under Cargo's per-target scratch space, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("chart-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The helm binary: the install script builds it once (minutes) and prints its path after that.
@@ -1084,7 +1066,7 @@ fn driftgate_adds_its_exclusion_to_exactly_the_selector_the_chart_renders() {
 
 /// `driftgate policy check` on every file of the rendered policy ConfigMap.
 fn policy_check(configmap: &Value, name: &str) -> Output {
-    let dir = TempDir::new(name);
+    let dir = scratch_dir(&format!("chart-{name}"));
     let data = configmap["data"]
         .as_object()
         .expect("the ConfigMap has data");
@@ -1136,7 +1118,7 @@ fn the_policy_configmap_holds_a_policy_driftgate_accepts() {
     assert_eq!(policy.matches("kind: GatePolicy").count(), 2, "{policy}");
 
     // And the check is a real one: a broken policy renders, and is refused.
-    let dir = TempDir::new("broken-policy-values");
+    let dir = scratch_dir("chart-broken-policy-values");
     let broken = dir.path().join("values.yaml");
     std::fs::write(
         &broken,
@@ -1292,7 +1274,7 @@ fn cert_manager_mode_injects_the_ca_and_generates_no_secret() {
 #[test]
 fn an_out_of_cluster_url_replaces_the_service() {
     // As the chart's README tells a kube-apiserver test harness to render it.
-    let dir = TempDir::new("url-mode");
+    let dir = scratch_dir("chart-url-mode");
     let out = Command::new(env!("CARGO_BIN_EXE_driftgate"))
         .args(["certs", "dev", "--out"])
         .arg(dir.path())
@@ -1982,7 +1964,7 @@ fn helm_upgrade_changes_the_crd_and_helm_uninstall_keeps_it() {
         .ok();
 
     // The chart's previous release, whose CRD had no Expires column.
-    let dir = TempDir::new("previous-chart");
+    let dir = scratch_dir("chart-previous-chart");
     let previous = chart_copy(&dir);
     let crd_file = previous.join(CRD_FILE);
     let crd = std::fs::read_to_string(&crd_file).unwrap();
@@ -2383,7 +2365,7 @@ fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_restores_t
             "{{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {{\"name\": \"{NAMESPACE}\"}}}}"
         ),
     );
-    let dir = TempDir::new("runbook-chart");
+    let dir = scratch_dir("chart-runbook-chart");
     let copy = chart_copy(&dir);
     std::fs::remove_dir_all(copy.join("files/crds")).unwrap();
     let flags = ledger_flags(NAMESPACE, &[]);

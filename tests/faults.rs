@@ -16,14 +16,15 @@ mod common;
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::mount_secret;
+use common::scratch::scratch_dir;
 use common::webhook::{
-    BIN, Options, Server, Stderr, allowed, connect, fixture, install_provider, read_answer,
+    BIN, Options, Server, Stderr, allowed, connect, fixture, install_crypto_provider, read_answer,
     read_response, review_head, send_review, start, start_with, try_connect,
 };
 use driftgate::certs::DevCertPaths;
@@ -281,25 +282,6 @@ async fn client(
     tally
 }
 
-/// A scratch directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("faults-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Reads until the server closes the connection (or `limit` passes): how long that took and
 /// what it sent before closing.
 async fn until_closed<S: AsyncReadExt + Unpin>(
@@ -369,7 +351,7 @@ fn mib(kib: u64) -> f64 {
 
 #[tokio::test]
 async fn malformed_json_gets_a_400_that_says_why_and_the_connection_keeps_serving() {
-    install_provider();
+    install_crypto_provider();
     let server = start("malformed");
     let mut stream = connect(&server).await;
     let edit = fixture(BOB_EDIT.fixture);
@@ -420,7 +402,7 @@ async fn malformed_json_gets_a_400_that_says_why_and_the_connection_keeps_servin
 
 #[tokio::test]
 async fn a_50_mb_body_is_refused_with_413_from_its_length_before_it_is_read() {
-    install_provider();
+    install_crypto_provider();
     let server = start("50mb-announced");
     let peak_before = server.memory_kib("VmHWM");
     let mut stream = connect(&server).await;
@@ -461,7 +443,7 @@ async fn a_50_mb_body_is_refused_with_413_from_its_length_before_it_is_read() {
 
 #[tokio::test]
 async fn a_50_mb_chunked_body_is_cut_at_7_mib_with_memory_bounded() {
-    install_provider();
+    install_crypto_provider();
     let server = start("50mb-chunked");
     let peak_before = server.memory_kib("VmHWM");
     let stream = connect(&server).await;
@@ -517,7 +499,7 @@ async fn a_50_mb_chunked_body_is_cut_at_7_mib_with_memory_bounded() {
 
 #[tokio::test]
 async fn a_body_that_stops_halfway_gets_408_at_the_request_timeout_and_is_closed() {
-    install_provider();
+    install_crypto_provider();
     let server = start_with(
         "half-body",
         Options::default().flag("--request-timeout", "2s"),
@@ -557,7 +539,7 @@ async fn a_body_that_stops_halfway_gets_408_at_the_request_timeout_and_is_closed
 
 #[tokio::test]
 async fn slow_headers_are_cut_at_the_header_timeout_while_others_are_served() {
-    install_provider();
+    install_crypto_provider();
     let server = start_with(
         "slow-headers",
         Options::default().flag("--header-timeout", "2s"),
@@ -637,7 +619,7 @@ async fn slow_headers_are_cut_at_the_header_timeout_while_others_are_served() {
 
 #[tokio::test]
 async fn a_garbage_client_hello_closes_that_connection_only() {
-    install_provider();
+    install_crypto_provider();
     let mut server = start("garbage-hello");
     // A kept-alive connection from before keeps working throughout.
     let mut kept = connect(&server).await;
@@ -701,7 +683,7 @@ async fn a_garbage_client_hello_closes_that_connection_only() {
 
 #[tokio::test]
 async fn ten_thousand_idle_connections_do_not_stop_a_new_review() {
-    install_provider();
+    install_crypto_provider();
     const IDLE: usize = 10_000;
     // The test holds one end of each connection: it needs the descriptors as much as the
     // server does.
@@ -775,7 +757,7 @@ async fn ten_thousand_idle_connections_do_not_stop_a_new_review() {
 
 #[tokio::test]
 async fn connections_past_the_cap_are_closed_at_once_and_counted() {
-    install_provider();
+    install_crypto_provider();
     const CAP: usize = 40;
     let server = start_with(
         "connection-cap",
@@ -843,7 +825,7 @@ async fn connections_past_the_cap_are_closed_at_once_and_counted() {
 
 #[tokio::test]
 async fn running_out_of_descriptors_delays_connections_and_the_server_recovers() {
-    install_provider();
+    install_crypto_provider();
     // A deliberately low limit (both soft and hard, so driftgate cannot raise it).
     let server = start_with("out-of-fds", Options::default().open_files_limit(128));
     let free = 128 - server.open_fds();
@@ -904,12 +886,12 @@ fn leaf_der(cert: &Path) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificate_rotation_under_load_fails_no_request() {
-    install_provider();
-    let scratch = TempDir::new("rotation");
+    install_crypto_provider();
+    let scratch = scratch_dir("faults-rotation");
     let (old, new, mount) = (
-        scratch.0.join("old"),
-        scratch.0.join("new"),
-        scratch.0.join("mount"),
+        scratch.path().join("old"),
+        scratch.path().join("new"),
+        scratch.path().join("mount"),
     );
     dev_certs(&old);
     dev_certs(&new);
@@ -989,7 +971,7 @@ async fn certificate_rotation_under_load_fails_no_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_policy_reload_under_load_keeps_the_old_policy_deciding() {
-    install_provider();
+    install_crypto_provider();
     let server = start("bad-reload");
     let policy = server.policy_file();
     let good = std::fs::read_to_string(&policy).unwrap();
@@ -1073,7 +1055,7 @@ async fn a_bad_policy_reload_under_load_keeps_the_old_policy_deciding() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_answers_every_request_it_took_and_then_refuses_connections() {
-    install_provider();
+    install_crypto_provider();
     let mut server = start_with(
         "sigterm-load",
         Options::default()
@@ -1273,7 +1255,7 @@ const PEAK_RSS_BOUND_MIB: f64 = 128.0;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_held_by_many_connections_and_http2_streams_stay_within_the_body_budget() {
-    install_provider();
+    install_crypto_provider();
     let server = start_with("body-budget", Options::default().log("error", Stderr::File));
     let rss_before = server.memory_kib("VmRSS");
     let started = Instant::now();

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use common::webhook::{
     BIN, Options, Server, Stderr, admin_get, allowed, connect, fixture, free_port,
-    install_provider, read_response, send_review, spawn_with, start, start_logging,
+    install_crypto_provider, read_response, send_review, spawn_with, start, start_logging,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]
 async fn keep_alive_connection_serves_many_reviews() {
-    install_provider();
+    install_crypto_provider();
     let server = start("keepalive");
     let mut stream = connect(&server).await;
     for i in 0..50 {
@@ -37,7 +37,7 @@ async fn keep_alive_connection_serves_many_reviews() {
 
 #[tokio::test]
 async fn policy_edits_reload_and_bad_ones_are_refused_while_serving() {
-    install_provider();
+    install_crypto_provider();
     let server = start("reload");
     let policy = server.dir.join("policies/example.yaml");
     let mut stream = connect(&server).await;
@@ -108,7 +108,7 @@ async fn policy_edits_reload_and_bad_ones_are_refused_while_serving() {
 /// and is ready and deciding once the file is fixed, without a restart.
 #[tokio::test]
 async fn a_bad_policy_at_start_leaves_it_running_unready_until_the_file_is_fixed() {
-    install_provider();
+    install_crypto_provider();
     let bad = "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: x}\nspec: {namespaces: {include: []}}\n";
     let mut server = spawn_with(
         "badstart",
@@ -196,7 +196,7 @@ async fn a_bad_policy_at_start_leaves_it_running_unready_until_the_file_is_fixed
 
 #[tokio::test]
 async fn slow_headers_are_cut_off() {
-    install_provider();
+    install_crypto_provider();
     let server = start("slowheaders");
     let mut stream = connect(&server).await;
     stream
@@ -221,7 +221,7 @@ async fn slow_headers_are_cut_off() {
 
 #[tokio::test]
 async fn sigterm_lets_an_in_flight_review_finish() {
-    install_provider();
+    install_crypto_provider();
     let mut server = start("sigterm");
     let body = fixture("kubectl-edit.json");
     let mut stream = connect(&server).await;
@@ -292,7 +292,7 @@ async fn sigterm_lets_an_in_flight_review_finish() {
 #[tokio::test]
 async fn log_lines_written_to_a_pipe_carry_no_terminal_colour_codes() {
     use std::io::Read;
-    install_provider();
+    install_crypto_provider();
     let mut server = start_logging("plain-logs", "info");
     let mut stream = connect(&server).await;
     let (status, _) = send_review(&mut stream, &fixture("kubectl-edit.json"))
@@ -323,7 +323,7 @@ async fn log_lines_written_to_a_pipe_carry_no_terminal_colour_codes() {
 
 #[tokio::test]
 async fn serve_dev_runs_from_a_fresh_checkout_and_says_how_to_call_it() {
-    install_provider();
+    install_crypto_provider();
     let dir = std::env::temp_dir().join(format!("driftgate-serve-dev-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("policies")).unwrap();
@@ -376,7 +376,7 @@ async fn serve_dev_runs_from_a_fresh_checkout_and_says_how_to_call_it() {
 async fn an_idle_kept_alive_connection_outlives_the_header_timeout() {
     // The API server pools connections and reuses them after idle gaps: a connection idle for
     // longer than --header-timeout (1s here) must still be served.
-    install_provider();
+    install_crypto_provider();
     let server = start("idle");
     let mut stream = connect(&server).await;
     let body = fixture("flux-ssa-update.json");
@@ -390,7 +390,7 @@ async fn an_idle_kept_alive_connection_outlives_the_header_timeout() {
 #[tokio::test]
 async fn request_text_cannot_forge_a_log_line() {
     use std::io::Read;
-    install_provider();
+    install_crypto_provider();
     let mut server = start_logging("forged-logs", "info");
     let mut stream = connect(&server).await;
     let mut review: serde_json::Value =

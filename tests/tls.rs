@@ -7,7 +7,7 @@ mod common;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use driftgate::metrics::Metrics;
 use driftgate::server::tls::{
     TlsFiles, install_crypto_provider, load_rustls_config, spawn_tls_reloader,
 };
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 use rustls::{CertificateError, ClientConfig, ProtocolVersion, RootCertStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -32,6 +32,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_util::sync::CancellationToken;
 
 use common::mount_secret;
+use common::scratch::scratch_dir;
 
 const RELOAD_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -59,29 +60,6 @@ fn watch(config: RustlsConfig, files: &TlsFiles) -> Watching {
     }
 }
 
-/// A directory under Cargo's per-target scratch space, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("tls-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter("driftgate=debug")
@@ -94,7 +72,7 @@ fn read(path: &Path) -> Vec<u8> {
 }
 
 fn leaf(cert_file: &Path) -> CertificateDer<'static> {
-    rustls_pemfile::certs(&mut &*read(cert_file))
+    CertificateDer::pem_slice_iter(&read(cert_file))
         .next()
         .expect("a certificate")
         .unwrap()
@@ -123,7 +101,7 @@ fn client_with<P: AsRef<Path>>(
 ) -> TlsConnector {
     let mut roots = RootCertStore::empty();
     for ca in ca_files {
-        for cert in rustls_pemfile::certs(&mut &*read(ca.as_ref())) {
+        for cert in CertificateDer::pem_slice_iter(&read(ca.as_ref())) {
             roots.add(cert.unwrap()).unwrap();
         }
     }
@@ -265,7 +243,7 @@ fn pair(paths: &DevCertPaths) -> TlsFiles {
 #[tokio::test]
 async fn dev_serving_cert_verifies_against_its_ca_for_every_default_name() {
     install_crypto_provider();
-    let dir = TempDir::new("dev-names");
+    let dir = scratch_dir("tls-dev-names");
     let paths = generate_dev_certs(&dir.path().join("out"), &[]).unwrap();
     for file in [&paths.ca_cert, &paths.ca_key, &paths.cert, &paths.key] {
         assert!(file.is_file(), "{} missing", file.display());
@@ -309,7 +287,7 @@ async fn dev_serving_cert_verifies_against_its_ca_for_every_default_name() {
 #[tokio::test]
 async fn certs_dev_command_adds_hosts_and_writes_private_keys() {
     install_crypto_provider();
-    let dir = TempDir::new("dev-command");
+    let dir = scratch_dir("tls-dev-command");
     let out_dir = dir.path().join("certs");
     let out = Command::new(env!("CARGO_BIN_EXE_driftgate"))
         .args(["certs", "dev", "--out"])
@@ -364,7 +342,7 @@ async fn certs_dev_command_adds_hosts_and_writes_private_keys() {
 
 #[test]
 fn ensure_dev_certs_generates_missing_keeps_good_and_replaces_broken() {
-    let dir = TempDir::new("ensure");
+    let dir = scratch_dir("tls-ensure");
     let out = dir.path().join("certs");
     let paths = ensure_dev_certs(&out).unwrap();
     let first_ca = read(&paths.ca_cert);
@@ -404,7 +382,7 @@ fn ensure_dev_certs_generates_missing_keeps_good_and_replaces_broken() {
 #[tokio::test]
 async fn several_requests_share_one_kept_alive_tls_connection() {
     install_crypto_provider();
-    let dir = TempDir::new("keep-alive");
+    let dir = scratch_dir("tls-keep-alive");
     let paths = generate_dev_certs(dir.path(), &[]).unwrap();
     let server = serve(load_rustls_config(&pair(&paths)).await.unwrap()).await;
 
@@ -423,7 +401,7 @@ async fn several_requests_share_one_kept_alive_tls_connection() {
 #[tokio::test]
 async fn offers_h2_and_http11_over_tls12_and_tls13() {
     install_crypto_provider();
-    let dir = TempDir::new("protocols");
+    let dir = scratch_dir("tls-protocols");
     let paths = generate_dev_certs(dir.path(), &[]).unwrap();
     let server = serve(load_rustls_config(&pair(&paths)).await.unwrap()).await;
 
@@ -461,7 +439,7 @@ async fn offers_h2_and_http11_over_tls12_and_tls13() {
 async fn rotation_is_picked_up_while_clients_keep_connecting() {
     init_logging();
     install_crypto_provider();
-    let dir = TempDir::new("rotation");
+    let dir = scratch_dir("tls-rotation");
     let a = generate_dev_certs(&dir.path().join("a"), &[]).unwrap();
     let b = generate_dev_certs(&dir.path().join("b"), &[]).unwrap();
     let (leaf_a, leaf_b) = (leaf(&a.cert), leaf(&b.cert));
@@ -567,7 +545,7 @@ async fn rotation_is_picked_up_while_clients_keep_connecting() {
 async fn bad_rotation_keeps_the_old_certificate_until_a_good_pair_arrives() {
     init_logging();
     install_crypto_provider();
-    let dir = TempDir::new("bad-rotation");
+    let dir = scratch_dir("tls-bad-rotation");
     let a = generate_dev_certs(&dir.path().join("a"), &[]).unwrap();
     let b = generate_dev_certs(&dir.path().join("b"), &[]).unwrap();
     let (leaf_a, leaf_b) = (leaf(&a.cert), leaf(&b.cert));
@@ -644,7 +622,7 @@ async fn bad_rotation_keeps_the_old_certificate_until_a_good_pair_arrives() {
 async fn reloader_starts_from_the_files_as_they_are_then() {
     init_logging();
     install_crypto_provider();
-    let dir = TempDir::new("reloader-start");
+    let dir = scratch_dir("tls-reloader-start");
     let a = generate_dev_certs(&dir.path().join("a"), &[]).unwrap();
     let b = generate_dev_certs(&dir.path().join("b"), &[]).unwrap();
     let files = TlsFiles {
@@ -694,7 +672,7 @@ async fn reloader_starts_from_the_files_as_they_are_then() {
 #[tokio::test]
 async fn load_rustls_config_says_which_file_is_wrong_and_why() {
     install_crypto_provider();
-    let dir = TempDir::new("load-errors");
+    let dir = scratch_dir("tls-load-errors");
     let a = generate_dev_certs(&dir.path().join("a"), &[]).unwrap();
     let b = generate_dev_certs(&dir.path().join("b"), &[]).unwrap();
     let cert = dir.path().join("tls.crt");

@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use jiff::{SignedDuration, Timestamp};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 pub const CA_CERT: &str = "ca.crt";
 pub const CA_KEY: &str = "ca.key";
@@ -363,8 +365,13 @@ struct ParsedCert {
 fn parse_cert(key: &'static str, pem: &str) -> Result<ParsedCert, StoredError> {
     let bad = |reason: String| StoredError::BadCertificate { key, reason };
     let mut ders = Vec::new();
-    for item in rustls_pemfile::certs(&mut pem.as_bytes()) {
-        ders.push(item.map_err(|e| bad(format!("not valid PEM ({e})")))?);
+    for item in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        ders.push(item.map_err(|e| {
+            bad(format!(
+                "not valid PEM ({})",
+                crate::server::tls::pem_problem(&e)
+            ))
+        })?);
     }
     let der = match ders.as_slice() {
         [one] => one.to_vec(),
@@ -446,7 +453,7 @@ pub fn generation_from_pem(
 /// The CAs (DER) in a caBundle (PEM); what does not parse is left out, which makes the bundle
 /// differ from the wanted one and so gets it rewritten.
 pub fn bundle_cas(pem: &[u8]) -> BTreeSet<Vec<u8>> {
-    rustls_pemfile::certs(&mut &*pem)
+    CertificateDer::pem_slice_iter(pem)
         .filter_map(|item| item.ok().map(|der| der.to_vec()))
         .collect()
 }

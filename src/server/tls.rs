@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject, SectionKind};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ParsedCertificate, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{InconsistentKeys, ServerConfig};
-use rustls_pemfile::Item;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -82,29 +82,61 @@ fn tls_error(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
+/// The PEM sections in `pem` (read from `path`), of any kind, in file order; a section that
+/// does not parse is an error naming the file.
+fn pem_sections<'a>(
+    path: &'a Path,
+    pem: &'a [u8],
+) -> impl Iterator<Item = Result<(SectionKind, Vec<u8>)>> + 'a {
+    <(SectionKind, Vec<u8>)>::pem_slice_iter(pem).map(move |section| {
+        section.map_err(|e| {
+            tls_error(
+                path,
+                format!(
+                    "is not valid PEM ({}); is the file complete?",
+                    pem_problem(&e)
+                ),
+            )
+        })
+    })
+}
+
+/// What is wrong with a PEM text, in words: pki-types prints the marker lines as byte lists,
+/// which no one can read, so they are shown as text here.
+pub(crate) fn pem_problem(error: &pem::Error) -> String {
+    match error {
+        // `end_marker` holds only the label, e.g. `CERTIFICATE`.
+        pem::Error::MissingSectionEnd { end_marker } => format!(
+            "no -----END {}----- line",
+            String::from_utf8_lossy(end_marker)
+        ),
+        pem::Error::IllegalSectionStart { line } => {
+            format!("illegal section start: {:?}", String::from_utf8_lossy(line))
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Parses the PEM certificate chain in `pem` (read from `path`): at least one certificate,
 /// leaf first, each one well-formed DER.
 pub(crate) fn parse_cert_chain(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
     let mut chain = Vec::new();
-    for item in rustls_pemfile::read_all(&mut &*pem) {
-        match item {
-            Ok(Item::X509Certificate(cert)) => chain.push(cert),
+    for section in pem_sections(path, pem) {
+        match section? {
+            (SectionKind::Certificate, der) => chain.push(CertificateDer::from(der)),
             // A certificate file is treated as public (copied into caBundles, pasted in
             // tickets), so a key in it is a leak waiting to happen: refuse it.
-            Ok(Item::Pkcs1Key(_) | Item::Pkcs8Key(_) | Item::Sec1Key(_)) => {
+            (
+                SectionKind::PrivateKey | SectionKind::RsaPrivateKey | SectionKind::EcPrivateKey,
+                _,
+            ) => {
                 return Err(tls_error(
                     path,
                     "holds a private key; the certificate file must hold only the PEM \
                      certificate chain (leaf first), and the key its own file",
                 ));
             }
-            Ok(_) => {}
-            Err(e) => {
-                return Err(tls_error(
-                    path,
-                    format!("is not valid PEM ({e}); is the file complete?"),
-                ));
-            }
+            _ => {}
         }
     }
     if chain.is_empty() {
@@ -134,19 +166,10 @@ pub(crate) fn parse_cert_chain(path: &Path, pem: &[u8]) -> Result<Vec<Certificat
 /// Parses the one private key in `pem` (read from `path`): PKCS#8, PKCS#1 or SEC1.
 fn parse_private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>> {
     let mut keys: Vec<PrivateKeyDer<'static>> = Vec::new();
-    for item in rustls_pemfile::read_all(&mut &*pem) {
-        match item {
-            Ok(Item::Pkcs8Key(key)) => keys.push(key.into()),
-            Ok(Item::Pkcs1Key(key)) => keys.push(key.into()),
-            Ok(Item::Sec1Key(key)) => keys.push(key.into()),
-            Ok(_) => {}
-            Err(e) => {
-                return Err(tls_error(
-                    path,
-                    format!("is not valid PEM ({e}); is the file complete?"),
-                ));
-            }
-        }
+    for section in pem_sections(path, pem) {
+        let (kind, der) = section?;
+        // `from_pem` keeps the three private-key kinds (PKCS#8, PKCS#1, SEC1) and drops the rest.
+        keys.extend(PrivateKeyDer::from_pem(kind, der));
     }
     match keys.len() {
         0 => Err(tls_error(
@@ -396,4 +419,31 @@ pub fn spawn_tls_reloader(
         }
         tracing::debug!(cert = %reloader.files.cert.display(), "serving certificate watch stopped");
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CERT_START: &[u8] = b"-----BEGIN CERTIFICATE-----\nMIIB\n";
+
+    #[test]
+    fn a_cut_off_certificate_names_the_missing_end_line() {
+        let error = parse_cert_chain(Path::new("tls.crt"), CERT_START).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "tls.crt: is not valid PEM (no -----END CERTIFICATE----- line); is the file complete?"
+        );
+    }
+
+    #[test]
+    fn a_broken_begin_line_is_quoted_as_text() {
+        let error = parse_private_key(Path::new("tls.key"), b"-----BEGIN PRIVATE KEY---\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("illegal section start: \"-----BEGIN PRIVATE KEY---\""),
+            "{error}"
+        );
+    }
 }

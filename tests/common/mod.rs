@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod scratch;
 pub mod webhook;
 
 use std::future::Future;

@@ -33,9 +33,9 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub fn install_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+// The server's own installer, so tests and the binary install the same provider.
+#[allow(unused_imports)]
+pub use driftgate::server::tls::install_crypto_provider;
 
 /// Where the server's stderr goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,7 +26,6 @@ pub use driftgate::{
     repo_path, shared, webhook_configuration,
 };
 
-/// rustls needs a process-wide crypto provider before kube-rs builds a TLS client.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+// rustls needs a process-wide crypto provider before kube-rs builds a TLS client; the one the
+// server installs.
+pub use ::driftgate::server::tls::install_crypto_provider;

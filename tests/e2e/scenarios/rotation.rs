@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::ServerName;
+use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 use tokio_rustls::TlsConnector;
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -111,7 +111,7 @@ async fn live_bundle(configurations: &Api<ValidatingWebhookConfiguration>) -> Ve
         .clone()
         .map(|b| b.0)
         .unwrap_or_default();
-    rustls_pemfile::certs(&mut &bundle[..])
+    CertificateDer::pem_slice_iter(&bundle)
         .map(|c| c.expect("the caBundle is PEM").to_vec())
         .collect()
 }
