@@ -853,7 +853,11 @@ fn assert_refused_by(decision: &Decision, request: &AdmissionRequest<DynamicObje
     assert_eq!(annotation(AUDIT_RULE), Some(rule.as_str()));
     assert_eq!(annotation(AUDIT_POLICY), Some("production"));
     let verdict = &decision.record.verdicts[0];
-    assert_eq!((verdict.rule, verdict.allowed), (rule, false), "{verdict:#?}");
+    assert_eq!(
+        (verdict.rule, verdict.allowed),
+        (rule, false),
+        "{verdict:#?}"
+    );
     let response = decision.to_response(request);
     assert!(!response.allowed);
     assert_eq!(response.result.code, 403);
@@ -863,7 +867,10 @@ fn assert_refused_by(decision: &Decision, request: &AdmissionRequest<DynamicObje
 #[test]
 fn a_refused_revert_is_a_revert_refused_warning_by_its_rule() {
     let (request, decision) = decided("flux-ssa-update.json");
-    assert_eq!((decision.allowed, decision.record.rule), (true, Rule::Controller));
+    assert_eq!(
+        (decision.allowed, decision.record.rule),
+        (true, Rule::Controller)
+    );
     let decision = refused_by_ledger(
         decision,
         Rule::RevertRefused,

@@ -1312,6 +1312,49 @@ impl BackportStatus {
 mod tests {
     use super::*;
 
+    fn record_of(user: &str, namespace: &str) -> DecisionRecord {
+        DecisionRecord {
+            uid: "u".into(),
+            operation: "UPDATE".into(),
+            user: user.into(),
+            groups: Vec::new(),
+            field_manager: None,
+            dry_run: false,
+            object: crate::decision::ObjectRef {
+                group: "apps".into(),
+                version: "v1".into(),
+                kind: "Deployment".into(),
+                resource: "deployments".into(),
+                subresource: String::new(),
+                namespace: namespace.into(),
+                name: "api".into(),
+            },
+            rule: Rule::BreakGlassWindow,
+            verdicts: Vec::new(),
+            changed_fields: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_unrecorded_change_names_the_user_object_policy_and_rule_and_says_retry() {
+        let message = unrecorded_message(
+            &record_of("alice", "prod-payments"),
+            "production",
+            "connection refused",
+        );
+        assert_eq!(
+            message,
+            "driftgate could not record this break-glass change by alice to Deployment prod-payments/api in its backport ledger \
+             (connection refused), so it was not made (policy \"production\", rule LedgerUnavailable). \
+             Retry in a moment; if it keeps failing, driftgate cannot reach the API server."
+        );
+        let anonymous = unrecorded_message(&record_of("", ""), "production", "timeout");
+        assert!(
+            anonymous.contains("by an anonymous client to Deployment api in"),
+            "{anonymous}"
+        );
+    }
+
     fn change(request_uid: &str, resource_version: &str, subresource: &str) -> RecordedChange {
         RecordedChange {
             time: time(Timestamp::UNIX_EPOCH),
