@@ -88,6 +88,12 @@ pub enum Rule {
     PolicyCompiled,
     /// A GatePolicy object written does not compile: refused with every problem.
     PolicyRefused,
+    /// The controller's write would undo an emergency change still awaiting backport, and the
+    /// policy's `refuseRevertsFor` still holds it (see `ledger::service`).
+    RevertRefused,
+    /// A break-glass change that could not be recorded in the backport ledger: refused, since
+    /// an unrecorded emergency change would never be backported.
+    LedgerUnavailable,
 }
 
 impl Rule {
@@ -121,6 +127,8 @@ impl Rule {
             Rule::LedgerCrdProtected => "LedgerCrdProtected",
             Rule::PolicyCompiled => "PolicyCompiled",
             Rule::PolicyRefused => "PolicyRefused",
+            Rule::RevertRefused => "RevertRefused",
+            Rule::LedgerUnavailable => "LedgerUnavailable",
         }
     }
 }
@@ -259,6 +267,29 @@ impl Decision {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         response
+    }
+
+    /// Refuses this decision by `rule` on behalf of `policy`, for what is only known after the
+    /// policies decided (the ledger's refusals). The one way to turn a decision into a refusal,
+    /// so that the message, the decision record (logs, metrics, Events) and the audit
+    /// annotations name the same rule. `message` names the user, the object, the policy and the
+    /// rule, and says what to do next.
+    pub fn refuse(&mut self, policy: &str, rule: Rule, message: String) {
+        if let Some(verdict) = self.record.verdicts.iter_mut().find(|v| v.policy == policy) {
+            verdict.rule = rule;
+            verdict.allowed = false;
+            verdict.would_deny = false;
+            verdict.message = Some(message.clone());
+        }
+        self.allowed = false;
+        self.message = message;
+        self.record.rule = rule;
+        self.audit_annotations
+            .insert(AUDIT_DECISION.to_owned(), "denied".to_owned());
+        self.audit_annotations
+            .insert(AUDIT_RULE.to_owned(), rule.as_str().to_owned());
+        self.audit_annotations
+            .insert(AUDIT_POLICY.to_owned(), policy.to_owned());
     }
 }
 

@@ -74,6 +74,10 @@ pub enum EventReason {
     BackportConfirmed,
     /// The controller's write undid the emergency change.
     EmergencyChangeReverted,
+    /// The controller was refused: its write would undo an emergency change awaiting backport.
+    RevertRefused,
+    /// A break-glass change was refused because it could not be recorded in the ledger.
+    LedgerUnavailable,
 }
 
 impl EventReason {
@@ -89,6 +93,8 @@ impl EventReason {
             EventReason::BreakGlassExpired => "BreakGlassExpired",
             EventReason::BackportConfirmed => "BackportConfirmed",
             EventReason::EmergencyChangeReverted => "EmergencyChangeReverted",
+            EventReason::RevertRefused => "RevertRefused",
+            EventReason::LedgerUnavailable => "LedgerUnavailable",
         }
     }
 
@@ -105,6 +111,7 @@ impl EventReason {
             EventReason::BreakGlassExpired => "Expire",
             EventReason::BackportConfirmed => "Confirm",
             EventReason::EmergencyChangeReverted => "Revert",
+            EventReason::RevertRefused | EventReason::LedgerUnavailable => "Deny",
         }
     }
 
@@ -119,7 +126,9 @@ impl EventReason {
             | EventReason::BreakGlassChange
             | EventReason::ControllerHeld
             | EventReason::WriteDenied
-            | EventReason::WouldDeny => EventType::Warning,
+            | EventReason::WouldDeny
+            | EventReason::RevertRefused
+            | EventReason::LedgerUnavailable => EventType::Warning,
         }
     }
 }
@@ -310,6 +319,32 @@ fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
                 verdict.policy,
             ),
         )),
+        // The notes leave out the record's details and the API error: they vary, and would
+        // split a series of the same refusal.
+        Rule::RevertRefused if !verdict.allowed => Some((
+            EventReason::RevertRefused,
+            format!(
+                "Controller {} ({}) may not {} {}: it would undo an emergency change awaiting backport (policy \"{}\", rule RevertRefused). \
+                 Backport the change to Git, or resolve its BackportRequirement with driftgate backlog resolve.",
+                verdict.matched.as_deref().unwrap_or("?"),
+                words.who,
+                words.operation,
+                words.object,
+                verdict.policy,
+            ),
+        )),
+        Rule::LedgerUnavailable if !verdict.allowed => Some((
+            EventReason::LedgerUnavailable,
+            format!(
+                "{} may not {} {}: driftgate could not record the break-glass change in its backport ledger, so it was not made (policy \"{}\", rule LedgerUnavailable). \
+                 Retry in a moment; if it keeps failing, driftgate cannot reach the API server.",
+                words.who,
+                words.operation,
+                words.object,
+                verdict.policy,
+            ),
+        )),
+        Rule::RevertRefused | Rule::LedgerUnavailable => None,
         Rule::ControllerHeld
         | Rule::FieldManagerSpoofing
         | Rule::BreakGlassRefused

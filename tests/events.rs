@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use driftgate::decision::{Decision, DecisionInput, decide};
+use driftgate::decision::{
+    AUDIT_DECISION, AUDIT_POLICY, AUDIT_RULE, Decision, DecisionInput, Rule, decide,
+};
 use driftgate::events::{EventReason, EventSink, MAX_NOTE_BYTES, PlannedEvent, planned_events};
 use driftgate::metrics::{Metrics, ReasonLabels};
 use driftgate::policy::PolicySet;
@@ -831,4 +833,104 @@ async fn without_a_client_events_are_logged_not_published() {
             .starts_with("bob may not update")
     );
     assert_eq!(published(&metrics, "WriteDenied"), 0);
+}
+
+// ---- The ledger's refusals ----
+
+/// `decision`, refused by the ledger the one way it refuses: `Decision::refuse`.
+fn refused_by_ledger(mut decision: Decision, rule: Rule, message: &str) -> Decision {
+    decision.refuse("production", rule, message.to_owned());
+    decision
+}
+
+/// A refusal names its rule everywhere: the response, the audit annotations, and the decision
+/// record that the review log line and `driftgate_admission_reviews_total{rule}` are made of.
+fn assert_refused_by(decision: &Decision, request: &AdmissionRequest<DynamicObject>, rule: Rule) {
+    assert!(!decision.allowed);
+    assert_eq!(decision.record.rule, rule);
+    let annotation = |key: &str| decision.audit_annotations.get(key).map(String::as_str);
+    assert_eq!(annotation(AUDIT_DECISION), Some("denied"));
+    assert_eq!(annotation(AUDIT_RULE), Some(rule.as_str()));
+    assert_eq!(annotation(AUDIT_POLICY), Some("production"));
+    let verdict = &decision.record.verdicts[0];
+    assert_eq!(
+        (verdict.rule, verdict.allowed),
+        (rule, false),
+        "{verdict:#?}"
+    );
+    let response = decision.to_response(request);
+    assert!(!response.allowed);
+    assert_eq!(response.result.code, 403);
+    assert_eq!(response.result.message, decision.message);
+}
+
+#[test]
+fn a_refused_revert_is_a_revert_refused_warning_by_its_rule() {
+    let (request, decision) = decided("flux-ssa-update.json");
+    assert_eq!(
+        (decision.allowed, decision.record.rule),
+        (true, Rule::Controller)
+    );
+    let decision = refused_by_ledger(
+        decision,
+        Rule::RevertRefused,
+        "Controller flux may not revert the emergency change (policy \"production\", rule RevertRefused).",
+    );
+    assert_refused_by(&decision, &request, Rule::RevertRefused);
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        (event.reason, event.type_, event.action),
+        (EventReason::RevertRefused, EventType::Warning, "Deny")
+    );
+    assert_eq!(event.to_event().reason, "RevertRefused");
+    for words in [
+        "may not update Deployment prod-payments/api",
+        "emergency change awaiting backport",
+        "policy \"production\", rule RevertRefused",
+        "Backport the change to Git",
+    ] {
+        assert!(event.note.contains(words), "{words:?} in {}", event.note);
+    }
+}
+
+#[test]
+fn an_unrecorded_break_glass_change_is_a_ledger_unavailable_warning_by_its_rule() {
+    let (request, decision) = decided("break-glass-use-edit.json");
+    assert_eq!(
+        (decision.allowed, decision.record.rule),
+        (true, Rule::BreakGlassWindow)
+    );
+    let decision = refused_by_ledger(
+        decision,
+        Rule::LedgerUnavailable,
+        "driftgate could not record this break-glass change (policy \"production\", rule LedgerUnavailable).",
+    );
+    assert_refused_by(&decision, &request, Rule::LedgerUnavailable);
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        event,
+        PlannedEvent {
+            reason: EventReason::LedgerUnavailable,
+            type_: EventType::Warning,
+            action: "Deny",
+            note: "alice may not update Deployment prod-payments/api: driftgate could not record the break-glass change \
+                   in its backport ledger, so it was not made (policy \"production\", rule LedgerUnavailable). \
+                   Retry in a moment; if it keeps failing, driftgate cannot reach the API server."
+                .into(),
+            regarding: api_deployment(),
+        },
+        "the change that was not made has no BreakGlassChange Event"
+    );
+}
+
+#[test]
+fn a_refused_dry_run_revert_publishes_nothing() {
+    let (request, decision) = decided("flux-ssa-dryrun.json");
+    let decision = refused_by_ledger(
+        decision,
+        Rule::RevertRefused,
+        "Controller flux may not revert the emergency change (policy \"production\", rule RevertRefused).",
+    );
+    assert_refused_by(&decision, &request, Rule::RevertRefused);
+    assert_eq!(planned_events(&request, &decision), Vec::new());
 }

@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::decision::{Decision, PolicyVerdict, Rule, WindowScope};
+use crate::decision::{Decision, DecisionRecord, PolicyVerdict, Rule, WindowScope};
 use crate::events::{EventReason, EventSink, PlannedEvent};
 use crate::kube_state::NamespaceCache;
 use crate::ledger::evidence::{Evidence, digest, judge, value_at};
@@ -357,8 +357,8 @@ impl Ledger {
             }
             return;
         };
-        if let Some(message) = self.refusal(inner, request, decision, policies, now).await {
-            refuse(decision, message);
+        if let Some(refusal) = self.refusal(inner, request, decision, policies, now).await {
+            decision.refuse(&refusal.policy, refusal.rule, refusal.message);
         }
     }
 
@@ -371,7 +371,7 @@ impl Ledger {
         decision: &Decision,
         policies: &PolicySet,
         now: Timestamp,
-    ) -> Option<String> {
+    ) -> Option<Refusal> {
         for verdict in &decision.record.verdicts {
             let rules = policies
                 .policies()
@@ -381,7 +381,11 @@ impl Ledger {
             let Some(rules) = rules else { continue };
             if verdict.rule == Rule::Controller {
                 if let Some(message) = inner.judge_controller_write(request, verdict, rules, now) {
-                    return Some(message);
+                    return Some(Refusal {
+                        policy: verdict.policy.clone(),
+                        rule: Rule::RevertRefused,
+                        message,
+                    });
                 }
                 continue;
             }
@@ -403,10 +407,11 @@ impl Ledger {
             if let Err(error) = recorded {
                 Metrics::count_result(&self.metrics.ledger_writes, false);
                 tracing::warn!(%error, uid = %request.uid, "could not write the backport record; refusing the break-glass change");
-                return Some(format!(
-                    "driftgate could not record this break-glass change in its backport ledger ({error}), so it was not made. \
-                     Retry in a moment; if it keeps failing, driftgate cannot reach the API server."
-                ));
+                return Some(Refusal {
+                    policy: verdict.policy.clone(),
+                    rule: Rule::LedgerUnavailable,
+                    message: unrecorded_message(&decision.record, &verdict.policy, &error),
+                });
             }
             Metrics::count_result(&self.metrics.ledger_writes, true);
         }
@@ -449,13 +454,32 @@ fn is_break_glass_write(rule: Rule) -> bool {
     )
 }
 
-fn refuse(decision: &mut Decision, message: String) {
-    decision.allowed = false;
-    decision.message = message;
-    decision.audit_annotations.insert(
-        crate::decision::AUDIT_DECISION.to_owned(),
-        "denied".to_owned(),
-    );
+/// Why the ledger refuses a write the policies admitted: the policy whose verdict it
+/// overturns, by which rule, and the message for the person refused.
+struct Refusal {
+    policy: String,
+    rule: Rule,
+    message: String,
+}
+
+/// The refusal of a break-glass change that could not be recorded (`error` says why).
+fn unrecorded_message(record: &DecisionRecord, policy: &str, error: &str) -> String {
+    let object = &record.object;
+    let who = match record.user.as_str() {
+        "" => "an anonymous client",
+        user => user,
+    };
+    let place = match object.namespace.as_str() {
+        "" => object.name.clone(),
+        namespace => format!("{namespace}/{}", object.name),
+    };
+    format!(
+        "driftgate could not record this break-glass change by {} to {} {place} in its backport ledger ({error}), so it was not made (policy \"{policy}\", rule {}). \
+         Retry in a moment; if it keeps failing, driftgate cannot reach the API server.",
+        who,
+        object.kind,
+        Rule::LedgerUnavailable,
+    )
 }
 
 /// The uid of the object written: from the object, or the old object for a DELETE.
@@ -861,7 +885,7 @@ impl Connected {
                     unreachable!()
                 };
                 return Some(format!(
-                    "Controller {} may not revert the emergency change recorded in BackportRequirement {}/{} (fields {}, opened by {}, reason \"{}\") (policy \"{}\", rule RevertRefused). \
+                    "Controller {} may not revert the emergency change recorded in BackportRequirement {}/{} (fields {}, opened by {}, reason \"{}\") (policy \"{}\", rule {}). \
                      Backport the change to Git, or resolve the record: driftgate backlog resolve {} -n {} --note \"…\".",
                     verdict.matched.as_deref().unwrap_or("?"),
                     namespace,
@@ -870,6 +894,7 @@ impl Connected {
                     record.spec.window.opener_words(),
                     record.spec.window.reason_words(),
                     verdict.policy,
+                    Rule::RevertRefused,
                     record.name_any(),
                     namespace,
                 ));
@@ -1286,6 +1311,49 @@ impl BackportStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record_of(user: &str, namespace: &str) -> DecisionRecord {
+        DecisionRecord {
+            uid: "u".into(),
+            operation: "UPDATE".into(),
+            user: user.into(),
+            groups: Vec::new(),
+            field_manager: None,
+            dry_run: false,
+            object: crate::decision::ObjectRef {
+                group: "apps".into(),
+                version: "v1".into(),
+                kind: "Deployment".into(),
+                resource: "deployments".into(),
+                subresource: String::new(),
+                namespace: namespace.into(),
+                name: "api".into(),
+            },
+            rule: Rule::BreakGlassWindow,
+            verdicts: Vec::new(),
+            changed_fields: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_unrecorded_change_names_the_user_object_policy_and_rule_and_says_retry() {
+        let message = unrecorded_message(
+            &record_of("alice", "prod-payments"),
+            "production",
+            "connection refused",
+        );
+        assert_eq!(
+            message,
+            "driftgate could not record this break-glass change by alice to Deployment prod-payments/api in its backport ledger \
+             (connection refused), so it was not made (policy \"production\", rule LedgerUnavailable). \
+             Retry in a moment; if it keeps failing, driftgate cannot reach the API server."
+        );
+        let anonymous = unrecorded_message(&record_of("", ""), "production", "timeout");
+        assert!(
+            anonymous.contains("by an anonymous client to Deployment api in"),
+            "{anonymous}"
+        );
+    }
 
     fn change(request_uid: &str, resource_version: &str, subresource: &str) -> RecordedChange {
         RecordedChange {

@@ -124,6 +124,14 @@ fn with_the_api_server_unreachable_decisions_continue_and_break_glass_changes_ar
         },
     );
 
+    // Opening may have been refused unrecorded too, while driftgate was reconnecting.
+    let unrecorded = || {
+        driftgate.counter(
+            "driftgate_admission_reviews_total",
+            &["decision=\"denied\"", "rule=\"LedgerUnavailable\""],
+        )
+    };
+    let unrecorded_before = unrecorded();
     for mode in [Mode::Refuse, Mode::Hang] {
         proxy.set(mode);
         let started = Instant::now();
@@ -151,6 +159,11 @@ fn with_the_api_server_unreachable_decisions_continue_and_break_glass_changes_ar
         eprintln!("{mode:?}: alice's break-glass change refused in {took:?}");
     }
     assert_eq!(scene.replicas(), "3", "nothing was admitted unrecorded");
+    assert_eq!(
+        unrecorded() - unrecorded_before,
+        2.0,
+        "alice's patch, refused once per mode, is counted by its own rule"
+    );
 
     proxy.set(Mode::Forward);
     let back = Instant::now();

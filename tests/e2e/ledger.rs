@@ -493,6 +493,25 @@ fn refuse_reverts_for_refuses_flux_undoing_a_young_emergency_change() {
     }
     assert_eq!(scene.replicas(), "5");
     assert_eq!(scene.record()["status"]["phase"], "AwaitingBackport");
+    // The refusal is its own rule in the metrics (and so in the audit annotation and the log),
+    // and the real write, not its dry run, has a Warning Event.
+    assert_eq!(
+        driftgate.counter(
+            "driftgate_admission_reviews_total",
+            &["decision=\"denied\"", "rule=\"RevertRefused\""]
+        ),
+        2.0,
+        "the write and its dry run"
+    );
+    let event = scene.wait_for_event("RevertRefused", dg);
+    assert_eq!(event["type"], "Warning", "{event:#}");
+    assert!(
+        event["note"]
+            .as_str()
+            .is_some_and(|note| note.contains("rule RevertRefused")),
+        "{event:#}"
+    );
+    assert_one_event(&scene, "RevertRefused");
 
     scene.flux_apply(5, &["--force-conflicts"]).ok();
     scene.wait_for_phase("Backported", Duration::from_secs(15), dg);
@@ -702,6 +721,14 @@ fn a_break_glass_change_that_cannot_be_recorded_is_refused_until_it_can() {
     }
     assert_eq!(scene.replicas(), "2", "nothing was admitted unrecorded");
     assert_eq!(scene.record()["spec"]["changes"], json!([]));
+    assert_eq!(
+        driftgate.counter(
+            "driftgate_admission_reviews_total",
+            &["decision=\"denied\"", "rule=\"LedgerUnavailable\""]
+        ),
+        2.0,
+        "alice's patch, refused once per mode, is counted by its own rule"
+    );
 
     proxy.set(Mode::Forward);
     // As the refusal says: retry in a moment.
