@@ -125,6 +125,7 @@ pub fn server_versions(deployments: &[Deployment]) -> Vec<ServerVersion> {
                     .and_then(|c| c.image.clone())
                     .unwrap_or_else(|| "(no driftgate container)".to_owned()),
                 ready_replicas: status.and_then(|s| s.ready_replicas).unwrap_or(0),
+                // Kubernetes defaults an unset replicas to 1.
                 replicas: spec.and_then(|s| s.replicas).unwrap_or(1),
             }
         })
