@@ -99,9 +99,13 @@ pub struct VersionReport {
 pub enum ServerLookupError {
     #[error("cannot connect to a cluster: {0}")]
     Connect(#[source] crate::Error),
-    #[error("cannot list Deployments in namespace {namespace}: {source}")]
+    #[error(
+        "cannot list Deployments in namespace {namespace} at {server}: {source} \
+         (check the cluster is up and the kubeconfig's context is the one you mean)"
+    )]
     List {
         namespace: String,
+        server: String,
         #[source]
         source: kube::Error,
     },
@@ -198,6 +202,7 @@ async fn lookup_servers(args: &VersionArgs) -> Result<Vec<ServerVersion>, Server
         .await
         .map_err(ServerLookupError::Connect)?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
+    let server = config.cluster_url.to_string();
     let client = crate::kube_state::client_for(config).map_err(ServerLookupError::Connect)?;
     let deployments: Api<Deployment> = Api::namespaced(client, &args.namespace);
     let listed = deployments
@@ -205,6 +210,7 @@ async fn lookup_servers(args: &VersionArgs) -> Result<Vec<ServerVersion>, Server
         .await
         .map_err(|source| ServerLookupError::List {
             namespace: args.namespace.clone(),
+            server,
             source,
         })?;
     Ok(server_versions(&listed.items))

@@ -142,7 +142,10 @@ fn kubectl_driftgate_version_reads_the_installed_deployment() {
     assert_eq!(lines.len(), 2, "{text}");
     assert!(lines[0].starts_with("Client Version: "), "{text}");
     assert!(
-        lines[1].starts_with("Note: server version unavailable: cannot list Deployments in namespace driftgate-system"),
+        lines[1].starts_with(&format!(
+            "Note: server version unavailable: cannot list Deployments in namespace \
+             driftgate-system at {dead_url}"
+        )),
         "{text}"
     );
     std::fs::remove_dir_all(&bin).unwrap();
