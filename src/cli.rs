@@ -1,11 +1,11 @@
 //! The command line: `driftgate eval`, `driftgate policy check`, `driftgate policy test`,
-//! `driftgate certs dev`.
+//! `driftgate certs dev`, `driftgate version`, `driftgate completion`.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use jiff::Timestamp;
 use kube::core::DynamicObject;
 
@@ -45,6 +45,13 @@ pub enum Command {
     Certs(CertsCommand),
     /// Print the BackportRequirement CustomResourceDefinition (YAML) that the ledger needs.
     Crd,
+    /// Print this binary's version and, when a cluster is reachable, the installed driftgate's.
+    Version(crate::tools::version::VersionArgs),
+    /// Print a shell completion script: `driftgate completion bash > /etc/bash_completion.d/driftgate`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -108,6 +115,11 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::BreakGlass(command) => break_glass(&command, &mut out),
         Command::Backlog(args) => backlog(&args, &mut out),
         Command::Certs(CertsCommand::Dev(args)) => certs_dev(&args, &mut out),
+        Command::Version(args) => version(&args, &mut out),
+        Command::Completion { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "driftgate", &mut out);
+            ExitCode::SUCCESS
+        }
         Command::Crd => {
             use kube::CustomResourceExt;
             let crd = crate::ledger::record::BackportRequirement::crd();
@@ -169,6 +181,10 @@ fn break_glass(
 
 fn backlog(args: &crate::tools::backlog::BacklogArgs, out: &mut impl Write) -> ExitCode {
     run_async("backlog", false, crate::tools::backlog::run(args, out))
+}
+
+fn version(args: &crate::tools::version::VersionArgs, out: &mut impl Write) -> ExitCode {
+    run_async("version", false, crate::tools::version::run(args, out))
 }
 
 fn serve(args: crate::serve::ServeArgs) -> ExitCode {

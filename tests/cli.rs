@@ -246,3 +246,219 @@ fn policy_check_warns_about_settings_that_do_not_do_what_they_seem() {
     );
     assert!(stdout.contains("ok: 1 policy"), "{stdout}");
 }
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("driftgate-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn version_without_a_cluster_prints_the_client_and_a_note_and_exits_0() {
+    let dir = temp_dir("version");
+    let kubeconfig = dir.join("missing-kubeconfig");
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let out = driftgate(&["version", "--kubeconfig", kubeconfig]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let mut lines = stdout.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .starts_with(&format!("Client Version: {}", env!("CARGO_PKG_VERSION"))),
+        "{stdout}"
+    );
+    let note = lines.next().unwrap();
+    assert!(
+        note.starts_with(
+            "Note: server version unavailable: cannot connect to a cluster: --kubeconfig"
+        ),
+        "{stdout}"
+    );
+    assert!(note.contains("missing-kubeconfig"), "{note}");
+    assert_eq!(lines.next(), None, "{stdout}");
+
+    for format in ["json", "yaml"] {
+        let out = driftgate(&["version", "--kubeconfig", kubeconfig, "-o", format]);
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+        let report: Value = if format == "json" {
+            serde_json::from_slice(&out.stdout).unwrap()
+        } else {
+            serde_saphyr::from_str(&text(&out.stdout)).unwrap()
+        };
+        assert_eq!(report["client"]["version"], env!("CARGO_PKG_VERSION"));
+        assert!(report.get("server").is_none(), "{report}");
+        assert!(
+            report["serverNote"]
+                .as_str()
+                .unwrap()
+                .contains("cannot connect"),
+            "{report}"
+        );
+    }
+
+    let out = driftgate(&["version", "--client", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report.get("serverNote").is_none(), "{report}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn completion_scripts_name_the_subcommands_and_bash_accepts_them() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = driftgate(&["completion", shell]);
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        assert!(script.contains("break-glass"), "{shell}: {script}");
+    }
+    let dir = temp_dir("completion");
+    let script = dir.join("driftgate.bash");
+    let out = driftgate(&["completion", "bash"]);
+    std::fs::write(&script, &out.stdout).unwrap();
+    let bash = text(&out.stdout);
+    for subcommand in [
+        "eval",
+        "policy",
+        "break-glass",
+        "backlog",
+        "serve",
+        "certs",
+        "crd",
+        "version",
+        "completion",
+    ] {
+        assert!(
+            bash.contains(&format!("driftgate,{subcommand})")),
+            "no {subcommand} in the bash script"
+        );
+    }
+    let checked = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+    // Sourced in a real bash, it registers the completion function for driftgate.
+    let sourced = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && complete -p driftgate",
+            script.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(sourced.status.success(), "{}", text(&sourced.stderr));
+    assert!(
+        text(&sourced.stdout).contains("driftgate"),
+        "{}",
+        text(&sourced.stdout)
+    );
+
+    let out = driftgate(&["completion", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("invalid value 'tcsh'"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn script(path: &str, args: &[&str]) -> Output {
+    Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .args(args)
+        .output()
+        .expect("the script runs")
+}
+
+#[test]
+fn krew_manifest_is_rendered_from_the_tarball_that_holds_kubectl_driftgate() {
+    use sha2::Digest;
+    let dir = temp_dir("krew");
+    let out_dir = dir.join("dist");
+    let packed = script(
+        "plugins/krew/package.sh",
+        &[env!("CARGO_BIN_EXE_driftgate"), out_dir.to_str().unwrap()],
+    );
+    assert!(packed.status.success(), "{}", text(&packed.stderr));
+    let tarball = text(&packed.stdout).trim().to_owned();
+    assert!(
+        tarball.ends_with(&format!(
+            "kubectl-driftgate_v{}_linux_amd64.tar.gz",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{tarball}"
+    );
+
+    // The tarball holds kubectl-driftgate, and that file is the working binary.
+    let unpacked = dir.join("unpacked");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    let untar = Command::new("tar")
+        .args(["-xzf", &tarball, "-C", unpacked.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(untar.status.success(), "{}", text(&untar.stderr));
+    let plugin = unpacked.join("kubectl-driftgate");
+    let ran = Command::new(&plugin)
+        .args(["version", "--client"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&ran.stdout).lines().next().unwrap_or_default(),
+        format!("Client Version: {}", env!("CARGO_PKG_VERSION")).as_str()
+    );
+
+    let uri = "https://example.invalid/releases/kubectl-driftgate.tar.gz";
+    let rendered = script("plugins/krew/render.sh", &[&tarball, uri]);
+    assert!(rendered.status.success(), "{}", text(&rendered.stderr));
+    let manifest: Value = serde_saphyr::from_str(&text(&rendered.stdout)).unwrap();
+    assert_eq!(
+        manifest["apiVersion"],
+        "krew.googlecontainertools.github.com/v1alpha2"
+    );
+    assert_eq!(manifest["kind"], "Plugin");
+    assert_eq!(manifest["metadata"]["name"], "driftgate");
+    assert_eq!(
+        manifest["spec"]["version"],
+        format!("v{}", env!("CARGO_PKG_VERSION"))
+    );
+    let platforms = manifest["spec"]["platforms"].as_array().unwrap();
+    assert_eq!(platforms.len(), 1);
+    let platform = &platforms[0];
+    assert_eq!(
+        platform["selector"]["matchLabels"],
+        serde_json::json!({"os": "linux", "arch": "amd64"})
+    );
+    assert_eq!(platform["bin"], "kubectl-driftgate");
+    assert_eq!(platform["uri"], uri);
+    let digest = sha2::Sha256::digest(std::fs::read(&tarball).unwrap());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(platform["sha256"], hex);
+
+    // A tarball without kubectl-driftgate is refused with a sentence saying what to do.
+    let wrong = dir.join("wrong.tar.gz");
+    let made = Command::new("tar")
+        .args([
+            "-czf",
+            wrong.to_str().unwrap(),
+            "-C",
+            unpacked.to_str().unwrap(),
+            ".",
+        ])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let refused = script("plugins/krew/render.sh", &[wrong.to_str().unwrap(), uri]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = text(&refused.stderr);
+    assert!(
+        stderr.contains(
+            "holds no kubectl-driftgate at its top level; make it with plugins/krew/package.sh"
+        ),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -2,3 +2,4 @@
 
 pub mod backlog;
 pub mod break_glass;
+pub mod version;
