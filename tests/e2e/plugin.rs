@@ -9,10 +9,10 @@ use crate::harness::control_plane::free_port;
 use crate::harness::testenv::binaries;
 use crate::harness::{ADMIN, ALICE, chart, control_plane};
 
-#[test]
-fn kubectl_driftgate_runs_the_binary_as_a_plugin() {
-    let plane = control_plane();
-    let bin = std::env::temp_dir().join(format!("driftgate-plugin-{}", std::process::id()));
+/// A directory (`dir`, under the temp dir) holding the binary as `kubectl-driftgate`, as a
+/// krew install leaves it, and a PATH that starts with it.
+fn path_with_plugin(dir: &str) -> (std::path::PathBuf, String) {
+    let bin = std::env::temp_dir().join(format!("{dir}-{}", std::process::id()));
     std::fs::create_dir_all(&bin).unwrap();
     let plugin = bin.join("kubectl-driftgate");
     let _ = std::fs::remove_file(&plugin);
@@ -22,6 +22,13 @@ fn kubectl_driftgate_runs_the_binary_as_a_plugin() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    (bin, path)
+}
+
+#[test]
+fn kubectl_driftgate_runs_the_binary_as_a_plugin() {
+    let plane = control_plane();
+    let (bin, path) = path_with_plugin("driftgate-plugin");
     let run = |args: &[&str]| {
         Command::new(binaries().kubectl())
             .args(args)
@@ -63,16 +70,7 @@ fn kubectl_driftgate_version_reads_the_installed_deployment() {
         .kubectl(ADMIN, &["create", "namespace", namespace])
         .ok();
     plane.apply(ADMIN, &deployment.to_string()).ok();
-    let bin = std::env::temp_dir().join(format!("driftgate-plugin-v-{}", std::process::id()));
-    std::fs::create_dir_all(&bin).unwrap();
-    let plugin = bin.join("kubectl-driftgate");
-    let _ = std::fs::remove_file(&plugin);
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_driftgate"), &plugin).unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let (bin, path) = path_with_plugin("driftgate-plugin-v");
     let run = |kubeconfig: &std::path::Path, args: &[&str]| {
         Command::new(binaries().kubectl())
             .args(["driftgate", "version"])
