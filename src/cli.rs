@@ -68,7 +68,7 @@ pub struct EvalArgs {
     /// The parent object of a subresource request (e.g. the Deployment of a scale request).
     #[arg(long, value_name = "FILE")]
     pub parent: Option<PathBuf>,
-    /// AdmissionReview JSON files.
+    /// AdmissionReview JSON files; `-` reads one from standard input.
     #[arg(required = true, value_name = "REVIEW.json")]
     pub reviews: Vec<PathBuf>,
 }

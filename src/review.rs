@@ -424,12 +424,20 @@ fn name_from_object(request: &mut AdmissionRequest<DynamicObject>) {
 
 /// Reads a review from a file.
 pub fn read_review(path: &Path) -> Result<AdmissionRequest<DynamicObject>> {
-    let body = std::fs::read(path).map_err(|source| Error::Read {
-        path: path.to_owned(),
+    // `-` is standard input (`kubectl get ... | driftgate eval -`), named so in errors.
+    let (body, name) = if path == Path::new("-") {
+        let mut body = Vec::new();
+        let read = std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut body);
+        (read.map(|_| body), Path::new("standard input"))
+    } else {
+        (std::fs::read(path), path)
+    };
+    let body = body.map_err(|source| Error::Read {
+        path: name.to_owned(),
         source,
     })?;
     parse_review(&body).map_err(|source| Error::Review {
-        path: path.to_owned(),
+        path: name.to_owned(),
         source,
     })
 }

@@ -72,6 +72,37 @@ fn eval_prints_one_admission_review_per_input() {
 }
 
 #[test]
+fn eval_dash_reads_the_review_from_standard_input() {
+    let eval = |stdin: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_driftgate"))
+            .args(["eval", "--policy", "policies/example.yaml", "-"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the driftgate binary runs");
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = eval(&std::fs::read("tests/fixtures/kubectl-edit.json").unwrap());
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let review: Value = serde_json::from_slice(&out.stdout).expect("one AdmissionReview");
+    assert_eq!(review["response"]["allowed"], false);
+    assert_eq!(
+        review["response"]["auditAnnotations"]["rule"],
+        "NotPermitted"
+    );
+
+    // Bad input on stdin is named as such, and exits 2 like an unreadable file.
+    let out = eval(b"{\"kind\": \"Deployment\"}");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("standard input: "), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
 fn eval_reads_parent_and_namespace_objects() {
     let base = [
         "eval",
