@@ -133,6 +133,14 @@ matchExpressions:
   {{- end }}
 {{- end }}
 
+{{/*
+The third webhook's name (gatePolicies.enabled): the configuration lists it, and driftgate is told
+to keep its caBundle (--ca-bundle-webhook); one name for both, so they cannot part.
+*/}}
+{{- define "driftgate.policiesWebhookName" -}}
+policies.driftgate.dev
+{{- end }}
+
 {{- /* The Lease the replicas elect the one that writes the webhook configuration with. */}}
 {{- define "driftgate.leaderLeaseName" -}}
 {{- printf "%s-leader" (include "driftgate.fullname" .) | trunc 63 | trimSuffix "-" }}
