@@ -1,7 +1,7 @@
 //! driftgate: a validating admission webhook that keeps GitOps-managed namespaces true to Git.
 //!
 //! The library holds everything testable without a cluster: the policy language
-//! ([`policy`]), the pure decision ([`decision::decide`]) and the offline tools ([`cli`]).
+//! ([`policy`]), the pure decision ([`decision::decide`]) and the offline tools ([`cli`]: every command, each in its own module).
 #![forbid(unsafe_code)]
 
 pub mod blast_radius;
@@ -21,10 +21,8 @@ pub mod policy;
 pub mod review;
 pub mod serve;
 pub mod server;
-pub mod testsuite;
 pub mod text;
 mod throttle;
 pub mod timefmt;
-pub mod tools;
 
 pub use error::{Error, Result};

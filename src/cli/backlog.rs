@@ -10,11 +10,11 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::cli::break_glass::{Connection, NamespaceScope, client};
 use crate::error::{Error, Result};
 use crate::ledger::identity::who_am_i;
 use crate::ledger::record::{BackportRequirement, BackportStatus, Phase, Transition};
 use crate::ledger::service::{phase_of, phase_since};
-use crate::tools::break_glass::{Connection, NamespaceScope, client};
 
 #[derive(Debug, Args)]
 pub struct BacklogArgs {

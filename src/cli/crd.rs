@@ -1,0 +1,22 @@
+//! `driftgate crd`: the BackportRequirement CustomResourceDefinition the ledger needs, as YAML.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use kube::CustomResourceExt;
+
+use crate::ledger::record::BackportRequirement;
+
+/// Exit 0 with the CRD printed, 1 when it could not be serialized.
+pub fn print(out: &mut impl Write) -> ExitCode {
+    match serde_saphyr::to_string(&BackportRequirement::crd()) {
+        Ok(yaml) => {
+            let _ = write!(out, "{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("driftgate crd: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
