@@ -1053,9 +1053,9 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
             .filter(|p| is_break_glass_path(p, rules))
             .count();
         if touched > 0 {
-            match break_glass_change(facts, policy, rules) {
-                Err(refused) => {
-                    return Some(refused);
+            match break_glass_change(facts, rules) {
+                Err(problem) => {
+                    return Some(refuse_window_change(facts, policy, problem));
                 }
                 Ok(change) => {
                     let (rule, window) = match change {
@@ -1293,28 +1293,37 @@ fn closes_window_only(facts: &Facts<'_>, rules: &BreakGlassRules) -> bool {
     only_metadata && label_removed
 }
 
-/// Rule 6: opening, extending, amending or closing a window; the refusal when the rules do
-/// not allow it.
+/// Why the break-glass rules do not allow a change to a window.
+struct WindowProblem {
+    problem: String,
+    /// What changes with the time of the request: the message says it, the Event not.
+    detail: String,
+}
+
+/// The refusal of a change to a window (rule 6).
+fn refuse_window_change(facts: &Facts<'_>, policy: &GatePolicy, why: WindowProblem) -> RuleOutcome {
+    let words = RefusalWords {
+        subject: format!(
+            "{} may not change the break-glass window on {}",
+            facts.about.who(),
+            facts.object_words()
+        ),
+        why: why.problem,
+        next: String::new(),
+        owner: owner_suffix(policy),
+    };
+    RuleOutcome::refuse(Rule::BreakGlassRefused, policy, words, &why.detail)
+}
+
+/// Rule 6: opening, extending, amending or closing a window.
 fn break_glass_change(
     facts: &Facts<'_>,
-    policy: &GatePolicy,
     rules: &BreakGlassRules,
-) -> Result<BreakGlassChange, RuleOutcome> {
-    // `detail` is what changes with the time of the request: the message says it, the Event not.
-    let refuse_in_detail = |problem: String, detail: &str| {
-        let words = RefusalWords {
-            subject: format!(
-                "{} may not change the break-glass window on {}",
-                facts.about.who(),
-                facts.object_words()
-            ),
-            why: problem,
-            next: String::new(),
-            owner: owner_suffix(policy),
-        };
-        RuleOutcome::refuse(Rule::BreakGlassRefused, policy, words, detail)
+) -> Result<BreakGlassChange, WindowProblem> {
+    let refuse = |problem: String| WindowProblem {
+        problem,
+        detail: String::new(),
     };
-    let refuse = |problem: String| refuse_in_detail(problem, "");
     let (Some(old), Some(new)) = (facts.stored_meta(), facts.new_meta()) else {
         return Err(refuse("the request carries no object".to_owned()));
     };
@@ -1375,14 +1384,14 @@ fn break_glass_change(
                 )));
             }
             if expires_at > latest {
-                return Err(refuse_in_detail(
-                    format!(
+                return Err(WindowProblem {
+                    problem: format!(
                         "the expiry {value} ({}) is more than maxDuration {} from now",
                         human_utc(expires_at),
                         rules.max_duration,
                     ),
-                    &format!("; the latest allowed is {}", human_utc(latest)),
-                ));
+                    detail: format!("; the latest allowed is {}", human_utc(latest)),
+                });
             }
             if rules.require_reason && reason.is_none() {
                 return Err(refuse(format!(
