@@ -1303,3 +1303,32 @@ fn a_long_refusal_gives_way_in_why_and_keeps_what_to_do_next() {
         event.note
     );
 }
+
+#[test]
+fn a_verdict_refusing_in_words_has_an_event_in_those_words() {
+    let (request, mut decision) = decided("record-resolve-by-bob.json");
+    let words = RefusalWords {
+        subject: "bob may not resolve BackportRequirement prod-payments/deployment-api-4f1c2a9b7e"
+            .into(),
+        why: "only an opener of the policy (group sre-oncall) may resolve its records".into(),
+        next: "Ask an opener to run driftgate backlog resolve".into(),
+        owner: String::new(),
+    };
+    let verdict = driftgate::decision::PolicyVerdict::enforced_refusal(
+        "production".into(),
+        Rule::ResolveRefused,
+        words.clone(),
+    );
+    assert_eq!(
+        verdict.message.as_deref(),
+        Some(words.sentence("production", Rule::ResolveRefused).as_str())
+    );
+    decision.record.verdicts = vec![verdict];
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        event.note,
+        "bob may not resolve BackportRequirement prod-payments/deployment-api-4f1c2a9b7e: only an opener of the \
+         policy (group sre-oncall) may resolve its records (policy \"production\", rule ResolveRefused). Ask an \
+         opener to run driftgate backlog resolve."
+    );
+}
