@@ -554,11 +554,7 @@ impl<'a> Facts<'a> {
                 &self.request.object,
             ) {
                 (Operation::Update, Some(old), Some(new)) => {
-                    let through_subresource = self
-                        .request
-                        .sub_resource
-                        .as_deref()
-                        .is_some_and(|s| !s.is_empty());
+                    let through_subresource = !self.about.subresource().is_empty();
                     effective_changes(
                         old,
                         new,

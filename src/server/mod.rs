@@ -573,7 +573,7 @@ async fn decide_with_cluster(
     if !needs_parent(policies, &decision) {
         return decision;
     }
-    match state.parents.lookup(request).await {
+    match state.parents.lookup(facts).await {
         Parent::Found(parent) => decide_with_ledger(
             policies,
             &DecisionInput {
