@@ -3,7 +3,6 @@
 //! needs no route on the webhook server and only `get`/`list` on Deployments in one namespace.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -11,6 +10,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
+
+use crate::cli::cluster::{ConnectionArgs, cluster_for, config};
+use crate::cli::error::CliError;
 
 /// The chart's selector labels for the webhook's Deployment.
 const DEPLOYMENT_SELECTOR: &str =
@@ -22,9 +24,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Args)]
 pub struct VersionArgs {
-    /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, in-cluster).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
     /// The namespace driftgate is installed in.
     #[arg(
         short = 'n',
@@ -98,7 +99,7 @@ pub struct VersionReport {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerLookupError {
     #[error("cannot connect to a cluster: {0}")]
-    Connect(#[source] crate::Error),
+    Connect(#[source] CliError),
     #[error(
         "cannot list Deployments in namespace {namespace} at {server}: {source} \
          (check the cluster is up and the kubeconfig's context is the one you mean)"
@@ -198,13 +199,13 @@ fn render_text(report: &VersionReport) -> String {
 }
 
 async fn lookup_servers(args: &VersionArgs) -> Result<Vec<ServerVersion>, ServerLookupError> {
-    let mut config = crate::kube_state::client_config(args.kubeconfig.as_deref())
+    let mut config = config(&args.connection)
         .await
         .map_err(ServerLookupError::Connect)?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    let server = config.cluster_url.to_string();
-    let client = crate::kube_state::client_for(config).map_err(ServerLookupError::Connect)?;
-    let deployments: Api<Deployment> = Api::namespaced(client, &args.namespace);
+    let cluster = cluster_for(config, &args.connection).map_err(ServerLookupError::Connect)?;
+    let server = cluster.server.clone();
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client, &args.namespace);
     let listed = deployments
         .list(&ListParams::default().labels(DEPLOYMENT_SELECTOR))
         .await
