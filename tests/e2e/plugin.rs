@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::harness::control_plane::free_port;
 use crate::harness::testenv::binaries;
-use crate::harness::{ADMIN, ALICE, chart, control_plane};
+use crate::harness::{ADMIN, ALICE, Identity, chart, control_plane};
 
 /// A directory (`dir`, under the temp dir) holding the binary as `kubectl-driftgate`, as a
 /// krew install leaves it, and a PATH that starts with it.
@@ -345,11 +345,20 @@ fn kubectl_driftgate_speaks_kubectls_flags_formats_and_errors() {
     assert_eq!(code, Some(0), "{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 1, "{stdout}");
-    let label = json[0]["label"].as_str().unwrap();
-    assert!(
-        lines[0].contains(&format!("   {label}   {reason}")),
+    // One row, no header: every column exactly as wide as its cell.
+    let cells: Vec<&str> = lines[0].split("   ").collect();
+    assert_eq!(cells.len(), 7, "{stdout}");
+    assert_eq!(
+        [cells[0], cells[1], cells[2]],
+        [ns_a, "configmap/plugin-settings", "open"]
+    );
+    let expires_at: jiff::Timestamp = cells[4].parse().expect("EXPIRES-UTC is RFC 3339");
+    assert_eq!(
+        cells[5],
+        driftgate::timefmt::format_expiry(expires_at),
         "{stdout}"
     );
+    assert_eq!(cells[6], reason);
 
     // 404: no such object, exit 2, before anything is written.
     let (code, _, stderr) = open("configmap/nope", &["--context", "live"]);
@@ -393,17 +402,21 @@ fn kubectl_driftgate_speaks_kubectls_flags_formats_and_errors() {
         )),
         "{stderr}"
     );
-    // alice may not impersonate: that is what the sentence says, not the command's verb.
+    // dave (no RBAC at all) may not impersonate: the sentence says so, not the command's verb.
+    let dave = Identity {
+        user: "plugin-dave",
+        groups: &[],
+    };
     let out = Command::new(binaries().kubectl())
         .args(["driftgate", "backlog", "-n", ns_a, "--as", "bob"])
         .env("PATH", &path)
-        .env("KUBECONFIG", plane.kubeconfig(ALICE))
+        .env("KUBECONFIG", plane.kubeconfig(dave))
         .output()
         .expect("kubectl runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(
-        stderr.starts_with("kubectl driftgate backlog: alice may not impersonate users: "),
+        stderr.starts_with("kubectl driftgate backlog: plugin-dave may not impersonate users: "),
         "{stderr}"
     );
 
