@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
 
-use crate::cli::cluster::{ConnectionArgs, cluster_for, config};
+use crate::cli::cluster::{Attempt, ConnectionArgs, cluster_for, config};
 use crate::cli::error::CliError;
 
 /// The chart's selector labels for the webhook's Deployment.
@@ -100,16 +100,9 @@ pub struct VersionReport {
 pub enum ServerLookupError {
     #[error("cannot connect to a cluster: {0}")]
     Connect(#[source] CliError),
-    #[error(
-        "cannot list Deployments in namespace {namespace} at {server}: {source} \
-         (check the cluster is up and the kubeconfig's context is the one you mean)"
-    )]
-    List {
-        namespace: String,
-        server: String,
-        #[source]
-        source: kube::Error,
-    },
+    /// The API server's answer as a sentence (unreachable, RBAC), not kube's debug dump.
+    #[error("{0}")]
+    List(#[source] CliError),
 }
 
 /// The versions of the driftgate Deployments among `deployments` (pure).
@@ -204,16 +197,19 @@ async fn lookup_servers(args: &VersionArgs) -> Result<Vec<ServerVersion>, Server
         .map_err(ServerLookupError::Connect)?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     let cluster = cluster_for(config, &args.connection).map_err(ServerLookupError::Connect)?;
-    let server = cluster.server.clone();
-    let deployments: Api<Deployment> = Api::namespaced(cluster.client, &args.namespace);
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), &args.namespace);
+    let attempt = Attempt {
+        doing: "listing driftgate's Deployments",
+        verb: "list",
+        resource: "deployments.apps",
+        kind: "deployment",
+        name: None,
+        namespace: Some(&args.namespace),
+    };
     let listed = deployments
         .list(&ListParams::default().labels(DEPLOYMENT_SELECTOR))
         .await
-        .map_err(|source| ServerLookupError::List {
-            namespace: args.namespace.clone(),
-            server,
-            source,
-        })?;
+        .map_err(|e| ServerLookupError::List(cluster.error(attempt, e)))?;
     Ok(server_versions(&listed.items))
 }
 

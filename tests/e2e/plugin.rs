@@ -141,9 +141,8 @@ fn kubectl_driftgate_version_reads_the_installed_deployment() {
     assert!(lines[0].starts_with("Client Version: "), "{text}");
     assert!(
         lines[1].starts_with(&format!(
-            "Note: server version unavailable: cannot list Deployments in namespace \
-             driftgate-system at {dead_url}"
-        )),
+            "Note: server version unavailable: cannot reach the API server at {dead_url} ("
+        )) && lines[1].ends_with("; is this the right context? (kubectl config current-context)"),
         "{text}"
     );
     std::fs::remove_dir_all(&bin).unwrap();
@@ -418,6 +417,17 @@ fn kubectl_driftgate_speaks_kubectls_flags_formats_and_errors() {
     assert!(
         stderr.starts_with("kubectl driftgate backlog: plugin-dave may not impersonate users: "),
         "{stderr}"
+    );
+
+    // version still exits 0 when RBAC refuses it, and its note is the same sentence.
+    let (code, stdout, stderr) = run(&["version", "--context", "live", "--as", "carol"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains(
+            "Note: server version unavailable: carol may not list deployments.apps in namespace \
+             driftgate-system: Kubernetes RBAC does not permit it."
+        ),
+        "{stdout}"
     );
 
     let (code, stdout, stderr) = run(&[
