@@ -9,7 +9,7 @@ use jiff::{Timestamp, tz::TimeZone};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::discovery::{Discovery, Scope};
+use kube::discovery::{ApiCapabilities, Discovery, Scope};
 use serde::Serialize;
 use serde_json::json;
 
@@ -566,56 +566,72 @@ fn listed_window(
     }
 }
 
+/// The windows on one resource in `namespace` (all when `None`); `None` when it is not
+/// searched (cluster-scoped other than Namespace, or not listable).
+async fn windows_of(
+    cluster: &Cluster,
+    (resource, caps): &(ApiResource, ApiCapabilities),
+    namespace: Option<&str>,
+    keys: &BreakGlassKeys,
+    now: Timestamp,
+) -> Option<Result<Vec<ListedWindow>, CliError>> {
+    let is_namespace = resource.group.is_empty() && resource.kind == "Namespace";
+    if !caps.supports_operation(kube::discovery::verbs::LIST)
+        || (caps.scope == Scope::Cluster && !is_namespace)
+    {
+        return None;
+    }
+    let api: Api<DynamicObject> = match (namespace, &caps.scope) {
+        (Some(ns), Scope::Namespaced) => Api::namespaced_with(cluster.client.clone(), ns, resource),
+        _ => Api::all_with(cluster.client.clone(), resource),
+    };
+    let plural = resource_name(resource);
+    let attempt = Attempt {
+        doing: "listing break-glass windows",
+        verb: "list",
+        resource: &plural,
+        kind: &resource.kind,
+        name: None,
+        namespace: namespace.filter(|_| !is_namespace),
+    };
+    let selector = ListParams::default().labels(&keys.label);
+    let listed = api.list_metadata(&selector).await;
+    Some(
+        listed
+            .map_err(|e| cluster.error(attempt, e))
+            .map(|objects| {
+                objects
+                    .items
+                    .iter()
+                    .map(|object| listed_window(resource, &object.metadata, keys, now))
+                    // A namespace-wide window is listed under its own namespace only.
+                    .filter(|w| !is_namespace || namespace.is_none_or(|ns| ns == w.namespace))
+                    .collect()
+            }),
+    )
+}
+
 pub async fn list(args: &ListArgs, out: &mut impl Write) -> Result<(), CliError> {
     let cluster = connect(&args.connection).await?;
     let namespace = args.scope.namespace(&cluster);
     let discovery = discover(&cluster).await?;
-    let selector = ListParams::default().labels(&args.keys.label);
     let now = Timestamp::now();
     let mut rows = Vec::new();
     let (mut listed, mut forbidden) = (0, None);
-    for group in discovery.groups() {
-        for (resource, caps) in group.recommended_resources() {
-            if !caps.supports_operation(kube::discovery::verbs::LIST) {
-                continue;
+    for resource in discovery.groups().flat_map(|g| g.recommended_resources()) {
+        let windows = windows_of(&cluster, &resource, namespace.as_deref(), &args.keys, now);
+        match windows.await {
+            None => {}
+            Some(Ok(windows)) => {
+                listed += 1;
+                rows.extend(windows);
             }
-            let is_namespace = resource.group.is_empty() && resource.kind == "Namespace";
-            let api: Api<DynamicObject> = match (&namespace, caps.scope) {
-                (_, Scope::Cluster) if !is_namespace => continue,
-                (Some(ns), Scope::Namespaced) => {
-                    Api::namespaced_with(cluster.client.clone(), ns, &resource)
-                }
-                _ => Api::all_with(cluster.client.clone(), &resource),
-            };
-            let plural = resource_name(&resource);
-            let attempt = Attempt {
-                doing: "listing break-glass windows",
-                verb: "list",
-                resource: &plural,
-                kind: &resource.kind,
-                name: None,
-                namespace: namespace.as_deref().filter(|_| !is_namespace),
-            };
-            let objects = match api.list_metadata(&selector).await {
-                Ok(objects) => objects,
-                Err(error) => match cluster.error(attempt, error) {
-                    // Kinds the person may not list are skipped, as kubectl's get all does.
-                    error @ CliError::Forbidden { .. } => {
-                        forbidden.get_or_insert(error);
-                        continue;
-                    }
-                    error @ CliError::Unreachable { .. } => return Err(error),
-                    _ => continue,
-                },
-            };
-            listed += 1;
-            for object in objects.items {
-                let window = listed_window(&resource, &object.metadata, &args.keys, now);
-                if is_namespace && namespace.as_ref().is_some_and(|ns| ns != &window.namespace) {
-                    continue;
-                }
-                rows.push(window);
+            // Kinds the person may not list are skipped, as kubectl's get all does.
+            Some(Err(error @ CliError::Forbidden { .. })) => {
+                forbidden.get_or_insert(error);
             }
+            Some(Err(error @ CliError::Unreachable { .. })) => return Err(error),
+            Some(Err(_)) => {}
         }
     }
     // Nothing could be listed at all: say why rather than "no windows".

@@ -419,6 +419,16 @@ fn kubectl_driftgate_speaks_kubectls_flags_formats_and_errors() {
         "{stderr}"
     );
 
+    // A listing the user may not make anywhere is the RBAC sentence, not "No break-glass windows."
+    let (code, stdout, stderr) =
+        run(&["break-glass", "list", "--context", "live", "--as", "carol"]);
+    assert_eq!(code, Some(4), "{stdout}{stderr}");
+    assert!(
+        stderr.starts_with("kubectl driftgate break-glass: carol may not list ")
+            && stderr.contains(": Kubernetes RBAC does not permit it."),
+        "{stderr}"
+    );
+
     // version still exits 0 when RBAC refuses it, and its note is the same sentence.
     let (code, stdout, stderr) = run(&["version", "--context", "live", "--as", "carol"]);
     assert_eq!(code, Some(0), "{stderr}");
