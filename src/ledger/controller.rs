@@ -233,3 +233,193 @@ pub fn settle_step(record: &BackportRequirement, now: Timestamp) -> SettleStep {
         SettleStep::Done
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::evidence::digest;
+    use crate::ledger::plan::tests::{at, decision, open_record, policies, rules, update};
+    use crate::ledger::record::{BackportStatus, RecordedChange, RecordedField, Transition};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::json;
+
+    const FLUX: &str = "system:serviceaccount:flux-system:kustomize-controller";
+
+    /// The record of alice's change of Deployment api to 5 replicas, awaiting backport since `since`.
+    fn awaiting(since: &str) -> Arc<BackportRequirement> {
+        let mut record = open_record("deployment-api-1", "2026-11-30T10:00:00Z");
+        record.spec.changes.push(RecordedChange {
+            time: Time(at("2026-11-30T09:10:00Z")),
+            user: "alice".into(),
+            operation: "UPDATE".into(),
+            object: None,
+            subresource: String::new(),
+            request_uid: "r".into(),
+            resource_version: "41".into(),
+            fields: vec![RecordedField {
+                path: "spec.replicas".into(),
+                digest: digest(Some(&json!(5))),
+                value: None,
+            }],
+        });
+        record.status = Some(BackportStatus {
+            phase: Phase::AwaitingBackport,
+            transitions: vec![Transition {
+                phase: Phase::AwaitingBackport,
+                time: Time(at(since)),
+                reason: "Expired".into(),
+                message: String::new(),
+            }],
+            ..BackportStatus::default()
+        });
+        Arc::new(record)
+    }
+
+    /// Flux writing Deployment api with `replicas`, judged `minutes` after the record began awaiting.
+    fn judged(replicas: u32, dry_run: bool, minutes: i64) -> ControllerPlan {
+        let mut request = update(FLUX, "Deployment", "dep-uid", replicas);
+        request.dry_run = dry_run;
+        let decision = decision(&request, Rule::Controller, None);
+        let policies = policies();
+        let since = at("2026-11-30T10:00:00Z");
+        let now = since + jiff::SignedDuration::from_mins(minutes);
+        let records = [awaiting("2026-11-30T10:00:00Z")];
+        plan_controller_write(
+            &request,
+            &decision.record.verdicts[0],
+            rules(&policies),
+            &records,
+            now,
+        )
+    }
+
+    #[test]
+    fn a_revert_the_policy_still_holds_is_refused_naming_the_record_and_what_to_do() {
+        let plan = judged(2, false, 30);
+        assert_eq!(plan.settlements, []);
+        assert_eq!(
+            plan.refusal,
+            Some(Refusal {
+                policy: "production".into(),
+                rule: Rule::RevertRefused,
+                message: "Controller flux may not revert the emergency change recorded in BackportRequirement prod-payments/deployment-api-1 \
+                          (fields spec.replicas, opened by alice, reason \"INC-7\") (policy \"production\", rule RevertRefused). \
+                          Backport the change to Git, or resolve the record: driftgate backlog resolve deployment-api-1 -n prod-payments --note \"…\"."
+                    .into(),
+            })
+        );
+        // Its dry run is refused too (so that Flux reports it), and settles nothing.
+        let dry = judged(2, true, 30);
+        assert_eq!(dry.refusal.map(|r| r.rule), Some(Rule::RevertRefused));
+        assert_eq!(dry.settlements, []);
+    }
+
+    #[test]
+    fn a_revert_after_the_hold_settles_the_record_reverted_with_its_event() {
+        let plan = judged(2, false, 60);
+        assert_eq!(plan.refusal, None);
+        let [settlement] = &plan.settlements[..] else {
+            panic!("{plan:?}")
+        };
+        assert_eq!(settlement.record.name_any(), "deployment-api-1");
+        assert_eq!(
+            settlement.event.reason,
+            EventReason::EmergencyChangeReverted
+        );
+        assert_eq!(
+            settlement.event.note,
+            format!(
+                "The GitOps controller ({FLUX}) reverted the emergency change to spec.replicas made under alice's break-glass window \
+                 (reason \"INC-7\"): Git does not have it. Record deployment-api-1."
+            )
+        );
+        assert_eq!(
+            settlement.change,
+            PhaseChange::reverted(vec!["spec.replicas".into()], settlement.event.note.clone())
+        );
+        let regarding = &settlement.event.regarding;
+        assert_eq!(
+            (
+                regarding.kind.as_deref(),
+                regarding.uid.as_deref(),
+                regarding.namespace.as_deref()
+            ),
+            (Some("Deployment"), Some("dep-uid"), Some("prod-payments"))
+        );
+    }
+
+    #[test]
+    fn a_write_carrying_the_recorded_values_confirms_the_backport_and_a_dry_run_settles_nothing() {
+        let plan = judged(5, false, 5);
+        assert_eq!(plan.refusal, None);
+        let [settlement] = &plan.settlements[..] else {
+            panic!("{plan:?}")
+        };
+        assert_eq!(settlement.event.reason, EventReason::BackportConfirmed);
+        assert_eq!(
+            (settlement.change.phase, settlement.change.reason),
+            (Phase::Backported, "ControllerCarriedChange")
+        );
+        assert_eq!(judged(5, true, 5), ControllerPlan::default());
+    }
+
+    #[test]
+    fn deleting_the_object_reverts_every_recorded_change() {
+        let mut request = update(FLUX, "Deployment", "dep-uid", 5);
+        request.operation = Operation::Delete;
+        request.object = None;
+        let decision = decision(&request, Rule::Controller, None);
+        let policies = policies();
+        let records = [awaiting("2026-11-30T10:00:00Z")];
+        let plan = plan_controller_write(
+            &request,
+            &decision.record.verdicts[0],
+            rules(&policies),
+            &records,
+            at("2026-11-30T10:10:00Z"),
+        );
+        assert!(
+            plan.refusal
+                .is_some_and(|r| r.message.contains("(fields (object deleted),")),
+        );
+    }
+
+    #[test]
+    fn the_records_awaited_are_those_of_the_object_in_its_namespace_awaiting_backport() {
+        let request = update(FLUX, "Deployment", "dep-uid", 5);
+        let written = WrittenObject::of(&request).unwrap();
+        let now = at("2026-11-30T10:30:00Z");
+        assert!(written.awaited_by(&awaiting("2026-11-30T10:00:00Z"), now));
+        let mut elsewhere = BackportRequirement::clone(&awaiting("2026-11-30T10:00:00Z"));
+        elsewhere.metadata.namespace = Some("prod-other".into());
+        assert!(!written.awaited_by(&elsewhere, now));
+        // An open window is not awaiting yet; once it ended, it is.
+        let open = open_record("open", "2026-11-30T11:00:00Z");
+        assert!(!written.awaited_by(&open, now));
+        assert!(written.awaited_by(&open, at("2026-11-30T11:00:00Z")));
+        let mut request = request;
+        request.object.as_mut().unwrap().metadata.uid = None;
+        request.old_object.as_mut().unwrap().metadata.uid = None;
+        assert_eq!(WrittenObject::of(&request), None);
+    }
+
+    #[test]
+    fn settling_expires_an_ended_window_first_and_stops_once_settled() {
+        let now = at("2026-11-30T10:30:00Z");
+        assert_eq!(
+            settle_step(&open_record("r", "2026-11-30T10:00:00Z"), now),
+            SettleStep::Expire
+        );
+        assert_eq!(
+            settle_step(&open_record("r", "2026-11-30T11:00:00Z"), now),
+            SettleStep::Done
+        );
+        assert_eq!(
+            settle_step(&awaiting("2026-11-30T10:00:00Z"), now),
+            SettleStep::Settle
+        );
+        let mut settled = BackportRequirement::clone(&awaiting("2026-11-30T10:00:00Z"));
+        settled.status.as_mut().unwrap().phase = Phase::Backported;
+        assert_eq!(settle_step(&settled, now), SettleStep::Done);
+    }
+}

@@ -243,7 +243,7 @@ pub enum RecordWrite<'a> {
         patch: Value,
     },
     /// A window was opened: its record is created.
-    Create(NewRecord),
+    Create(Box<NewRecord>),
     /// A change under the window is appended to its record.
     Append {
         to: AppendTo<'a>,
@@ -257,7 +257,7 @@ pub enum AppendTo<'a> {
     Existing(&'a BackportRequirement),
     /// The window was opened where driftgate could not see it (before it was installed, or while
     /// the webhook was bypassed): its record is created first.
-    New(NewRecord),
+    New(Box<NewRecord>),
 }
 
 /// What recording `verdict` takes, given `listed`, the records of the window's object (by
@@ -293,12 +293,12 @@ pub fn plan_recording<'a>(
                     record,
                     patch: window_patch(window),
                 },
-                (Some(window), None) => RecordWrite::Create(key.new_record(
+                (Some(window), None) => RecordWrite::Create(Box::new(key.new_record(
                     window,
                     &verdict.policy,
                     Some((user, now)),
                     PhaseChange::opened(user, window.expires_at),
-                )),
+                ))),
             }
         }
         Rule::BreakGlassWindow => match verdict.window.as_ref() {
@@ -306,12 +306,12 @@ pub fn plan_recording<'a>(
             Some(window) => RecordWrite::Append {
                 to: match existing {
                     Some(record) => AppendTo::Existing(record),
-                    None => AppendTo::New(key.new_record(
+                    None => AppendTo::New(Box::new(key.new_record(
                         window,
                         &verdict.policy,
                         None,
                         PhaseChange::window_found(user, window.expires_at),
-                    )),
+                    ))),
                 },
                 change: recorded_change(request, decision, key.scope, rules, now),
             },

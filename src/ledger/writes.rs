@@ -73,11 +73,11 @@ impl RecordWriter {
                 .await?;
                 Ok(())
             }
-            RecordWrite::Create(new) => self.create(&api, new, now).await.map(|_| ()),
+            RecordWrite::Create(new) => self.create(&api, *new, now).await.map(|_| ()),
             RecordWrite::Append { to, change } => {
                 let record = match to {
                     AppendTo::Existing(record) => record.clone(),
-                    AppendTo::New(new) => self.create(&api, new, now).await?,
+                    AppendTo::New(new) => self.create(&api, *new, now).await?,
                 };
                 self.append(&api, record, change).await
             }
