@@ -34,6 +34,15 @@ pub fn phase_of(record: &BackportRequirement) -> Phase {
     record.status.as_ref().map(|s| s.phase).unwrap_or_default()
 }
 
+/// Whether the record has its first transition (a record just created has none: the API server
+/// ignores the status of a create).
+pub fn has_transitions(record: &BackportRequirement) -> bool {
+    record
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.transitions.is_empty())
+}
+
 /// When the record last changed phase (its creation, if never).
 pub fn phase_since(record: &BackportRequirement) -> Option<Timestamp> {
     record
@@ -318,6 +327,11 @@ pub(crate) mod tests {
         assert_eq!(awaiting_since(&record, before), None);
         assert!(window_ended(&record, after));
         assert_eq!(awaiting_since(&record, after), Some(after));
+        assert!(has_transitions(&record));
+        assert!(!has_transitions(&BackportRequirement {
+            status: None,
+            ..record.clone()
+        }));
         let settled = record_in(Phase::Backported, "2026-11-30T08:00:00Z");
         assert!(!window_ended(&settled, after));
         assert_eq!(awaiting_since(&settled, after), None);

@@ -8,7 +8,6 @@
 //! patch conditioned on the record's resourceVersion, so with several replicas exactly one
 //! makes it, and only that one emits the Event.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -16,6 +15,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures::StreamExt;
 use jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
@@ -34,12 +34,10 @@ use crate::ledger::plan::{
     LedgerTask, Refusal, WindowKey, ledger_tasks, plan_recording, unrecorded_warning,
 };
 use crate::ledger::record::BackportRequirement;
-use crate::ledger::upkeep::{plan_expiry, plan_retention, record_gauges};
+use crate::ledger::upkeep::{is_managed, plan_expiry, plan_retention, record_gauges};
 use crate::ledger::writes::RecordWriter;
 use crate::metrics::Metrics;
-use crate::policy::{BreakGlassRules, NamespaceLabels, PolicySet};
-
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+use crate::policy::{BreakGlassRules, PolicySet};
 
 /// How often the expiry task looks at the records by default (`serve --expiry-check-interval`).
 /// Expiry is noticed within this time.
@@ -186,63 +184,8 @@ impl Ledger {
             retention: upkeep.retention,
         });
         let api: Api<BackportRequirement> = Api::all(client);
-        let watch = connected.clone();
-        let watch_shutdown = shutdown.clone();
-        let watcher_task = tokio::spawn(async move {
-            let stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .reflect(writer)
-                .touched_objects();
-            let mut stream = std::pin::pin!(stream);
-            let ready = watch.store.wait_until_ready();
-            tokio::pin!(ready);
-            let mut synced = false;
-            loop {
-                tokio::select! {
-                    () = watch_shutdown.cancelled() => return,
-                    result = &mut ready, if !synced => {
-                        synced = true;
-                        if result.is_ok() {
-                            // The gauges are the records' before readiness, so a restarted
-                            // driftgate never reports 0 while records are pending.
-                            watch.refresh_gauges();
-                            watch.ready.store(true, Ordering::Relaxed);
-                            watch.synced.notify_one();
-                        }
-                    }
-                    item = stream.next() => match item {
-                        // A record changed: the gauges follow at once, not at the next check.
-                        Some(Ok(_)) if synced => watch.refresh_gauges(),
-                        Some(Ok(_)) => {}
-                        Some(Err(error)) => tracing::warn!(%error, "watching BackportRequirements failed; retrying"),
-                        None => return,
-                    },
-                }
-            }
-        });
-        let expiry = connected.clone();
-        let expiry_task = tokio::spawn(async move {
-            // The first check right after the records sync: windows that ended while driftgate
-            // was down are noticed at start, not one interval later.
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = expiry.synced.notified() => {}
-            }
-            let mut ticker = tokio::time::interval(upkeep.expiry_interval);
-            // A tick missed while a check ran long is not made up in a burst.
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    _ = ticker.tick() => {}
-                }
-                if expiry.ready.load(Ordering::Relaxed) {
-                    expiry.expire_windows().await;
-                    expiry.delete_past_retention().await;
-                    expiry.refresh_gauges();
-                }
-            }
-        });
+        let watcher_task = tokio::spawn(connected.clone().watch(api, writer, shutdown.clone()));
+        let upkeep_task = tokio::spawn(connected.clone().upkeep(upkeep.expiry_interval, shutdown));
         (
             Ledger {
                 inner: Some(connected),
@@ -251,7 +194,7 @@ impl Ledger {
                 guard: Arc::default(),
                 identity_pending: Arc::default(),
             },
-            vec![watcher_task, expiry_task],
+            vec![watcher_task, upkeep_task],
         )
     }
 
@@ -358,6 +301,71 @@ impl Ledger {
 }
 
 impl Connected {
+    /// Keeps the record cache: ready (and the gauges set) once the records first sync, the
+    /// gauges refreshed whenever a record changes.
+    async fn watch(
+        self: Arc<Self>,
+        api: Api<BackportRequirement>,
+        writer: reflector::store::Writer<BackportRequirement>,
+        shutdown: CancellationToken,
+    ) {
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
+        let mut stream = std::pin::pin!(stream);
+        let ready = self.store.wait_until_ready();
+        tokio::pin!(ready);
+        let mut synced = false;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                result = &mut ready, if !synced => {
+                    synced = true;
+                    if result.is_ok() {
+                        // The gauges are the records' before readiness, so a restarted
+                        // driftgate never reports 0 while records are pending.
+                        self.refresh_gauges();
+                        self.ready.store(true, Ordering::Relaxed);
+                        self.synced.notify_one();
+                    }
+                }
+                item = stream.next() => match item {
+                    // A record changed: the gauges follow at once, not at the next check.
+                    Some(Ok(_)) if synced => self.refresh_gauges(),
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => tracing::warn!(%error, "watching BackportRequirements failed; retrying"),
+                    None => return,
+                },
+            }
+        }
+    }
+
+    /// Every `interval`, from the first sync: windows that ended expire, settled records past
+    /// retention are deleted, and the gauges refreshed.
+    async fn upkeep(self: Arc<Self>, interval: Duration, shutdown: CancellationToken) {
+        // The first check right after the records sync: windows that ended while driftgate
+        // was down are noticed at start, not one interval later.
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = self.synced.notified() => {}
+        }
+        let mut ticker = tokio::time::interval(interval);
+        // A tick missed while a check ran long is not made up in a burst.
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            if self.ready.load(Ordering::Relaxed) {
+                self.expire_windows().await;
+                self.delete_past_retention().await;
+                self.refresh_gauges();
+            }
+        }
+    }
+
     /// Lists the records of the verdict's window and writes what recording it takes.
     async fn record(
         &self,
@@ -403,27 +411,21 @@ impl Connected {
     /// The records this driftgate looks after: those in namespaces its policies guard.
     fn managed_records(&self) -> Vec<Arc<BackportRequirement>> {
         let policies = self.policies.load();
-        let guarding: Vec<_> = policies
-            .policies()
-            .iter()
-            .filter(|p| p.break_glass.is_some())
-            .collect();
         self.store
             .state()
             .into_iter()
             .filter(|record| {
-                let Some(namespace) = record.metadata.namespace.as_deref() else {
-                    return false;
-                };
-                let known = self.namespaces.get(namespace);
-                let labels = match known.as_ref().map(|ns| &ns.metadata.labels) {
-                    Some(Some(labels)) => NamespaceLabels::Known(labels),
-                    Some(None) => NamespaceLabels::Known(&NO_LABELS),
-                    None => NamespaceLabels::Unknown,
-                };
-                guarding
-                    .iter()
-                    .any(|p| p.guards_namespace(namespace, labels))
+                record
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .is_some_and(|namespace| {
+                        is_managed(
+                            &policies,
+                            namespace,
+                            self.namespaces.get(namespace).as_deref(),
+                        )
+                    })
             })
             .collect()
     }
@@ -434,7 +436,7 @@ impl Connected {
         let records = self.managed_records();
         for expiry in plan_expiry(&records, now) {
             if let Err(error) = self.writer.expire(&expiry, now).await {
-                tracing::warn!(%error, record = %kube::ResourceExt::name_any(expiry.record), "could not mark an expired window");
+                tracing::warn!(%error, record = %expiry.record.name_any(), "could not mark an expired window");
             }
         }
     }

@@ -2,17 +2,37 @@
 //! to AwaitingBackport (with their Event), settled records past retention are deleted, and the
 //! gauges are counted. The service's upkeep task applies these plans.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::ResourceExt;
 
 use crate::events::{EventReason, PlannedEvent};
 use crate::ledger::phase::{PhaseChange, awaiting_since, past_retention, phase_of, window_ended};
 use crate::ledger::record::{BackportRequirement, Phase, RecordScope};
+use crate::policy::{NamespaceLabels, PolicySet};
 use crate::timefmt::human_utc;
+
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+/// Whether a record in `namespace` is this driftgate's to look after (expire, delete, count):
+/// records are watched in every namespace, but another installation's records are its own
+/// business. `known` is the Namespace as cached, None when the cache does not know it.
+pub fn is_managed(policies: &PolicySet, namespace: &str, known: Option<&Namespace>) -> bool {
+    let labels = match known.map(|ns| &ns.metadata.labels) {
+        Some(Some(labels)) => NamespaceLabels::Known(labels),
+        Some(None) => NamespaceLabels::Known(&NO_LABELS),
+        None => NamespaceLabels::Unknown,
+    };
+    policies
+        .policies()
+        .iter()
+        .filter(|p| p.break_glass.is_some())
+        .any(|p| p.guards_namespace(namespace, labels))
+}
 
 /// An Open record whose window ended: its move to AwaitingBackport, and the BreakGlassExpired
 /// Event published by whichever replica makes the move.
@@ -138,6 +158,19 @@ mod tests {
         let mut record = record_in(phase, at);
         record.metadata.name = Some(name.into());
         Arc::new(record)
+    }
+
+    #[test]
+    fn records_are_managed_where_a_policy_with_break_glass_rules_guards_the_namespace() {
+        let policies = crate::ledger::plan::tests::policies();
+        assert!(is_managed(&policies, "prod-payments", None));
+        assert!(!is_managed(&policies, "team-a", None));
+        let without_windows = PolicySet::from_yaml(
+            "inline",
+            "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: p}\nspec:\n  namespaces: {include: [\"prod-*\"]}\n",
+        )
+        .unwrap();
+        assert!(!is_managed(&without_windows, "prod-payments", None));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 
 use crate::events::EventSink;
 use crate::ledger::controller::{SettleStep, Settlement, settle_step};
-use crate::ledger::phase::{PhaseChange, status_patch, transitioned};
+use crate::ledger::phase::{PhaseChange, has_transitions, status_patch, transitioned};
 use crate::ledger::plan::{AppendTo, NewRecord, RecordWrite, RecordingPlan, append_patch, holds};
 use crate::ledger::record::{BackportRequirement, Phase, RecordedChange};
 use crate::ledger::upkeep::{Deletion, Expiry, expiry_of};
@@ -153,11 +153,7 @@ impl RecordWriter {
         now: Timestamp,
     ) -> BackportRequirement {
         for _ in 0..3 {
-            if record
-                .status
-                .as_ref()
-                .is_some_and(|s| !s.transitions.is_empty())
-            {
+            if has_transitions(&record) {
                 return record;
             }
             match self.transition(&record, first, now).await {
