@@ -62,7 +62,7 @@ pub struct ControllerPlan {
     /// The records settled, in the background (they do not hold up the write).
     pub settlements: Vec<Settlement>,
     /// The policy refuses the write: it reverts a change its `refuseRevertsFor` still holds.
-    /// Judging stops at the first such record; those judged before it are settled still.
+    /// A refused write never happens, so it settles nothing, not even records judged before.
     pub refusal: Option<Refusal>,
 }
 
@@ -96,12 +96,14 @@ pub fn plan_controller_write(
         if let Evidence::Reverted(fields) = &evidence
             && holds_reverts(record, rules, now)
         {
-            plan.refusal = Some(Refusal {
-                policy: verdict.policy.clone(),
-                rule: Rule::RevertRefused,
-                message: revert_refused_message(verdict, &written.namespace, record, fields),
-            });
-            return plan;
+            return ControllerPlan {
+                settlements: Vec::new(),
+                refusal: Some(Refusal {
+                    policy: verdict.policy.clone(),
+                    rule: Rule::RevertRefused,
+                    message: revert_refused_message(verdict, &written.namespace, record, fields),
+                }),
+            };
         }
         // A dry run writes nothing, so it settles nothing: Flux dry-runs every object on
         // every reconcile, and its dry run of Git's values says nothing about what it
@@ -312,6 +314,39 @@ mod tests {
         let dry = judged(2, true, 30);
         assert_eq!(dry.refusal.map(|r| r.rule), Some(Rule::RevertRefused));
         assert_eq!(dry.settlements, []);
+    }
+
+    #[test]
+    fn a_refused_write_settles_no_record_not_even_one_judged_before_the_held_one() {
+        // Flux writes replicas 2: it reverts the old record (hold over, judged first) and the
+        // new one (still held). The write is refused, so the old record's revert never happened.
+        let request = update(FLUX, "Deployment", "dep-uid", 2);
+        let decision = decision(&request, Rule::Controller, None);
+        let policies = policies();
+        let mut held = BackportRequirement::clone(&awaiting("2026-11-30T10:50:00Z"));
+        held.metadata.name = Some("deployment-api-2".into());
+        let records = [awaiting("2026-11-30T10:00:00Z"), Arc::new(held)];
+        let plan = plan_controller_write(
+            &request,
+            &decision.record.verdicts[0],
+            rules(&policies),
+            &records,
+            at("2026-11-30T11:00:00Z"),
+        );
+        assert_eq!(plan.settlements, []);
+        assert!(plan.refusal.is_some_and(|r| {
+            r.message
+                .contains("BackportRequirement prod-payments/deployment-api-2")
+        }));
+        // Without the held record, the same write settles the old one.
+        let plan = plan_controller_write(
+            &request,
+            &decision.record.verdicts[0],
+            rules(&policies),
+            &records[..1],
+            at("2026-11-30T11:00:00Z"),
+        );
+        assert_eq!(plan.settlements.len(), 1);
     }
 
     #[test]
