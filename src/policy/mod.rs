@@ -5,7 +5,9 @@
 
 pub mod admission;
 pub mod document;
+mod foreign;
 pub mod gatepolicy;
+mod reading;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -20,6 +22,8 @@ use document::{
     API_VERSION, BreakGlassSpec, ControllerSpec, DelegationSpec, GatePolicyDocument,
     GuardedOperation, KIND,
 };
+
+use reading::Node;
 
 use crate::fieldpath::{FieldPath, FieldPattern};
 use crate::timefmt::WindowDuration;
@@ -423,55 +427,24 @@ fn policy_files(path: &Path) -> Result<Vec<PathBuf>, PolicyError> {
     Ok(files)
 }
 
-/// The document a line belongs to, counting `---` separators before it.
-fn document_of_line(text: &str, line: u64) -> usize {
-    let mut document = 1;
-    let mut seen_content = false;
-    for (index, text_line) in text.lines().enumerate() {
-        if index as u64 + 1 >= line {
-            break;
-        }
-        if text_line.starts_with("---") {
-            if seen_content {
-                document += 1;
-            }
-            seen_content = false;
-        } else if !text_line.trim().is_empty() && !text_line.trim_start().starts_with('#') {
-            seen_content = true;
-        }
-    }
-    document
-}
-
 fn compile_file(source: &str, text: &str) -> Result<Vec<GatePolicy>, PolicyErrors> {
-    let options = serde_saphyr::options! { with_snippet: false };
-    let documents: Vec<GatePolicyDocument> =
-        serde_saphyr::from_multiple_with_options(text, options).map_err(|error| {
-            let line = error.location().map(|l| l.line()).unwrap_or(0);
-            PolicyErrors(vec![PolicyError {
-                file: source.to_owned(),
-                line,
-                document: if line > 0 {
-                    document_of_line(text, line)
-                } else {
-                    0
-                },
-                policy: None,
-                field: "(yaml)".into(),
-                problem: yaml_problem(&error),
-            }])
-        })?;
     let mut errors = Vec::new();
     let mut policies = Vec::new();
-    for (index, document) in documents.into_iter().enumerate() {
+    for document in reading::documents(text) {
+        let before = errors.len();
         let mut check = Checker {
             file: source,
-            document: index + 1,
+            document: document.number,
             policy: None,
             errors: &mut errors,
         };
-        if let Some(policy) = check.policy(document) {
-            policies.push(policy);
+        let Some(parsed) = check.read(&document.text) else {
+            continue;
+        };
+        let policy = check.policy(parsed);
+        // A document with an unknown field compiles, but is not served.
+        if errors.len() == before {
+            policies.extend(policy);
         }
     }
     if errors.is_empty() {
@@ -489,6 +462,20 @@ fn yaml_problem(error: &serde_saphyr::Error) -> String {
         None => text,
     }
 }
+
+fn unknown_field_problem(field: &str, expected: &[&str]) -> String {
+    match reading::nearest_field(field, expected) {
+        Some(near) => format!("unknown field `{field}`; did you mean `{near}`?"),
+        None if expected.is_empty() => format!("unknown field `{field}`; this takes no fields"),
+        None => format!(
+            "unknown field `{field}`; the fields here are {}",
+            expected.join(", ")
+        ),
+    }
+}
+
+/// A document blanks one unknown field per pass; past this many, it is not a policy at all.
+const MAX_UNKNOWN_FIELDS: usize = 200;
 
 struct Checker<'a> {
     file: &'a str,
@@ -539,6 +526,83 @@ pub fn is_qualified_name(key: &str) -> bool {
 }
 
 impl Checker<'_> {
+    /// The document as a policy, every unknown field reported (and blanked, so that the rest is
+    /// still read); None, its problem reported, when it is YAML that does not read as a policy
+    /// or another engine's document.
+    fn read(&mut self, text: &str) -> Option<GatePolicyDocument> {
+        let options = || serde_saphyr::options! { with_snippet: false };
+        let outline = match serde_saphyr::from_str_with_options::<Option<Node>>(text, options()) {
+            Ok(outline) => outline?,
+            Err(error) => {
+                self.yaml_error(&error);
+                return None;
+            }
+        };
+        self.policy = outline
+            .get("metadata")
+            .and_then(|metadata| metadata.value.get("name"))
+            .and_then(|name| name.value.text())
+            .map(str::to_owned);
+        let text_of = |key| outline.get(key).and_then(|v| v.value.text());
+        if let (Some(api_version), Some(kind)) = (outline.get("apiVersion"), text_of("kind"))
+            && let Some(problem) = api_version
+                .value
+                .text()
+                .and_then(|api_version| foreign::other_engine(api_version, kind))
+        {
+            self.error(api_version.referenced, "apiVersion", problem);
+            return None;
+        }
+        let is_object = text_of("kind") == Some(KIND);
+        let mut text = text.to_owned();
+        let mut server_fields: Vec<(Location, String)> = Vec::new();
+        let mut result = None;
+        for _ in 0..MAX_UNKNOWN_FIELDS {
+            match serde_saphyr::from_str_with_options::<GatePolicyDocument>(&text, options()) {
+                Ok(parsed) => {
+                    result = Some(parsed);
+                    break;
+                }
+                Err(serde_saphyr::Error::SerdeUnknownField {
+                    field,
+                    expected,
+                    location,
+                }) => {
+                    let path = outline.path_of_key(location).unwrap_or(field.clone());
+                    if is_object && foreign::is_server_field(&path) {
+                        server_fields.push((location, path));
+                    } else {
+                        self.error(location, path, unknown_field_problem(&field, &expected));
+                    }
+                    match reading::blank_entry(&text, location) {
+                        Some(blanked) if blanked != text => text = blanked,
+                        _ => break,
+                    }
+                }
+                Err(error) => {
+                    self.yaml_error(&error);
+                    break;
+                }
+            }
+        }
+        if let Some((at, _)) = server_fields.first() {
+            let paths: Vec<String> = server_fields.iter().map(|(_, p)| p.clone()).collect();
+            self.error(*at, "(object)", foreign::exported_object(&paths));
+        }
+        result
+    }
+
+    fn yaml_error(&mut self, error: &serde_saphyr::Error) {
+        self.errors.push(PolicyError {
+            file: self.file.to_owned(),
+            line: error.location().map(|l| l.line()).unwrap_or(0),
+            document: self.document,
+            policy: self.policy.clone(),
+            field: "(yaml)".into(),
+            problem: yaml_problem(error),
+        });
+    }
+
     fn error(&mut self, at: Location, field: impl Into<String>, problem: impl Into<String>) {
         self.errors.push(PolicyError {
             file: self.file.to_owned(),
@@ -1053,10 +1117,109 @@ spec:
         );
     }
 
+    /// Document 1 has two unknown fields and a bad glob; document 2 is broken YAML; document 3
+    /// is a Kyverno policy; document 4 has a semantic problem only.
+    const MANY: &str = r#"apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: one}
+spec:
+  namespaces: {include: ["prod-["]}
+  controllers:
+    - {name: flux, usernames: [flux], lable: x}
+  breakGlass:
+    maxDuration: 1h
+    openers: {groups: [sre]}
+    requireResaon: true
+---
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: two
+---
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: three}
+spec: {rules: []}
+---
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: four}
+spec:
+  namespaces: {include: ["staging"]}
+  operations: []
+"#;
+
     #[test]
-    fn document_numbers_follow_separators() {
-        let text = "# c\n---\na: 1\n---\nb: 2\n";
-        assert_eq!(document_of_line(text, 3), 1);
-        assert_eq!(document_of_line(text, 5), 2);
+    fn every_problem_of_every_document_in_one_run() {
+        let errors = PolicySet::from_yaml("many.yaml", MANY).unwrap_err().0;
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let at = |field: &str| {
+            errors
+                .iter()
+                .find(|e| e.field == field)
+                .unwrap_or_else(|| panic!("no problem at {field}: {lines:#?}"))
+        };
+        let lable = at("spec.controllers[0].lable");
+        assert_eq!((lable.line, lable.document), (7, 1), "{lines:#?}");
+        assert!(
+            lable.problem.ends_with(
+                "the fields here are name, usernames, groups, fieldManagers, heldByWindows"
+            ),
+            "{lines:#?}"
+        );
+        let resaon = at("spec.breakGlass.requireResaon");
+        assert_eq!(resaon.line, 11);
+        assert_eq!(
+            resaon.problem,
+            "unknown field `requireResaon`; did you mean `requireReason`?"
+        );
+        assert!(at("spec.namespaces.include[0]").problem.contains("glob"));
+        assert_eq!(at("(yaml)").document, 2);
+        let kyverno = at("apiVersion");
+        assert_eq!((kyverno.line, kyverno.document), (17, 3));
+        assert!(kyverno.problem.contains("Kyverno ClusterPolicy"));
+        let four = at("spec.operations");
+        assert_eq!((four.document, four.policy.as_deref()), (4, Some("four")));
+        assert_eq!(errors.len(), 6, "{lines:#?}");
+    }
+
+    #[test]
+    fn an_object_read_back_from_a_cluster_is_named_and_its_spec_checked() {
+        let text = r#"apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata:
+  name: exported
+  uid: 0b5c
+  resourceVersion: "42"
+  managedFields:
+  - manager: kubectl
+spec:
+  namespaces: {include: [prod-*]}
+  operations: []
+status:
+  conditions: []
+"#;
+        let errors = PolicySet::from_yaml("exported.yaml", text).unwrap_err().0;
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert_eq!((errors[0].field.as_str(), errors[0].line), ("(object)", 5));
+        assert!(
+            errors[0].problem.contains(
+                "(it has metadata.uid, metadata.resourceVersion, metadata.managedFields, status)"
+            ),
+            "{errors:#?}"
+        );
+        assert_eq!(errors[1].field, "spec.operations");
+    }
+
+    #[test]
+    fn without_unknown_fields_the_policy_is_the_same() {
+        let set = PolicySet::from_yaml(
+            "inline",
+            &format!(
+                "---\n{HELD}  breakGlass: {{maxDuration: 1h, openers: {{groups: [sre]}}}}\n---\n"
+            ),
+        )
+        .unwrap();
+        assert_eq!(set.policies().len(), 1);
+        assert_eq!(set.policies()[0].name, "p");
     }
 }
