@@ -33,7 +33,8 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 }
 
 /// Two unknown fields (one a typo of a known field), a bad glob, and, in later documents,
-/// broken YAML and a problem only the semantic checks see.
+/// broken YAML and a problem only the semantic checks see; then, in another file, a misspelt
+/// value and a misspelt required field (so it is missing too).
 const FIRST: &str = r#"apiVersion: driftgate.dev/v1alpha1
 kind: GatePolicy
 metadata: {name: first}
@@ -63,6 +64,7 @@ const SECOND: &str = r#"apiVersion: driftgate.dev/v1alpha1
 kind: GatePolicy
 metadata: {name: fourth}
 spec:
+  mode: Audti
   namespaces: {include: [team-d]}
   breakGlass:
     max_duration: 1h
@@ -88,7 +90,7 @@ fn one_run_reports_every_problem_of_every_file_and_document() {
         format!("{first}:16: (yaml): "),
         format!("{first}:23: spec.operations: is empty"),
         format!(
-            "{second}:7: spec.breakGlass.max_duration: unknown field `max_duration`; did you mean `maxDuration`?"
+            "{second}:8: spec.breakGlass.max_duration: unknown field `max_duration`; did you mean `maxDuration`?"
         ),
     ];
     let lines: Vec<&str> = stderr.lines().collect();
@@ -99,8 +101,13 @@ fn one_run_reports_every_problem_of_every_file_and_document() {
         );
     }
     assert!(stderr.contains("(document 2)"), "{stderr}");
+    assert!(
+        stderr
+            .contains(": spec.breakGlass: missing field `maxDuration` (document 1, policy fourth)"),
+        "{stderr}"
+    );
     assert!(stderr.contains("(document 3, policy third)"), "{stderr}");
-    assert_eq!(lines.last(), Some(&"7 problems found"), "{stderr}");
+    assert_eq!(lines.last(), Some(&"8 problems found"), "{stderr}");
 }
 
 #[test]

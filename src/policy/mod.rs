@@ -474,8 +474,38 @@ fn unknown_field_problem(field: &str, expected: &[&str]) -> String {
     }
 }
 
-/// A document blanks one unknown field per pass; past this many, it is not a policy at all.
-const MAX_UNKNOWN_FIELDS: usize = 200;
+/// A document blanks one unknown or mistyped field per pass; past this many, it is not a
+/// policy at all.
+const MAX_UNREADABLE_FIELDS: usize = 200;
+
+/// A value of the wrong type or an unknown enum value (`mode: Enforcing`), said with the
+/// values allowed.
+fn value_problem(error: &serde_saphyr::Error) -> String {
+    match error {
+        serde_saphyr::Error::SerdeUnknownVariant {
+            variant, expected, ..
+        } => match reading::nearest_field(variant, expected) {
+            Some(near) => format!("unknown value `{variant}`; did you mean `{near}`?"),
+            None => format!(
+                "unknown value `{variant}`; write one of {}",
+                expected.join(", ")
+            ),
+        },
+        other => {
+            let problem = yaml_problem(other);
+            // serde-saphyr's words for the three shapes, said as what to write.
+            let shape = match problem.as_str() {
+                "expected sequence start" => "is not a list; write a list, such as [a, b]",
+                "expected string scalar" => "is not a single value; write one, such as a",
+                p if p.starts_with("expected mapping") => {
+                    "is not a mapping; write key: value entries"
+                }
+                _ => return problem,
+            };
+            shape.to_owned()
+        }
+    }
+}
 
 struct Checker<'a> {
     file: &'a str,
@@ -556,33 +586,63 @@ impl Checker<'_> {
         let is_object = text_of("kind") == Some(KIND);
         let mut text = text.to_owned();
         let mut server_fields: Vec<(Location, String)> = Vec::new();
+        // Fields whose value was of the wrong type, blanked to read on.
+        let mut blanked: Vec<String> = Vec::new();
         let mut result = None;
-        for _ in 0..MAX_UNKNOWN_FIELDS {
-            match serde_saphyr::from_str_with_options::<GatePolicyDocument>(&text, options()) {
-                Ok(parsed) => {
-                    result = Some(parsed);
-                    break;
-                }
-                Err(serde_saphyr::Error::SerdeUnknownField {
+        for _ in 0..MAX_UNREADABLE_FIELDS {
+            let error =
+                match serde_saphyr::from_str_with_options::<GatePolicyDocument>(&text, options()) {
+                    Ok(parsed) => {
+                        result = Some(parsed);
+                        break;
+                    }
+                    Err(error) => error,
+                };
+            let entry = match &error {
+                serde_saphyr::Error::SerdeUnknownField {
                     field,
                     expected,
                     location,
-                }) => {
-                    let path = outline.path_of_key(location).unwrap_or(field.clone());
+                } => {
+                    let path = outline.path_of_key(*location).unwrap_or(field.clone());
                     if is_object && foreign::is_server_field(&path) {
-                        server_fields.push((location, path));
+                        server_fields.push((*location, path));
                     } else {
-                        self.error(location, path, unknown_field_problem(&field, &expected));
+                        self.error(*location, path, unknown_field_problem(field, expected));
                     }
-                    match reading::blank_entry(&text, location) {
-                        Some(blanked) if blanked != text => text = blanked,
-                        _ => break,
-                    }
+                    *location
                 }
-                Err(error) => {
-                    self.yaml_error(&error);
+                serde_saphyr::Error::SerdeMissingField { field, location } => {
+                    // A required field blanked for its type is missing now: said already.
+                    if !blanked
+                        .iter()
+                        .any(|path| path.rsplit('.').next() == Some(field))
+                    {
+                        self.missing_field(&outline, field, *location);
+                    }
                     break;
                 }
+                _ => {
+                    let Some((path, entry, at)) = error
+                        .location()
+                        .and_then(|at| Some((outline.value_at(at)?, at)))
+                        .map(|((path, entry), at)| (path, entry, at))
+                    else {
+                        // Once a field was blanked, an error no value explains is its echo (a
+                        // mapping left empty): the document is refused already.
+                        if blanked.is_empty() {
+                            self.yaml_error(&error);
+                        }
+                        break;
+                    };
+                    self.error(at, path.clone(), value_problem(&error));
+                    blanked.push(path);
+                    entry
+                }
+            };
+            match reading::blank_entry(&text, entry) {
+                Some(next) if next != text => text = next,
+                _ => break,
             }
         }
         if let Some((at, _)) = server_fields.first() {
@@ -590,6 +650,17 @@ impl Checker<'_> {
             self.error(*at, "(object)", foreign::exported_object(&paths));
         }
         result
+    }
+
+    /// Named at the mapping that lacks it, found from the sibling key serde-saphyr points at.
+    fn missing_field(&mut self, outline: &Node, field: &str, at: Location) {
+        let sibling = outline.path_of_key(at);
+        let parent = match sibling.as_deref().map(|path| path.rsplit_once('.')) {
+            Some(Some((parent, _))) => parent.to_owned(),
+            Some(None) => "(document)".to_owned(),
+            None => "(yaml)".to_owned(),
+        };
+        self.error(at, parent, format!("missing field `{field}`"));
     }
 
     fn yaml_error(&mut self, error: &serde_saphyr::Error) {
@@ -1221,5 +1292,75 @@ status:
         .unwrap();
         assert_eq!(set.policies().len(), 1);
         assert_eq!(set.policies()[0].name, "p");
+    }
+
+    #[test]
+    fn values_of_the_wrong_type_are_each_named_and_the_rest_still_checked() {
+        let text = r#"apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: typed}
+spec:
+  mode: Enforcing
+  owner: [team-a]
+  namespaces: {include: ["prod-*"]}
+  operations: [CREATE, PATCH]
+  controllers:
+    - {name: flux, usernames: {flux: true}}
+  delegations:
+    - {name: hpa, usernames: [hpa], fields: []}
+"#;
+        let errors = PolicySet::from_yaml("typed.yaml", text).unwrap_err().0;
+        let found: Vec<(u64, &str, &str)> = errors
+            .iter()
+            .map(|e| (e.line, e.field.as_str(), e.problem.as_str()))
+            .collect();
+        let at = |field: &str| {
+            found
+                .iter()
+                .find(|(_, f, _)| *f == field)
+                .unwrap_or_else(|| panic!("no {field} in {found:#?}"))
+        };
+        assert_eq!(
+            at("spec.mode"),
+            &(
+                5,
+                "spec.mode",
+                "unknown value `Enforcing`; did you mean `Enforce`?"
+            )
+        );
+        assert_eq!(at("spec.owner").0, 6);
+        assert_eq!(at("spec.operations[1]").0, 8);
+        assert!(
+            at("spec.operations[1]")
+                .2
+                .contains("CREATE, UPDATE, DELETE"),
+            "{found:#?}"
+        );
+        assert_eq!(
+            at("spec.controllers[0].usernames"),
+            &(
+                10,
+                "spec.controllers[0].usernames",
+                "is not a list; write a list, such as [a, b]"
+            )
+        );
+        assert_eq!(
+            at("spec.owner").2,
+            "is not a single value; write one, such as a"
+        );
+        // Read past, the controller has no usernames: the semantic checks say so too.
+        assert_eq!(at("spec.controllers[0]").0, 10);
+        assert_eq!(at("spec.delegations[0].fields").0, 12);
+        assert_eq!(errors.len(), 6, "{found:#?}");
+
+        let required = "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: r}\nspec:\n  namespaces: prod-*\n";
+        let errors = PolicySet::from_yaml("required.yaml", required)
+            .unwrap_err()
+            .0;
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!(
+            (errors[0].line, errors[0].field.as_str()),
+            (5, "spec.namespaces")
+        );
     }
 }

@@ -177,23 +177,59 @@ impl Node {
 
     /// The dotted path (`spec.controllers[0].name`) of the key written at `at`.
     pub fn path_of_key(&self, at: Location) -> Option<String> {
-        let same = |l: Location| l.line() == at.line() && l.column() == at.column();
         match self {
             Node::Map(entries) => entries.iter().find_map(|(key, value)| {
-                if same(key.referenced) {
+                if same_place(key.referenced, at) {
                     return Some(key.value.clone());
                 }
-                let inner = value.value.path_of_key(at)?;
-                let sep = if inner.starts_with('[') { "" } else { "." };
-                Some(format!("{}{sep}{inner}", key.value))
+                Some(join(&key.value, &value.value.path_of_key(at)?))
+            }),
+            Node::List(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, item)| Some(join(&format!("[{i}]"), &item.value.path_of_key(at)?))),
+            _ => None,
+        }
+    }
+
+    /// The path of the value written at `at`, and the key of the mapping entry that holds it
+    /// (the entry to blank to read past a value of the wrong type).
+    pub fn value_at(&self, at: Location) -> Option<(String, Location)> {
+        self.find_value(at, None)
+    }
+
+    fn find_value(&self, at: Location, entry: Option<Location>) -> Option<(String, Location)> {
+        match self {
+            Node::Map(entries) => entries.iter().find_map(|(key, value)| {
+                if same_place(value.referenced, at) {
+                    return Some((key.value.clone(), key.referenced));
+                }
+                let (inner, entry) = value.value.find_value(at, Some(key.referenced))?;
+                Some((join(&key.value, &inner), entry))
             }),
             Node::List(items) => items.iter().enumerate().find_map(|(i, item)| {
-                let inner = item.value.path_of_key(at)?;
-                let sep = if inner.starts_with('[') { "" } else { "." };
-                Some(format!("[{i}]{sep}{inner}"))
+                let index = format!("[{i}]");
+                if same_place(item.referenced, at) {
+                    return entry.map(|entry| (index, entry));
+                }
+                let (inner, entry) = item.value.find_value(at, entry)?;
+                Some((join(&index, &inner), entry))
             }),
             _ => None,
         }
+    }
+}
+
+fn same_place(a: Location, b: Location) -> bool {
+    a.line() == b.line() && a.column() == b.column()
+}
+
+/// `spec` and `namespaces` make `spec.namespaces`; `usernames` and `[0]`, `usernames[0]`.
+fn join(outer: &str, inner: &str) -> String {
+    if inner.starts_with('[') {
+        format!("{outer}{inner}")
+    } else {
+        format!("{outer}.{inner}")
     }
 }
 
@@ -359,6 +395,29 @@ mod tests {
             node.path_of_key(key_at(text, "lable")).as_deref(),
             Some("spec.controllers[0].lable")
         );
+    }
+
+    #[test]
+    fn a_value_is_found_with_the_entry_that_holds_it() {
+        let text = "spec:\n  usernames: [a, {b: c}]\n  owner: 3\n";
+        let node: Node = serde_saphyr::from_str(text).unwrap();
+        let owner = node.get("spec").unwrap().value.get("owner").unwrap();
+        let (path, entry) = node.value_at(owner.referenced).unwrap();
+        assert_eq!(path, "spec.owner");
+        assert_eq!((entry.line(), entry.column()), (3, 3));
+        let Node::List(items) = &node
+            .get("spec")
+            .unwrap()
+            .value
+            .get("usernames")
+            .unwrap()
+            .value
+        else {
+            panic!("a list")
+        };
+        let (path, entry) = node.value_at(items[1].referenced).unwrap();
+        assert_eq!(path, "spec.usernames[1]");
+        assert_eq!((entry.line(), entry.column()), (2, 3));
     }
 
     #[test]
