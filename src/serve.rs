@@ -77,7 +77,9 @@ pub struct ServeArgs {
     /// beside --policy, and write their status. Needs a cluster.
     #[arg(long, conflicts_with = "no_kube")]
     pub gatepolicies: bool,
-    /// Answer within this time, shorter than the webhook's timeoutSeconds (default 5s in the chart).
+    /// Answer within this time, shorter than the webhook's timeoutSeconds (default 5s in the
+    /// chart). Durations are written such as 500ms, 1.5s, 2m or 30d; the timeouts and intervals
+    /// refuse 0, which would cut every request off or poll without pause.
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = positive_flag_duration)]
     pub request_timeout: Duration,
     /// Close a new connection whose TLS handshake, or then first request headers, take longer
@@ -94,8 +96,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = flag_duration)]
     pub shutdown_delay: Duration,
     /// Then wait this long for in-flight reviews before closing connections; 0 closes them at
-    /// once. Durations take units such as 500ms, 1.5s, 2m, 30d; the timeouts and intervals
-    /// refuse 0, which would cut every request off or poll without pause.
+    /// once.
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = flag_duration)]
     pub shutdown_grace: Duration,
     /// How often the policy and certificate files are checked for changes.
