@@ -33,6 +33,14 @@ pub fn other_engine(api_version: &str, kind: &str) -> Option<String> {
     ))
 }
 
+/// The sentence for a mapping with neither apiVersion nor kind (a values file, a config).
+pub fn not_an_object() -> String {
+    format!(
+        "has neither apiVersion nor kind, so it is no Kubernetes object, let alone a policy; a \
+         policy starts with apiVersion: {API_VERSION} and kind: {KIND} ({README_POLICY})"
+    )
+}
+
 /// The fields the API server adds to an object, which a policy file does not have.
 pub fn is_server_field(path: &str) -> bool {
     path == "status"

@@ -583,7 +583,18 @@ impl Checker<'_> {
             self.error(api_version.referenced, "apiVersion", problem);
             return None;
         }
+        if let Node::Map(entries) = &outline
+            && outline.get("apiVersion").is_none()
+            && outline.get("kind").is_none()
+        {
+            let first = entries
+                .first()
+                .map_or(Location::UNKNOWN, |(k, _)| k.referenced);
+            self.error(first, "(document)", foreign::not_an_object());
+            return None;
+        }
         let is_object = text_of("kind") == Some(KIND);
+        let original = text;
         let mut text = text.to_owned();
         let mut server_fields: Vec<(Location, String)> = Vec::new();
         // Fields whose value was of the wrong type, blanked to read on.
@@ -630,7 +641,7 @@ impl Checker<'_> {
                     else {
                         // Once a field was blanked, an error no value explains is its echo (a
                         // mapping left empty): the document is refused already.
-                        if blanked.is_empty() {
+                        if text == original {
                             self.yaml_error(&error);
                         }
                         break;
@@ -1362,5 +1373,18 @@ spec:
             (errors[0].line, errors[0].field.as_str()),
             (5, "spec.namespaces")
         );
+    }
+
+    #[test]
+    fn a_mapping_without_apiversion_or_kind_is_one_problem() {
+        let errors = PolicySet::from_yaml("values.yaml", "# c\nreplicas: 2\nimage: {tag: x}\n")
+            .unwrap_err()
+            .0;
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!(
+            (errors[0].line, errors[0].field.as_str()),
+            (2, "(document)")
+        );
+        assert!(errors[0].problem.contains("neither apiVersion nor kind"));
     }
 }
