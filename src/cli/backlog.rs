@@ -2,7 +2,6 @@
 //! `driftgate backlog resolve NAME --note` for a person to close a record.
 
 use std::collections::BTreeSet;
-
 use std::io::Write;
 
 use clap::{Args, Subcommand};
@@ -10,15 +9,14 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde::Serialize;
-use serde_json::json;
 
 use crate::cli::break_glass::NamespaceScope;
 use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::CliError;
 use crate::cli::output::{Listed, OutputArgs, render};
 use crate::ledger::identity::{WhoAmIError, who_am_i};
-use crate::ledger::record::{BackportRequirement, BackportStatus, Phase, Transition};
-use crate::ledger::service::phase_of;
+use crate::ledger::phase::{phase_of, resolved, status_patch};
+use crate::ledger::record::{BackportRequirement, Phase};
 use crate::text::{MAX_REASON_CHARS, echo};
 
 /// RBAC's and kubectl's name for the records.
@@ -69,16 +67,6 @@ pub struct BacklogEntry {
     pub age_seconds: i64,
 }
 
-fn phase_word(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Open => "Open",
-        Phase::AwaitingBackport => "AwaitingBackport",
-        Phase::Backported => "Backported",
-        Phase::Reverted => "Reverted",
-        Phase::Resolved => "Resolved",
-    }
-}
-
 /// The backlog from records: what still needs a person, oldest first.
 pub fn entries(records: &[BackportRequirement], all: bool, now: Timestamp) -> Vec<BacklogEntry> {
     let mut entries: Vec<BacklogEntry> = records
@@ -107,7 +95,7 @@ pub fn entries(records: &[BackportRequirement], all: bool, now: Timestamp) -> Ve
             BacklogEntry {
                 namespace: r.namespace().unwrap_or_default(),
                 name: r.name_any(),
-                phase: phase_word(phase_of(r)).to_owned(),
+                phase: phase_of(r).word().to_owned(),
                 object: format!(
                     "{}/{}",
                     r.spec.object.kind.to_lowercase(),
@@ -264,10 +252,7 @@ async fn resolve(
         &resolver,
         Timestamp::now(),
     );
-    let patch = json!({
-        "metadata": {"resourceVersion": record.metadata.resource_version},
-        "status": status,
-    });
+    let patch = status_patch(record.metadata.resource_version.as_deref(), &status);
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|e| {
@@ -284,28 +269,6 @@ async fn resolve(
         "BackportRequirement {namespace}/{name} resolved by {resolver}: {note}"
     );
     Ok(())
-}
-
-/// `status` resolved by `resolver` at `at` with `note`: the phase, the note, who and when, and a
-/// transition saying the same (the earlier transitions kept).
-pub fn resolved(
-    mut status: BackportStatus,
-    note: &str,
-    resolver: &str,
-    at: Timestamp,
-) -> BackportStatus {
-    let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at);
-    status.phase = Phase::Resolved;
-    status.resolution_note = Some(note.to_owned());
-    status.resolved_by = Some(resolver.to_owned());
-    status.resolved_at = Some(at.clone());
-    status.transitions.push(Transition {
-        phase: Phase::Resolved,
-        time: at,
-        reason: "ResolvedByPerson".into(),
-        message: note.to_owned(),
-    });
-    status
 }
 
 #[cfg(test)]
