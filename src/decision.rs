@@ -1015,10 +1015,11 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
                         let mut outcome = RuleOutcome::admit(rule);
                         if let Some(w) = &window {
                             outcome.warning = Some(warning(format!(
-                                "driftgate: break-glass window open on {} until {} ({}); every change made in it must be backported to Git.",
+                                "driftgate: break-glass window open on {} until {} ({}); {}every change made in it must be backported to Git.",
                                 facts.object_words(),
                                 human_utc(w.expires_at),
-                                w.label_value
+                                w.label_value,
+                                held_controllers(policy, rules),
                             )));
                         }
                         outcome.new_window = window;
@@ -1242,6 +1243,26 @@ fn closes_window_only(facts: &Facts<'_>, rules: &BreakGlassRules) -> bool {
             .is_none_or(|labels| !labels.contains_key(&rules.label))
     });
     only_metadata && label_removed
+}
+
+/// What a window holds off, for its opening warning: `controller flux is held off it until
+/// then; `, or nothing when the policy holds no controller (`holdController: false`, or
+/// every controller `heldByWindows: false`).
+fn held_controllers(policy: &GatePolicy, rules: &BreakGlassRules) -> String {
+    let held: Vec<&str> = policy
+        .controllers
+        .iter()
+        .filter(|c| rules.hold_controller && c.held_by_windows)
+        .map(|c| c.name.as_str())
+        .collect();
+    match held.as_slice() {
+        [] => String::new(),
+        [one] => format!("controller {one} is held off it until then; "),
+        many => format!(
+            "controllers {} are held off it until then; ",
+            many.join(", ")
+        ),
+    }
 }
 
 /// Rule 6: opening, extending, amending or closing a window.
