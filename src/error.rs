@@ -23,9 +23,6 @@ pub enum Error {
     TestSuite { path: PathBuf, reason: String },
     #[error("the policies are invalid:\n{0}")]
     Policy(#[from] PolicyErrors),
-    /// Kept only for the commands' errors until they have their own type.
-    #[error("{0}")]
-    Config(String),
     #[error("{flag} is required (or use --dev)")]
     MissingFlag { flag: &'static str },
     /// Boxed: a certificate error can hold an Error itself.
