@@ -1064,10 +1064,11 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
                         let mut outcome = RuleOutcome::admit(rule);
                         if let Some(w) = &window {
                             outcome.warning = Some(warning(format!(
-                                "driftgate: break-glass window open on {} until {} ({}); every change made in it must be backported to Git.",
+                                "driftgate: break-glass window open on {} until {} ({}); {}every change made in it must be backported to Git.",
                                 facts.object_words(),
                                 human_utc(w.expires_at),
-                                w.label_value
+                                w.label_value,
+                                held_controllers(policy, rules),
                             )));
                         }
                         outcome.new_window = window;
@@ -1309,6 +1310,26 @@ fn refuse_window_change(facts: &Facts<'_>, policy: &GatePolicy, why: WindowProbl
         owner: owner_suffix(policy),
     };
     RuleOutcome::refuse(Rule::BreakGlassRefused, policy, words, &why.detail)
+}
+
+/// What a window holds off, for its opening warning: `controller flux is held off it until
+/// then; `, or nothing when the policy holds no controller (`holdController: false`, or
+/// every controller `heldByWindows: false`).
+fn held_controllers(policy: &GatePolicy, rules: &BreakGlassRules) -> String {
+    let held: Vec<&str> = policy
+        .controllers
+        .iter()
+        .filter(|c| rules.hold_controller && c.held_by_windows)
+        .map(|c| c.name.as_str())
+        .collect();
+    match held.as_slice() {
+        [] => String::new(),
+        [one] => format!("controller {one} is held off it until then; "),
+        many => format!(
+            "controllers {} are held off it until then; ",
+            many.join(", ")
+        ),
+    }
 }
 
 /// Rule 6: opening, extending, amending or closing a window.

@@ -1,6 +1,9 @@
 //! The crate's error type: every failure a user can cause, said in words they can act on.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+
+use crate::certs::runtime::RuntimeCertError;
 
 use crate::policy::PolicyErrors;
 use crate::review::ReviewError;
@@ -20,8 +23,41 @@ pub enum Error {
     TestSuite { path: PathBuf, reason: String },
     #[error("the policies are invalid:\n{0}")]
     Policy(#[from] PolicyErrors),
-    #[error("{0}")]
-    Config(String),
+    #[error("{flag} is required (or use --dev)")]
+    MissingFlag { flag: &'static str },
+    /// Boxed: a certificate error can hold an Error itself.
+    #[error(transparent)]
+    RuntimeCerts(Box<RuntimeCertError>),
+    #[error("--kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no cluster configuration found ({source}); pass --kubeconfig")]
+    NoClusterConfig {
+        source: kube::config::InferConfigError,
+    },
+    #[error("cannot build the Kubernetes client: {source}")]
+    KubeClient { source: kube::Error },
+    /// `serve` without `--dev` needs a cluster unless told otherwise.
+    #[error("{source}, or --no-kube to run without a cluster")]
+    ClusterRequired { source: Box<Error> },
+    #[error(
+        "--gatepolicies reads GatePolicy objects from a cluster, and none was found: give --kubeconfig, or drop --gatepolicies"
+    )]
+    GatePoliciesWithoutCluster,
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on the admin address {addr}: {source}")]
+    AdminListen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the webhook listener on {addr} stopped before it was listening")]
+    ListenerEnded { addr: SocketAddr },
     #[error("\"{value}\" is not an RFC 3339 time such as 2026-11-30T09:00:00Z: {reason}")]
     Time { value: String, reason: String },
     #[error("{}: cannot be written: {source}", path.display())]
@@ -41,6 +77,12 @@ pub enum Error {
     TlsKeyMismatch { cert: PathBuf, key: PathBuf },
     #[error("cannot generate certificates: {reason}")]
     Certs { reason: String },
+}
+
+impl From<RuntimeCertError> for Error {
+    fn from(error: RuntimeCertError) -> Self {
+        Error::RuntimeCerts(Box::new(error))
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -461,22 +461,22 @@ pub async fn client_config(kubeconfig: Option<&std::path::Path>) -> crate::Resul
     use crate::Error;
     match kubeconfig {
         Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
+            let bad = |source| Error::Kubeconfig {
+                path: path.to_path_buf(),
+                source,
+            };
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(bad)?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                 .await
-                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))
+                .map_err(bad)
         }
-        None => kube::Config::infer().await.map_err(|e| {
-            Error::Config(format!(
-                "no cluster configuration found ({e}); pass --kubeconfig"
-            ))
-        }),
+        None => kube::Config::infer()
+            .await
+            .map_err(|source| Error::NoClusterConfig { source }),
     }
 }
 
 /// A client for `config`.
 pub fn client_for(config: kube::Config) -> crate::Result<kube::Client> {
-    kube::Client::try_from(config)
-        .map_err(|e| crate::Error::Config(format!("cannot build the Kubernetes client: {e}")))
+    kube::Client::try_from(config).map_err(|source| crate::Error::KubeClient { source })
 }

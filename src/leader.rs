@@ -50,13 +50,24 @@ impl LeaderArgs {
     }
 }
 
+/// Why a `--leader-lease-duration` is refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseDurationError {
+    #[error(transparent)]
+    Unreadable(#[from] crate::timefmt::FlagDurationError),
+    #[error(
+        "\"{value}\" is not whole seconds of at least 2s: a Lease counts in seconds and is renewed every third of it; write e.g. 15s"
+    )]
+    NotWholeSeconds { value: String },
+}
+
 /// A whole number of seconds, at least 2 (the Lease stores seconds; renewals come every third).
-fn parse_lease_duration(value: &str) -> Result<Duration, String> {
-    let duration = crate::timefmt::WindowDuration::parse(value)
-        .map(|d| d.as_signed().unsigned_abs())
-        .map_err(|e| e.to_string())?;
+fn parse_lease_duration(value: &str) -> Result<Duration, LeaseDurationError> {
+    let duration = crate::timefmt::positive_flag_duration(value)?;
     if duration < Duration::from_secs(2) || duration.subsec_nanos() != 0 {
-        return Err("must be whole seconds, at least 2s, such as 15s".to_owned());
+        return Err(LeaseDurationError::NotWholeSeconds {
+            value: value.to_owned(),
+        });
     }
     Ok(duration)
 }
@@ -193,7 +204,7 @@ mod tests {
     fn lease_durations_are_whole_seconds_of_at_least_two() {
         assert_eq!(parse_lease_duration("15s"), Ok(Duration::from_secs(15)));
         assert_eq!(parse_lease_duration("1m"), Ok(Duration::from_secs(60)));
-        for bad in ["1s", "0s", "fifteen"] {
+        for bad in ["1s", "0s", "fifteen", "2.5s", "1500ms"] {
             assert!(parse_lease_duration(bad).is_err(), "{bad}");
         }
     }

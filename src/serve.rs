@@ -33,6 +33,7 @@ use crate::server::tls::{
     spawn_tls_reloader,
 };
 use crate::server::{AppState, MAX_BODY_BYTES, admin_router, router};
+use crate::timefmt::{flag_duration, positive_flag_duration};
 
 pub const DEV_CERT_DIR: &str = "certs-dev";
 pub const DEV_POLICY: &str = "policies/example.yaml";
@@ -76,31 +77,34 @@ pub struct ServeArgs {
     /// beside --policy, and write their status. Needs a cluster.
     #[arg(long, conflicts_with = "no_kube")]
     pub gatepolicies: bool,
-    /// Answer within this time, shorter than the webhook's timeoutSeconds (default 5s in the chart).
-    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_duration)]
+    /// Answer within this time, shorter than the webhook's timeoutSeconds (default 5s in the
+    /// chart). Durations are written such as 500ms, 1.5s, 2m or 30d; the timeouts and intervals
+    /// refuse 0, which would cut every request off or poll without pause.
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = positive_flag_duration)]
     pub request_timeout: Duration,
     /// Close a new connection whose TLS handshake, or then first request headers, take longer
     /// than this (slow clients).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_flag_duration)]
     pub header_timeout: Duration,
     /// Close a kept-alive connection idle for this long. Keep it above the API server's idle
     /// timeout for webhook connections (90s), so that the API server closes first and never
     /// sends a review on a connection we are closing.
-    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = positive_flag_duration)]
     pub idle_timeout: Duration,
     /// On SIGTERM, fail readiness and keep serving this long, so that endpoints stop routing
-    /// here before the listener closes.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    /// here before the listener closes; 0 closes at once (no Service routes here, as in tests).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = flag_duration)]
     pub shutdown_delay: Duration,
-    /// Then wait this long for in-flight reviews before closing connections.
-    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration)]
+    /// Then wait this long for in-flight reviews before closing connections; 0 closes them at
+    /// once.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = flag_duration)]
     pub shutdown_grace: Duration,
     /// How often the policy and certificate files are checked for changes.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = positive_flag_duration)]
     pub reload_interval: Duration,
     /// How often the backport records are checked for break-glass windows that expired; an
     /// expiry is noticed (record AwaitingBackport, BreakGlassExpired Event) within this time.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_flag_duration)]
     pub expiry_check_interval: Duration,
     /// Close new connections to the webhook port at once while this many are open (each costs
     /// ~12 KiB before its handshake, ~60 KiB kept alive after a review; the API server keeps a
@@ -152,7 +156,7 @@ pub struct LedgerArgs {
     pub ledger_crd_admin_group: Vec<String>,
     /// Delete a backport record this long after it settled (Backported or Resolved); 0 keeps
     /// settled records for ever.
-    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = flag_duration)]
     pub record_retention: Duration,
 }
 
@@ -176,15 +180,6 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
     };
-}
-
-fn parse_duration(value: &str) -> std::result::Result<Duration, String> {
-    if value == "0" || value == "0s" {
-        return Ok(Duration::ZERO);
-    }
-    crate::timefmt::WindowDuration::parse(value)
-        .map(|d| d.as_signed().unsigned_abs())
-        .map_err(|e| e.to_string())
 }
 
 /// A byte count, plain or with a Ki/Mi/Gi suffix, with room for one body at the limit beside
@@ -228,14 +223,6 @@ pub fn ledger_write_timeout(request_timeout: Duration) -> Duration {
         .max(request_timeout / 2)
 }
 
-/// A duration that must not be zero (an interval).
-fn parse_positive_duration(value: &str) -> std::result::Result<Duration, String> {
-    match parse_duration(value)? {
-        Duration::ZERO => Err("must be longer than 0s".to_owned()),
-        duration => Ok(duration),
-    }
-}
-
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone)]
 pub enum TlsSource {
@@ -255,15 +242,12 @@ pub struct ServeSettings {
 
 impl ServeArgs {
     pub fn settings(&self) -> Result<ServeSettings> {
-        let runtime = self
-            .runtime_certs
-            .settings()
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let runtime = self.runtime_certs.settings()?;
         let (policy, tls, addr, admin) = if let Some(runtime) = runtime {
             (
-                self.policy.clone().ok_or_else(|| {
-                    Error::Config("--policy is required (or use --dev)".to_owned())
-                })?,
+                self.policy
+                    .clone()
+                    .ok_or(Error::MissingFlag { flag: "--policy" })?,
                 TlsSource::Secret(runtime),
                 self.addr.unwrap_or(([0, 0, 0, 0], 8443).into()),
                 self.admin_addr.unwrap_or(([0, 0, 0, 0], 8080).into()),
@@ -281,7 +265,7 @@ impl ServeArgs {
             )
         } else {
             // clap enforces these without --dev.
-            let missing = |what: &str| Error::Config(format!("{what} is required (or use --dev)"));
+            let missing = |flag| Error::MissingFlag { flag };
             (
                 self.policy.clone().ok_or_else(|| missing("--policy"))?,
                 TlsSource::Files(TlsFiles {
@@ -314,9 +298,9 @@ async fn kube_client(args: &ServeArgs) -> Result<Option<kube::Client>> {
             return Ok(None);
         }
         (Err(error), false) => {
-            return Err(Error::Config(format!(
-                "{error}, or --no-kube to run without a cluster"
-            )));
+            return Err(Error::ClusterRequired {
+                source: Box::new(error),
+            });
         }
     };
     client_for(config).map(Some)
@@ -359,9 +343,7 @@ fn gatepolicy_source(
         return Ok(None);
     }
     let Some(client) = client else {
-        return Err(Error::Config(
-            "--gatepolicies reads GatePolicy objects from a cluster, and none was found: give --kubeconfig, or drop --gatepolicies".into(),
-        ));
+        return Err(Error::GatePoliciesWithoutCluster);
     };
     let health = Arc::new(GatePolicyHealth::default());
     let watch = GatePolicyWatch {
@@ -424,9 +406,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             config
         }
         TlsSource::Secret(runtime) => {
-            let client = client.clone().ok_or_else(|| {
-                Error::Config(crate::certs::runtime::RuntimeCertError::NoCluster.to_string())
-            })?;
+            let client = client
+                .clone()
+                .ok_or(crate::certs::runtime::RuntimeCertError::NoCluster)?;
             let slot = Arc::new(CertSlot::default());
             tasks.extend(crate::certs::runtime::spawn(
                 client,
@@ -553,7 +535,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             metrics.webhook_connections_refused.clone(),
         ));
     let mut server = axum_server::from_tcp(listen(settings.addr)?)
-        .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", settings.addr)))?
+        .map_err(|source| Error::Listen {
+            addr: settings.addr,
+            source,
+        })?
         .acceptor(acceptor)
         .handle(handle.clone());
     // The API server calls over HTTP/1.1 with pooled keep-alive connections: keep them open.
@@ -578,11 +563,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
 
     let admin_listener = tokio::net::TcpListener::bind(settings.admin_addr)
         .await
-        .map_err(|e| {
-            Error::Config(format!(
-                "cannot listen on the admin address {}: {e}",
-                settings.admin_addr
-            ))
+        .map_err(|source| Error::AdminListen {
+            addr: settings.admin_addr,
+            source,
         })?;
     let admin_shutdown = shutdown.clone();
     let admin_app = admin_router(state.clone());
@@ -597,11 +580,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         None => {
             // The server task ended before listening: surface its error.
             return match webhook.await {
-                Ok(Err(e)) => Err(Error::Config(format!(
-                    "cannot listen on {}: {e}",
-                    settings.addr
-                ))),
-                _ => Err(Error::Config(format!("cannot listen on {}", settings.addr))),
+                Ok(Err(source)) => Err(Error::Listen {
+                    addr: settings.addr,
+                    source,
+                }),
+                _ => Err(Error::ListenerEnded {
+                    addr: settings.addr,
+                }),
             };
         }
     };
@@ -654,7 +639,7 @@ async fn wait_for_certificate(slot: &CertSlot, secret: &str) {
 /// restart), a short queue overflows and the kernel makes the excess wait for SYN-ACK
 /// retransmits, seconds each, before driftgate even sees them.
 fn listen(addr: SocketAddr) -> Result<std::net::TcpListener> {
-    let cannot = |e: std::io::Error| Error::Config(format!("cannot listen on {addr}: {e}"));
+    let cannot = |source| Error::Listen { addr, source };
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()
     } else {

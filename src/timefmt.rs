@@ -1,9 +1,11 @@
-//! The two time formats driftgate reads: break-glass expiries in label values, and durations
-//! in policies and on the command line.
+//! The time formats driftgate reads: break-glass expiries in label values, durations in
+//! policies and `break-glass open --for` (strict: whole units, d/h/m/s), and the durations of
+//! `serve`'s flags (jiff's friendly format: `500ms`, `1.5s`, `2m`, `30d`).
 
 use std::fmt;
+use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp, civil::DateTime, tz::Offset};
+use jiff::{SignedDuration, Span, SpanRelativeTo, Timestamp, civil::DateTime, tz::Offset};
 
 /// Why a break-glass label value is not an expiry.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -171,6 +173,72 @@ impl fmt::Display for WindowDuration {
     }
 }
 
+/// Why a flag's value is not a duration it takes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FlagDurationError {
+    #[error(
+        "\"{value}\" is not a duration ({problem}); write a number and a unit, such as 500ms, 1.5s, 2m, 4h or 30d"
+    )]
+    Unreadable { value: String, problem: String },
+    #[error(
+        "\"{value}\" counts in months or years, which have no fixed length; count in days or weeks, such as 30d"
+    )]
+    Calendar { value: String },
+    #[error("\"{value}\" is negative; write a duration such as 10s")]
+    Negative { value: String },
+    #[error("\"{value}\" is longer than a year; write a year or less, such as 90d")]
+    TooLong { value: String },
+    #[error("\"{value}\" is zero, which means nothing for this flag; write a duration such as 10s")]
+    Zero { value: String },
+}
+
+/// A flag's duration longer than this is a slip (and would overflow timestamp arithmetic).
+const LONGEST_FLAG_DURATION: Duration = Duration::from_secs(366 * 86_400);
+
+/// A flag's duration in jiff's friendly format (`500ms`, `1.5s`, `1h30m`, `30d`; days are 24
+/// hours), zero included (`0` or `0s`), for flags whose zero means something.
+pub fn flag_duration(value: &str) -> Result<Duration, FlagDurationError> {
+    if value == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let unreadable = |error: jiff::Error| FlagDurationError::Unreadable {
+        value: value.to_owned(),
+        problem: friendly_problem(&error),
+    };
+    let span: Span = value.parse().map_err(unreadable)?;
+    let signed = span
+        .to_duration(SpanRelativeTo::days_are_24_hours())
+        .map_err(|_| FlagDurationError::Calendar {
+            value: value.to_owned(),
+        })?;
+    let duration = Duration::try_from(signed).map_err(|_| FlagDurationError::Negative {
+        value: value.to_owned(),
+    })?;
+    if duration > LONGEST_FLAG_DURATION {
+        return Err(FlagDurationError::TooLong {
+            value: value.to_owned(),
+        });
+    }
+    Ok(duration)
+}
+
+/// [`flag_duration`] for flags whose zero means nothing (an interval, a timeout, a validity).
+pub fn positive_flag_duration(value: &str) -> Result<Duration, FlagDurationError> {
+    match flag_duration(value)? {
+        Duration::ZERO => Err(FlagDurationError::Zero {
+            value: value.to_owned(),
+        }),
+        duration => Ok(duration),
+    }
+}
+
+/// jiff's reason, without the prefix every friendly-format error shares.
+fn friendly_problem(error: &jiff::Error) -> String {
+    let text = error.to_string();
+    let prefix = "failed to parse input in the \"friendly\" duration format: ";
+    text.strip_prefix(prefix).unwrap_or(&text).to_owned()
+}
+
 /// A timestamp for people: `2026-11-30 09:30 UTC`.
 pub fn human_utc(at: Timestamp) -> String {
     let dt = Offset::UTC.to_datetime(at);
@@ -245,5 +313,48 @@ mod tests {
                 "{bad:?} should be refused"
             );
         }
+    }
+
+    #[test]
+    fn flag_durations_are_friendly() {
+        for (text, expected) in [
+            ("500ms", Duration::from_millis(500)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("2m", Duration::from_secs(120)),
+            ("1h30m", Duration::from_secs(5400)),
+            ("720h", Duration::from_secs(30 * 86_400)),
+            ("30d", Duration::from_secs(30 * 86_400)),
+            ("90d", Duration::from_secs(90 * 86_400)),
+            ("2w", Duration::from_secs(14 * 86_400)),
+            ("0s", Duration::ZERO),
+            ("0", Duration::ZERO),
+        ] {
+            assert_eq!(flag_duration(text), Ok(expected), "{text}");
+        }
+        assert_eq!(positive_flag_duration("10s"), Ok(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn flag_durations_refuse_with_a_sentence() {
+        let message = |text| positive_flag_duration(text).unwrap_err().to_string();
+        for zero in ["0", "0s", "0ms"] {
+            assert_eq!(
+                message(zero),
+                format!(
+                    "\"{zero}\" is zero, which means nothing for this flag; write a duration such as 10s"
+                )
+            );
+        }
+        let garbage = message("fifteen");
+        assert!(
+            garbage.starts_with("\"fifteen\" is not a duration (")
+                && garbage.ends_with("such as 500ms, 1.5s, 2m, 4h or 30d"),
+            "{garbage}"
+        );
+        assert!(!garbage.contains("friendly"), "{garbage}");
+        assert!(message("10").contains("is not a duration"));
+        assert!(message("1mo").contains("no fixed length"));
+        assert!(message("-1s").contains("negative"));
+        assert!(message("400d").contains("longer than a year"));
     }
 }

@@ -493,3 +493,215 @@ fn krew_manifest_is_rendered_from_the_tarball_that_holds_kubectl_driftgate() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A kubeconfig whose current context points at a port nothing listens on (1), with
+/// namespace `ctx-ns`, and a second context `other`.
+fn dead_kubeconfig(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("dead-kubeconfig");
+    std::fs::write(
+        &path,
+        r#"apiVersion: v1
+kind: Config
+clusters:
+  - name: dead
+    cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}
+users:
+  - name: nobody
+    user: {}
+contexts:
+  - name: dead
+    context: {cluster: dead, user: nobody, namespace: ctx-ns}
+  - name: other
+    context: {cluster: dead, user: nobody}
+current-context: dead
+"#,
+    )
+    .unwrap();
+    path
+}
+
+const OPEN: &[&str] = &[
+    "break-glass",
+    "open",
+    "deployment/api",
+    "-n",
+    "prod",
+    "--for",
+    "1h",
+    "--reason",
+    "INC-1: api OOM",
+];
+
+#[test]
+fn an_unreachable_cluster_is_one_sentence_with_the_server_and_exit_3() {
+    let dir = temp_dir("dead");
+    let kubeconfig = dead_kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let commands: [&[&str]; 5] = [
+        &["backlog"],
+        &["backlog", "-A", "-o", "json"],
+        &["break-glass", "list", "--context", "other"],
+        OPEN,
+        &["break-glass", "close", "-n", "prod"],
+    ];
+    for args in commands {
+        let out = driftgate(&[args, &["--kubeconfig", kubeconfig]].concat());
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot reach the API server at https://127.0.0.1:1 ("),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr
+                .trim_end()
+                .ends_with("; is this the right context? (kubectl config current-context)"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("Status {"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_input_is_refused_before_connecting_with_exit_2() {
+    let dir = temp_dir("bad-input");
+    let kubeconfig = dead_kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let with = |args: &[&str], extra: &[&str]| driftgate(&[args, extra].concat());
+    let cases: [(Vec<&str>, &str); 6] = [
+        (
+            [&OPEN[..2], &["api"], &OPEN[3..]].concat(),
+            "driftgate break-glass: \"api\" is not KIND/NAME; write e.g. deployment/api",
+        ),
+        (
+            vec!["break-glass", "close", "deployment/", "-n", "prod"],
+            "driftgate break-glass: \"deployment/\" is not KIND/NAME",
+        ),
+        (
+            [&OPEN[..6], &["soon"], &OPEN[7..]].concat(),
+            "driftgate break-glass: --for: \"soon\" is not a duration",
+        ),
+        (
+            [&OPEN[..8], &["INC-…: what and why"]].concat(),
+            "driftgate break-glass: --reason must say why",
+        ),
+        (
+            vec!["backlog", "--context", "nope"],
+            "driftgate backlog: --context nope: no such context in ",
+        ),
+        (
+            vec!["backlog", "--as-group", "sre-oncall"],
+            "driftgate backlog: --as-group needs --as",
+        ),
+    ];
+    for (args, expected) in cases {
+        // The dead server proves nothing was sent: connecting would have been exit 3.
+        let out = with(&args, &["--kubeconfig", kubeconfig]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with(expected), "{args:?}: {stderr}");
+    }
+    // KIND/NAME is checked before the kubeconfig is even read.
+    let out = with(
+        &[&OPEN[..2], &["api"], &OPEN[3..]].concat(),
+        &["--kubeconfig", "/nonexistent/kubeconfig"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("is not KIND/NAME"));
+    let out = with(&["backlog"], &["--kubeconfig", "/nonexistent/kubeconfig"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .starts_with("driftgate backlog: --kubeconfig /nonexistent/kubeconfig: cannot be read"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Usage errors are clap's, exit 2 as well; -o takes kubectl's formats.
+    let out = with(&["backlog", "-o", "csv"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("table, wide, json, yaml, name"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn help_lists_the_exit_codes() {
+    let out = driftgate(&["--help"]);
+    let help = text(&out.stdout);
+    for line in [
+        "Exit codes:",
+        "  1  refused by driftgate's policy",
+        "  2  bad input",
+        "  3  the cluster is unreachable",
+        "  4  not permitted by Kubernetes RBAC",
+    ] {
+        assert!(help.contains(line), "{line}: {help}");
+    }
+}
+
+#[test]
+fn run_as_kubectl_driftgate_it_names_itself_so() {
+    let dir = temp_dir("plugin-name");
+    let kubeconfig = dead_kubeconfig(&dir);
+    let plugin = dir.join("kubectl-driftgate");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_driftgate"), &plugin).unwrap();
+    let out = Command::new(&plugin)
+        .args(["backlog", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("kubectl driftgate backlog: cannot reach the API server"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn opening_a_window_warns_which_controllers_it_holds_off() {
+    let open = |policy: &str| {
+        let out = driftgate(&[
+            "eval",
+            "--policy",
+            policy,
+            "--now",
+            "2026-11-30T09:00:00Z",
+            "tests/fixtures/break-glass-open.json",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let review: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(review["response"]["allowed"], true, "{review}");
+        review["response"]["warnings"][0]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let warning = open("policies/example.yaml");
+    assert!(
+        warning.contains("; controller flux is held off it until then; every change made in it must be backported to Git."),
+        "{warning}"
+    );
+    let dir = temp_dir("no-hold");
+    let example = std::fs::read_to_string("policies/example.yaml").unwrap();
+    assert!(example.contains("holdController: true"));
+    let policy = dir.join("no-hold.yaml");
+    // heldByWindows has no effect without holdController, and policy check says so.
+    let no_hold = example
+        .replace("holdController: true", "holdController: false")
+        .replace("      heldByWindows: false\n", "");
+    std::fs::write(&policy, no_hold).unwrap();
+    let warning = open(policy.to_str().unwrap());
+    assert!(!warning.contains("held off"), "{warning}");
+    assert!(
+        warning.contains("every change made in it must be backported"),
+        "{warning}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -54,15 +54,15 @@ pub struct RuntimeCertArgs {
     #[arg(long = "tls-secret-host", value_name = "NAME", requires = "tls_secret")]
     pub hosts: Vec<String>,
     /// How long each generated CA and serving certificate is valid.
-    #[arg(long, value_name = "DURATION", default_value = "90d", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "90d", value_parser = crate::timefmt::positive_flag_duration)]
     pub cert_validity: Duration,
     /// Start a rotation this long before the serving certificate expires.
-    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = crate::timefmt::positive_flag_duration)]
     pub cert_renew_before: Duration,
     /// How long a new caBundle must be live before its certificate is served, and how long
     /// after a rotation the old CA stays trusted (the API server's informer, replicas'
     /// watches catching up).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::timefmt::positive_flag_duration)]
     pub ca_bundle_settle: Duration,
     /// The ValidatingWebhookConfiguration whose caBundle driftgate writes.
     #[arg(long, value_name = "NAME", requires = "tls_secret")]
@@ -76,14 +76,8 @@ pub struct RuntimeCertArgs {
     pub ca_bundle_webhooks: Vec<String>,
     /// Read the Secret and the caBundle at least this often (changes to the Secret are
     /// watched and acted on at once).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::timefmt::positive_flag_duration)]
     pub cert_check_interval: Duration,
-}
-
-fn parse_duration(value: &str) -> Result<Duration, String> {
-    crate::timefmt::WindowDuration::parse(value)
-        .map(|d| d.as_signed().unsigned_abs())
-        .map_err(|e| e.to_string())
 }
 
 /// Why runtime mode cannot start or a step failed; each names the object.

@@ -2,19 +2,25 @@
 //! `driftgate backlog resolve NAME --note` for a person to close a record.
 
 use std::collections::BTreeSet;
+use std::io::Write;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde::Serialize;
-use serde_json::json;
 
-use crate::cli::break_glass::{Connection, NamespaceScope, client};
-use crate::error::{Error, Result};
-use crate::ledger::identity::who_am_i;
-use crate::ledger::record::{BackportRequirement, BackportStatus, Phase, Transition};
-use crate::ledger::service::{phase_of, phase_since};
+use crate::cli::break_glass::NamespaceScope;
+use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
+use crate::cli::error::CliError;
+use crate::cli::output::{Listed, OutputArgs, render};
+use crate::ledger::identity::{WhoAmIError, who_am_i};
+use crate::ledger::phase::{phase_of, resolved, status_patch};
+use crate::ledger::record::{BackportRequirement, Phase};
+use crate::text::{MAX_REASON_CHARS, echo};
+
+/// RBAC's and kubectl's name for the records.
+const RECORDS: &str = "backportrequirements.driftgate.dev";
 
 #[derive(Debug, Args)]
 pub struct BacklogArgs {
@@ -25,16 +31,10 @@ pub struct BacklogArgs {
     /// Also show records that are done (Backported, Resolved).
     #[arg(long)]
     pub all: bool,
-    #[arg(short = 'o', long, value_enum, default_value = "table")]
-    pub output: OutputFormat,
     #[command(flatten)]
-    pub connection: Connection,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    Table,
-    Json,
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -43,8 +43,9 @@ pub enum BacklogCommand {
     Resolve {
         #[arg(value_name = "NAME")]
         name: String,
+        /// The record's namespace (default: the kubeconfig context's).
         #[arg(short = 'n', long, value_name = "NS")]
-        namespace: String,
+        namespace: Option<String>,
         #[arg(long, value_name = "TEXT")]
         note: String,
     },
@@ -62,18 +63,8 @@ pub struct BacklogEntry {
     pub opener: String,
     pub changed_by: Vec<String>,
     pub reason: String,
-    /// Seconds since the record entered its phase.
+    /// Seconds since the record was created (its metadata.creationTimestamp).
     pub age_seconds: i64,
-}
-
-fn phase_word(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Open => "Open",
-        Phase::AwaitingBackport => "AwaitingBackport",
-        Phase::Backported => "Backported",
-        Phase::Reverted => "Reverted",
-        Phase::Resolved => "Resolved",
-    }
 }
 
 /// The backlog from records: what still needs a person, oldest first.
@@ -104,7 +95,7 @@ pub fn entries(records: &[BackportRequirement], all: bool, now: Timestamp) -> Ve
             BacklogEntry {
                 namespace: r.namespace().unwrap_or_default(),
                 name: r.name_any(),
-                phase: phase_word(phase_of(r)).to_owned(),
+                phase: phase_of(r).word().to_owned(),
                 object: format!(
                     "{}/{}",
                     r.spec.object.kind.to_lowercase(),
@@ -114,7 +105,11 @@ pub fn entries(records: &[BackportRequirement], all: bool, now: Timestamp) -> Ve
                 opener: r.spec.window.opener.clone().unwrap_or_else(|| "?".into()),
                 changed_by: users.into_iter().collect(),
                 reason: r.spec.window.reason.clone().unwrap_or_default(),
-                age_seconds: phase_since(r).map_or(0, |since| (now - since).get_seconds()),
+                age_seconds: r
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(0, |created| (now - created.0).get_seconds()),
             }
         })
         .collect();
@@ -131,127 +126,149 @@ fn age(seconds: i64) -> String {
     }
 }
 
-pub fn render_table(entries: &[BacklogEntry]) -> String {
-    if entries.is_empty() {
-        return "Nothing to backport.\n".to_owned();
+impl Listed for BacklogEntry {
+    fn headers(wide: bool) -> Vec<&'static str> {
+        let mut headers = vec![
+            "NAMESPACE",
+            "NAME",
+            "PHASE",
+            "OBJECT",
+            "AGE",
+            "OPENER",
+            "FIELDS",
+        ];
+        if wide {
+            headers.push("CHANGED-BY");
+        }
+        headers.push("REASON");
+        headers
     }
-    let mut out = format!(
-        "{:<16} {:<34} {:<17} {:<28} {:<7} {:<10} {:<30} REASON\n",
-        "NAMESPACE", "NAME", "PHASE", "OBJECT", "AGE", "OPENER", "FIELDS"
-    );
-    for e in entries {
-        out.push_str(&format!(
-            "{:<16} {:<34} {:<17} {:<28} {:<7} {:<10} {:<30} {}\n",
-            e.namespace,
-            e.name,
-            e.phase,
-            e.object,
-            age(e.age_seconds),
-            e.opener,
-            e.fields.join(","),
-            e.reason
-        ));
+
+    fn cells(&self, wide: bool) -> Vec<String> {
+        let mut cells = vec![
+            self.namespace.clone(),
+            self.name.clone(),
+            self.phase.clone(),
+            self.object.clone(),
+            age(self.age_seconds),
+            self.opener.clone(),
+            self.fields.join(","),
+        ];
+        if wide {
+            cells.push(self.changed_by.join(","));
+        }
+        cells.push(echo(&self.reason, MAX_REASON_CHARS).into_owned());
+        cells
     }
-    out
+
+    fn qualified_name(&self) -> String {
+        format!("backportrequirement.driftgate.dev/{}", self.name)
+    }
 }
 
-pub async fn run(args: &BacklogArgs, out: &mut impl std::io::Write) -> Result<()> {
-    let client = client(&args.connection).await?;
+pub async fn run(args: &BacklogArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let cluster = connect(&args.connection).await?;
     if let Some(BacklogCommand::Resolve {
         name,
         namespace,
         note,
     }) = &args.command
     {
-        return resolve(client, namespace, name, note, out).await;
+        let namespace = namespace
+            .clone()
+            .unwrap_or_else(|| cluster.namespace.clone());
+        return resolve(&cluster, &namespace, name, note, out).await;
     }
-    let api: Api<BackportRequirement> = match &args.scope.namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
+    let namespace = args.scope.namespace(&cluster);
+    let api: Api<BackportRequirement> = match &namespace {
+        Some(ns) => Api::namespaced(cluster.client.clone(), ns),
+        None => Api::all(cluster.client.clone()),
+    };
+    let attempt = Attempt {
+        doing: "listing BackportRequirements",
+        verb: "list",
+        resource: RECORDS,
+        kind: "BackportRequirement",
+        name: None,
+        namespace: namespace.as_deref(),
     };
     let records = api
         .list(&ListParams::default())
         .await
-        .map_err(|e| Error::Config(format!("cannot list BackportRequirements: {e}")))?
+        .map_err(|e| cluster.error(attempt, e))?
         .items;
     let entries = entries(&records, args.all, Timestamp::now());
-    match args.output {
-        OutputFormat::Table => {
-            let _ = write!(out, "{}", render_table(&entries));
-        }
-        OutputFormat::Json => {
-            let _ = writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(&entries).expect("entries serialize")
-            );
-        }
-    }
+    let _ = write!(
+        out,
+        "{}",
+        render(&entries, &args.output, "Nothing to backport.")
+    );
     Ok(())
 }
 
 async fn resolve(
-    client: kube::Client,
+    cluster: &Cluster,
     namespace: &str,
     name: &str,
     note: &str,
-    out: &mut impl std::io::Write,
-) -> Result<()> {
+    out: &mut impl Write,
+) -> Result<(), CliError> {
     if note.trim().is_empty() {
-        return Err(Error::Config(
-            "--note must say what happened (e.g. \"backported in payments-gitops#412\")".into(),
-        ));
+        return Err(CliError::Note);
     }
     // driftgate's webhook admits a resolution only under the resolver's own name.
-    let resolver = who_am_i(client.clone())
+    let resolver = who_am_i(cluster.client.clone())
         .await
-        .map_err(|e| Error::Config(format!("cannot tell who you are: {e}")))?;
-    let api: Api<BackportRequirement> = Api::namespaced(client, namespace);
-    let record = api.get(name).await.map_err(|e| {
-        Error::Config(format!(
-            "cannot read BackportRequirement {namespace}/{name}: {e}"
-        ))
-    })?;
+        .map_err(|e| match e {
+            WhoAmIError::Refused(error) => cluster.error(
+                Attempt {
+                    doing: "asking the API server who you are",
+                    verb: "create",
+                    resource: "selfsubjectreviews.authentication.k8s.io",
+                    kind: "SelfSubjectReview",
+                    name: None,
+                    namespace: None,
+                },
+                error,
+            ),
+            WhoAmIError::NoUser => CliError::NoUser,
+        })?;
+    let api: Api<BackportRequirement> = Api::namespaced(cluster.client.clone(), namespace);
+    let attempt = |doing, verb| Attempt {
+        doing,
+        verb,
+        resource: RECORDS,
+        kind: "BackportRequirement",
+        name: Some(name),
+        namespace: Some(namespace),
+    };
+    let record = api
+        .get(name)
+        .await
+        .map_err(|e| cluster.error(attempt("reading the record", "get"), e))?;
     let status = resolved(
         record.status.clone().unwrap_or_default(),
         note,
         &resolver,
         Timestamp::now(),
     );
-    let patch = json!({
-        "metadata": {"resourceVersion": record.metadata.resource_version},
-        "status": status,
-    });
+    let patch = status_patch(record.metadata.resource_version.as_deref(), &status);
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|e| Error::Config(format!("cannot resolve {namespace}/{name}: {e}")))?;
+        .map_err(|e| {
+            cluster.error(
+                Attempt {
+                    resource: "backportrequirements.driftgate.dev/status",
+                    ..attempt("resolving the record", "patch")
+                },
+                e,
+            )
+        })?;
     let _ = writeln!(
         out,
         "BackportRequirement {namespace}/{name} resolved by {resolver}: {note}"
     );
     Ok(())
-}
-
-/// `status` resolved by `resolver` at `at` with `note`: the phase, the note, who and when, and a
-/// transition saying the same (the earlier transitions kept).
-pub fn resolved(
-    mut status: BackportStatus,
-    note: &str,
-    resolver: &str,
-    at: Timestamp,
-) -> BackportStatus {
-    let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at);
-    status.phase = Phase::Resolved;
-    status.resolution_note = Some(note.to_owned());
-    status.resolved_by = Some(resolver.to_owned());
-    status.resolved_at = Some(at.clone());
-    status.transitions.push(Transition {
-        phase: Phase::Resolved,
-        time: at,
-        reason: "ResolvedByPerson".into(),
-        message: note.to_owned(),
-    });
-    status
 }
 
 #[cfg(test)]
@@ -298,6 +315,11 @@ mod tests {
             },
         );
         r.metadata.namespace = Some("prod".into());
+        // Created an hour before it entered its phase: AGE is the record's, not the phase's.
+        let created = since.parse::<Timestamp>().unwrap() - jiff::SignedDuration::from_hours(1);
+        r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            created,
+        ));
         r.status = Some(BackportStatus {
             phase,
             transitions: vec![Transition {
@@ -349,10 +371,32 @@ mod tests {
         assert_eq!(all.len(), 4);
         let old = &all[0];
         assert_eq!(old.fields, ["spec.replicas"]);
-        assert_eq!(old.age_seconds, 25 * 3_600);
-        let table = render_table(&entries(&records, false, now));
-        assert!(table.contains("AwaitingBackport"), "{table}");
-        assert!(table.contains("1d1h"), "{table}");
-        assert_eq!(render_table(&[]), "Nothing to backport.\n");
+        assert_eq!(old.age_seconds, 26 * 3_600);
+        let table_args = OutputArgs {
+            output: crate::cli::output::OutputFormat::Table,
+            no_headers: false,
+        };
+        let table = render(
+            &entries(&records, false, now),
+            &table_args,
+            "Nothing to backport.",
+        );
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("NAMESPACE   NAME    PHASE"), "{table}");
+        assert!(
+            lines[1].starts_with("prod        old     AwaitingBackport   deployment/api   1d2h"),
+            "{table}"
+        );
+        assert_eq!(
+            render::<BacklogEntry>(&[], &table_args, "Nothing to backport."),
+            "Nothing to backport.\n"
+        );
+        let first = &entries(&records, false, now)[0];
+        assert_eq!(
+            first.qualified_name(),
+            "backportrequirement.driftgate.dev/old"
+        );
+        assert_eq!(first.cells(true).len(), BacklogEntry::headers(true).len());
+        assert_eq!(first.cells(true)[7], "alice");
     }
 }

@@ -2,17 +2,22 @@
 //! kubeconfig. Opening sets the label (the expiry) and the reason in one request, so driftgate
 //! sees both at once; driftgate's answer (a refusal, or the warnings) is shown as it is.
 
-use std::path::PathBuf;
+use std::io::Write;
 
 use clap::{Args, Subcommand};
 use jiff::{Timestamp, tz::TimeZone};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::discovery::{Discovery, Scope};
+use kube::discovery::{ApiCapabilities, Discovery, Scope};
+use serde::Serialize;
 use serde_json::json;
 
-use crate::error::{Error, Result};
+use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
+use crate::cli::error::CliError;
+use crate::cli::output::{Listed, OutputArgs, render};
 use crate::policy::{DEFAULT_BREAK_GLASS_LABEL, DEFAULT_REASON_ANNOTATION};
+use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, echo};
 use crate::timefmt::{WindowDuration, format_expiry, human_utc, parse_expiry};
 
 /// The field manager of break-glass label changes: never a controller's.
@@ -29,11 +34,9 @@ pub enum BreakGlassCommand {
     List(ListArgs),
 }
 
+/// The policy's break-glass keys, for every break-glass command.
 #[derive(Debug, Args)]
-pub struct Connection {
-    /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, in-cluster).
-    #[arg(long, value_name = "FILE", global = true)]
-    pub kubeconfig: Option<PathBuf>,
+pub struct BreakGlassKeys {
     /// The policy's break-glass label.
     #[arg(long, value_name = "KEY", default_value = DEFAULT_BREAK_GLASS_LABEL, global = true)]
     pub label: String,
@@ -48,11 +51,13 @@ pub struct TargetArgs {
     /// `deployment.apps/api`); leave out for a namespace-wide window.
     #[arg(value_name = "KIND/NAME")]
     pub target: Option<String>,
-    /// The namespace (of the object, or the namespace-wide window).
+    /// The namespace (of the object, or the namespace-wide window); default: the context's.
     #[arg(short = 'n', long, value_name = "NS")]
-    pub namespace: String,
+    pub namespace: Option<String>,
     #[command(flatten)]
-    pub connection: Connection,
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub keys: BreakGlassKeys,
 }
 
 #[derive(Debug, Args)]
@@ -70,7 +75,7 @@ pub struct OpenArgs {
 /// `-n NS` or `-A`, as kubectl spells them.
 #[derive(Debug, Args)]
 pub struct NamespaceScope {
-    /// Only this namespace.
+    /// Only this namespace (default: the kubeconfig context's, as kubectl get).
     #[arg(
         short = 'n',
         long,
@@ -78,9 +83,23 @@ pub struct NamespaceScope {
         conflicts_with = "all_namespaces"
     )]
     pub namespace: Option<String>,
-    /// Every namespace (the default when -n is not given).
+    /// Every namespace.
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
+}
+
+impl NamespaceScope {
+    /// The namespace to list, `None` for all: -A, else -n, else the context's (kubectl's rule).
+    pub fn namespace(&self, cluster: &Cluster) -> Option<String> {
+        if self.all_namespaces {
+            return None;
+        }
+        Some(
+            self.namespace
+                .clone()
+                .unwrap_or_else(|| cluster.namespace.clone()),
+        )
+    }
 }
 
 #[derive(Debug, Args)]
@@ -88,7 +107,40 @@ pub struct ListArgs {
     #[command(flatten)]
     pub scope: NamespaceScope,
     #[command(flatten)]
-    pub connection: Connection,
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub keys: BreakGlassKeys,
+}
+
+/// What a command names, checked before connecting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// No KIND/NAME: the namespace-wide window, on the Namespace itself.
+    Namespace,
+    Object {
+        kind: String,
+        name: String,
+    },
+}
+
+/// `KIND/NAME`, or nothing for the namespace (pure).
+pub fn parse_target(spec: Option<&str>) -> Result<Target, CliError> {
+    let Some(spec) = spec else {
+        return Ok(Target::Namespace);
+    };
+    let syntax = || CliError::TargetSyntax {
+        target: spec.to_owned(),
+    };
+    let (kind, name) = spec.split_once('/').ok_or_else(syntax)?;
+    if kind.is_empty() || name.is_empty() || name.contains('/') {
+        return Err(syntax());
+    }
+    Ok(Target::Object {
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+    })
 }
 
 /// Short names kubectl users type, for the kinds break-glass is most used on.
@@ -142,51 +194,96 @@ pub fn resolve_kind(discovery: &Discovery, kind: &str) -> Option<ApiResource> {
     found.into_iter().next()
 }
 
-pub async fn client(connection: &Connection) -> Result<kube::Client> {
-    let config = crate::kube_state::client_config(connection.kubeconfig.as_deref()).await?;
-    crate::kube_state::client_for(config)
+/// The object a command acts on, found in the cluster, with the words its messages use.
+struct Located {
+    api: Api<DynamicObject>,
+    name: String,
+    /// `deployment/api in namespace prod`, `namespace prod`.
+    words: String,
+    /// RBAC's name for the resource: `deployments.apps`, `namespaces`.
+    resource: String,
+    /// `deployment`, `namespace`.
+    kind: String,
+    /// The namespace of a namespaced object; none for the Namespace itself.
+    namespace: Option<String>,
 }
 
-/// The object a command acts on: a named object, or the Namespace for a namespace-wide window.
-async fn target_api(
-    client: &kube::Client,
-    target: &TargetArgs,
-) -> Result<(Api<DynamicObject>, String, String)> {
-    let Some(spec) = &target.target else {
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Namespace"));
-        return Ok((
-            Api::all_with(client.clone(), &resource),
-            target.namespace.clone(),
-            format!("namespace {}", target.namespace),
-        ));
-    };
-    let (kind, name) = spec.split_once('/').ok_or_else(|| {
-        Error::Config(format!(
-            "\"{spec}\" is not KIND/NAME; write e.g. deployment/api, or leave it out for a namespace-wide window"
-        ))
-    })?;
-    let discovery = Discovery::new(client.clone())
+impl Located {
+    fn attempt<'a>(&'a self, doing: &'a str) -> Attempt<'a> {
+        Attempt {
+            doing,
+            verb: "patch",
+            resource: &self.resource,
+            kind: &self.kind,
+            name: Some(&self.name),
+            namespace: self.namespace.as_deref(),
+        }
+    }
+}
+
+/// RBAC's and kubectl's name for a resource: `deployments.apps`, `configmaps`.
+fn resource_name(resource: &ApiResource) -> String {
+    if resource.group.is_empty() {
+        resource.plural.clone()
+    } else {
+        format!("{}.{}", resource.plural, resource.group)
+    }
+}
+
+async fn discover(cluster: &Cluster) -> Result<Discovery, CliError> {
+    Discovery::new(cluster.client.clone())
         .run()
         .await
-        .map_err(|e| Error::Config(format!("cannot discover the cluster's resources: {e}")))?;
+        .map_err(|e| {
+            cluster.error(
+                Attempt {
+                    doing: "discovering the cluster's resources",
+                    verb: "get",
+                    resource: "the API discovery documents",
+                    kind: "API group",
+                    name: None,
+                    namespace: None,
+                },
+                e,
+            )
+        })
+}
+
+/// Finds `target` in `namespace`: the Namespace itself, or the named object's resource.
+async fn locate(cluster: &Cluster, target: &Target, namespace: &str) -> Result<Located, CliError> {
+    let Target::Object { kind, name } = target else {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Namespace"));
+        return Ok(Located {
+            api: Api::all_with(cluster.client.clone(), &resource),
+            name: namespace.to_owned(),
+            words: format!("namespace {namespace}"),
+            resource: "namespaces".to_owned(),
+            kind: "namespace".to_owned(),
+            namespace: None,
+        });
+    };
+    let discovery = discover(cluster).await?;
     let resource = resolve_kind(&discovery, kind)
-        .ok_or_else(|| Error::Config(format!("the cluster has no resource kind \"{kind}\"")))?;
+        .ok_or_else(|| CliError::UnknownKind { kind: kind.clone() })?;
     let namespaced = discovery
         .groups()
         .flat_map(|g| g.recommended_resources())
         .find(|(r, _)| r.plural == resource.plural && r.group == resource.group)
         .is_some_and(|(_, caps)| caps.scope == Scope::Namespaced);
     let api = if namespaced {
-        Api::namespaced_with(client.clone(), &target.namespace, &resource)
+        Api::namespaced_with(cluster.client.clone(), namespace, &resource)
     } else {
-        Api::all_with(client.clone(), &resource)
+        Api::all_with(cluster.client.clone(), &resource)
     };
-    let words = format!(
-        "{}/{name} in namespace {}",
-        resource.kind.to_lowercase(),
-        target.namespace
-    );
-    Ok((api, name.to_owned(), words))
+    let kind_word = resource.kind.to_lowercase();
+    Ok(Located {
+        api,
+        name: name.clone(),
+        words: format!("{kind_word}/{name} in namespace {namespace}"),
+        resource: resource_name(&resource),
+        kind: kind_word,
+        namespace: namespaced.then(|| namespace.to_owned()),
+    })
 }
 
 fn patch_params() -> PatchParams {
@@ -196,177 +293,474 @@ fn patch_params() -> PatchParams {
     }
 }
 
+/// Merge-patches the located object and returns the API server's warnings (driftgate's words
+/// about the window), which kube's typed calls do not return.
+async fn patch_reading_warnings(
+    cluster: &Cluster,
+    located: &Located,
+    patch: &serde_json::Value,
+) -> Result<Vec<String>, kube::Error> {
+    let request = kube::core::Request::new(located.api.resource_url())
+        .patch(&located.name, &patch_params(), &Patch::Merge(patch))
+        .map_err(kube::Error::BuildRequest)?;
+    let response = cluster
+        .client
+        .send(request.map(kube::client::Body::from))
+        .await?;
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .filter_map(|value| warning_text(&String::from_utf8_lossy(value.as_bytes())))
+        .collect();
+    let code = response.status();
+    if code.is_client_error() || code.is_server_error() {
+        let body = response.into_body().collect_bytes().await?;
+        let status = serde_json::from_slice::<kube::core::Status>(&body).unwrap_or_else(|_| {
+            kube::core::Status::failure(&String::from_utf8_lossy(&body), "")
+                .with_code(code.as_u16())
+        });
+        return Err(kube::Error::Api(status.boxed()));
+    }
+    Ok(warnings)
+}
+
+/// The text of a `Warning` header, `299 - "text"` with `\"` and `\\` escaped (pure).
+pub fn warning_text(header: &str) -> Option<String> {
+    let (_code, rest) = header.split_once(' ')?;
+    let (_agent, quoted) = rest.split_once(' ')?;
+    let mut chars = quoted.strip_prefix('"')?.chars();
+    let mut text = String::new();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => text.push(chars.next()?),
+            '"' => return Some(text),
+            c => text.push(c),
+        }
+    }
+    None
+}
+
 fn local(at: Timestamp) -> String {
     at.to_zoned(TimeZone::system())
         .strftime("%Y-%m-%d %H:%M %Z")
         .to_string()
 }
 
-/// Turns an API error into what the person needs: driftgate's refusal is the whole message.
-fn api_error(what: &str, error: kube::Error) -> Error {
-    match error {
-        kube::Error::Api(status) => {
-            Error::Config(format!("{what} was refused: {}", status.message))
-        }
-        other => Error::Config(format!("{what} failed: {other}")),
-    }
+/// The expiry of a window opened now for `duration`, in whole seconds (the label has no
+/// fractions).
+fn expiry_after(duration: &str, now: Timestamp) -> Result<Timestamp, CliError> {
+    let window = WindowDuration::parse(duration).map_err(CliError::Duration)?;
+    let too_far = |_| CliError::DurationTooFar {
+        value: duration.to_owned(),
+    };
+    let expiry = now.checked_add(window.as_signed()).map_err(too_far)?;
+    Timestamp::from_second(expiry.as_second()).map_err(too_far)
 }
 
-pub async fn open(args: &OpenArgs, out: &mut impl std::io::Write) -> Result<()> {
-    let duration =
-        WindowDuration::parse(&args.duration).map_err(|e| Error::Config(format!("--for: {e}")))?;
-    if args.reason.trim().is_empty() || crate::decision::is_placeholder_reason(&args.reason) {
-        return Err(Error::Config(
-            "--reason must say why, in your words, not the hint's placeholder (e.g. \"INC-123: api pods OOM, raising the memory limit\")"
-                .into(),
+/// What `open` prints once the window is open (pure): until when, driftgate's own words about
+/// it (that the controller is held off), what happens at expiry, how to extend, what follows.
+pub fn opened_message(
+    program: &str,
+    words: &str,
+    command_target: &str,
+    namespace: &str,
+    expiry: (String, String),
+    warnings: &[String],
+) -> String {
+    let (local, utc) = expiry;
+    let mut text = format!("break-glass window open on {words} until {local} ({utc}).\n");
+    for warning in warnings {
+        text.push_str(&crate::text::warning(warning.clone()));
+        text.push('\n');
+    }
+    if warnings.is_empty() {
+        text.push_str(&format!(
+            "driftgate sent no warning: check that its webhook guards namespace {namespace}, or nothing is held off.\n"
         ));
     }
-    let expiry = Timestamp::now()
-        .checked_add(duration.as_signed())
-        .map_err(|e| Error::Config(format!("--for: {e}")))?;
-    // Whole seconds: the label format has no fractions.
-    let expiry = Timestamp::from_second(expiry.as_second())
-        .map_err(|e| Error::Config(format!("--for: {e}")))?;
-    let value = format_expiry(expiry);
-    let connection = &args.target.connection;
-    let client = client(connection).await?;
-    let (api, name, words) = target_api(&client, &args.target).await?;
-    let patch = json!({"metadata": {
-        "labels": {connection.label.as_str(): value},
-        "annotations": {connection.reason_annotation.as_str(): args.reason},
-    }});
-    api.patch(&name, &patch_params(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| api_error("opening the window", e))?;
-    let _ = writeln!(
-        out,
-        "break-glass window open on {words} until {} ({}, label {value}).\n\
-         Every change you make in it must be backported to Git; close it with: driftgate break-glass close {}-n {}",
-        local(expiry),
-        human_utc(expiry),
-        args.target
-            .target
-            .as_ref()
-            .map(|t| format!("{t} "))
-            .unwrap_or_default(),
-        args.target.namespace,
+    text.push_str(
+        "At expiry the controller reconciles it back to Git, undoing what was not backported; run this command again to extend the window.\n",
     );
+    text.push_str(&format!(
+        "Next: `{program} backlog -n {namespace}` lists what must be backported; `{program} break-glass close {command_target}-n {namespace}` ends the window early.\n"
+    ));
+    text
+}
+
+pub async fn open(args: &OpenArgs, program: &str, out: &mut impl Write) -> Result<(), CliError> {
+    let expiry = expiry_after(&args.duration, Timestamp::now())?;
+    if args.reason.trim().is_empty() || crate::decision::is_placeholder_reason(&args.reason) {
+        return Err(CliError::Reason);
+    }
+    let target = parse_target(args.target.target.as_deref())?;
+    let cluster = connect(&args.target.connection).await?;
+    let namespace = args
+        .target
+        .namespace
+        .clone()
+        .unwrap_or_else(|| cluster.namespace.clone());
+    let located = locate(&cluster, &target, &namespace).await?;
+    let keys = &args.target.keys;
+    let value = format_expiry(expiry);
+    let patch = json!({"metadata": {
+        "labels": {keys.label.as_str(): value},
+        "annotations": {keys.reason_annotation.as_str(): args.reason},
+    }});
+    let warnings = patch_reading_warnings(&cluster, &located, &patch)
+        .await
+        .map_err(|e| cluster.error(located.attempt("opening the window"), e))?;
+    let command_target = args
+        .target
+        .target
+        .as_ref()
+        .map(|t| format!("{t} "))
+        .unwrap_or_default();
+    let message = opened_message(
+        program,
+        &located.words,
+        &command_target,
+        &namespace,
+        (local(expiry), human_utc(expiry)),
+        &warnings,
+    );
+    let _ = write!(out, "{message}");
     Ok(())
 }
 
-pub async fn close(args: &TargetArgs, out: &mut impl std::io::Write) -> Result<()> {
-    let client = client(&args.connection).await?;
-    let (api, name, words) = target_api(&client, args).await?;
+pub async fn close(args: &TargetArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let target = parse_target(args.target.as_deref())?;
+    let cluster = connect(&args.connection).await?;
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| cluster.namespace.clone());
+    let located = locate(&cluster, &target, &namespace).await?;
     let patch = json!({"metadata": {
-        "labels": {args.connection.label.as_str(): null},
-        "annotations": {args.connection.reason_annotation.as_str(): null},
+        "labels": {args.keys.label.as_str(): null},
+        "annotations": {args.keys.reason_annotation.as_str(): null},
     }});
-    api.patch(&name, &patch_params(), &Patch::Merge(&patch))
+    patch_reading_warnings(&cluster, &located, &patch)
         .await
-        .map_err(|e| api_error("closing the window", e))?;
+        .map_err(|e| cluster.error(located.attempt("closing the window"), e))?;
     let _ = writeln!(
         out,
-        "break-glass window closed on {words}; the GitOps controller reconciles it again."
+        "break-glass window closed on {}; the GitOps controller reconciles it again.",
+        located.words
     );
     Ok(())
 }
 
 /// One open (or expired, not yet closed) window found on the cluster.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ListedWindow {
     pub namespace: String,
+    /// `deployment/api`, or `(whole namespace)`.
     pub object: String,
-    pub expires: String,
+    pub kind: String,
+    /// The API group, empty for the core group.
+    pub group: String,
+    pub name: String,
+    /// open, expired, or invalid (the label is not an expiry).
     pub state: &'static str,
+    /// The expiry in local time (the label's value when it is not an expiry).
+    pub expires: String,
+    /// The expiry in UTC, RFC 3339; absent when the label is not an expiry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// The break-glass label's value.
+    pub label: String,
     pub reason: String,
 }
 
-pub async fn list(args: &ListArgs, out: &mut impl std::io::Write) -> Result<()> {
-    let connection = &args.connection;
-    let client = client(connection).await?;
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(|e| Error::Config(format!("cannot discover the cluster's resources: {e}")))?;
-    let selector = ListParams::default().labels(&connection.label);
-    let mut rows = Vec::new();
-    let now = Timestamp::now();
-    for group in discovery.groups() {
-        for (resource, caps) in group.recommended_resources() {
-            if !caps.supports_operation(kube::discovery::verbs::LIST) {
-                continue;
-            }
-            let is_namespace = resource.group.is_empty() && resource.kind == "Namespace";
-            let api: Api<DynamicObject> = match (&args.scope.namespace, caps.scope) {
-                (_, Scope::Cluster) if !is_namespace => continue,
-                (Some(ns), Scope::Namespaced) => {
-                    Api::namespaced_with(client.clone(), ns, &resource)
-                }
-                _ => Api::all_with(client.clone(), &resource),
-            };
-            // Kinds the person may not list are skipped, as kubectl's get all does.
-            let Ok(objects) = api.list_metadata(&selector).await else {
-                continue;
-            };
-            for object in objects.items {
-                let name = object.metadata.name.clone().unwrap_or_default();
-                let namespace = if is_namespace {
-                    name.clone()
-                } else {
-                    object.metadata.namespace.clone().unwrap_or_default()
-                };
-                if is_namespace
-                    && args
-                        .scope
-                        .namespace
-                        .as_ref()
-                        .is_some_and(|ns| ns != &namespace)
-                {
-                    continue;
-                }
-                let labels = object.metadata.labels.unwrap_or_default();
-                let value = labels.get(&connection.label).cloned().unwrap_or_default();
-                let (expires, state) = match parse_expiry(&value) {
-                    Ok(at) if at > now => (local(at), "open"),
-                    Ok(at) => (local(at), "expired"),
-                    Err(_) => (value.clone(), "invalid"),
-                };
-                rows.push(ListedWindow {
-                    namespace,
-                    object: if is_namespace {
-                        "(whole namespace)".to_owned()
-                    } else {
-                        format!("{}/{name}", resource.kind.to_lowercase())
-                    },
-                    expires,
-                    state,
-                    reason: object
-                        .metadata
-                        .annotations
-                        .unwrap_or_default()
-                        .get(&connection.reason_annotation)
-                        .cloned()
-                        .unwrap_or_default(),
-                });
-            }
+impl Listed for ListedWindow {
+    fn headers(wide: bool) -> Vec<&'static str> {
+        if wide {
+            vec![
+                "NAMESPACE",
+                "OBJECT",
+                "STATE",
+                "EXPIRES",
+                "EXPIRES-UTC",
+                "LABEL",
+                "REASON",
+            ]
+        } else {
+            vec!["NAMESPACE", "OBJECT", "STATE", "EXPIRES", "REASON"]
         }
     }
-    rows.sort_by(|a, b| (&a.namespace, &a.object).cmp(&(&b.namespace, &b.object)));
-    if rows.is_empty() {
-        let _ = writeln!(out, "No break-glass windows.");
-        return Ok(());
+
+    fn cells(&self, wide: bool) -> Vec<String> {
+        let reason = echo(&self.reason, MAX_REASON_CHARS).into_owned();
+        let mut cells = vec![
+            self.namespace.clone(),
+            self.object.clone(),
+            self.state.to_owned(),
+            self.expires.clone(),
+        ];
+        if wide {
+            cells.push(self.expires_at.clone().unwrap_or_else(|| "-".to_owned()));
+            cells.push(echo(&self.label, MAX_NAME_CHARS).into_owned());
+        }
+        cells.push(reason);
+        cells
     }
-    let _ = writeln!(
+
+    fn qualified_name(&self) -> String {
+        let kind = self.kind.to_lowercase();
+        match self.group.as_str() {
+            "" => format!("{kind}/{}", self.name),
+            group => format!("{kind}.{group}/{}", self.name),
+        }
+    }
+}
+
+/// The window an object's metadata holds (pure).
+fn listed_window(
+    resource: &ApiResource,
+    metadata: &ObjectMeta,
+    keys: &BreakGlassKeys,
+    now: Timestamp,
+) -> ListedWindow {
+    let is_namespace = resource.group.is_empty() && resource.kind == "Namespace";
+    let name = metadata.name.clone().unwrap_or_default();
+    let label = metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(&keys.label))
+        .cloned()
+        .unwrap_or_default();
+    let (expires, expires_at, state) = match parse_expiry(&label) {
+        Ok(at) => (
+            local(at),
+            Some(at.to_string()),
+            if at > now { "open" } else { "expired" },
+        ),
+        Err(_) => (label.clone(), None, "invalid"),
+    };
+    ListedWindow {
+        namespace: if is_namespace {
+            name.clone()
+        } else {
+            metadata.namespace.clone().unwrap_or_default()
+        },
+        object: if is_namespace {
+            "(whole namespace)".to_owned()
+        } else {
+            format!("{}/{name}", resource.kind.to_lowercase())
+        },
+        kind: resource.kind.clone(),
+        group: resource.group.clone(),
+        name,
+        state,
+        expires,
+        expires_at,
+        label,
+        reason: metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(&keys.reason_annotation))
+            .cloned()
+            .unwrap_or_default(),
+    }
+}
+
+/// The windows on one resource in `namespace` (all when `None`); `None` when it is not
+/// searched (cluster-scoped other than Namespace, or not listable).
+async fn windows_of(
+    cluster: &Cluster,
+    (resource, caps): &(ApiResource, ApiCapabilities),
+    namespace: Option<&str>,
+    keys: &BreakGlassKeys,
+    now: Timestamp,
+) -> Option<Result<Vec<ListedWindow>, CliError>> {
+    let is_namespace = resource.group.is_empty() && resource.kind == "Namespace";
+    if !caps.supports_operation(kube::discovery::verbs::LIST)
+        || (caps.scope == Scope::Cluster && !is_namespace)
+    {
+        return None;
+    }
+    let api: Api<DynamicObject> = match (namespace, &caps.scope) {
+        (Some(ns), Scope::Namespaced) => Api::namespaced_with(cluster.client.clone(), ns, resource),
+        _ => Api::all_with(cluster.client.clone(), resource),
+    };
+    let plural = resource_name(resource);
+    let attempt = Attempt {
+        doing: "listing break-glass windows",
+        verb: "list",
+        resource: &plural,
+        kind: &resource.kind,
+        name: None,
+        namespace: namespace.filter(|_| !is_namespace),
+    };
+    let selector = ListParams::default().labels(&keys.label);
+    let listed = api.list_metadata(&selector).await;
+    Some(
+        listed
+            .map_err(|e| cluster.error(attempt, e))
+            .map(|objects| {
+                objects
+                    .items
+                    .iter()
+                    .map(|object| listed_window(resource, &object.metadata, keys, now))
+                    // A namespace-wide window is listed under its own namespace only.
+                    .filter(|w| !is_namespace || namespace.is_none_or(|ns| ns == w.namespace))
+                    .collect()
+            }),
+    )
+}
+
+pub async fn list(args: &ListArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let cluster = connect(&args.connection).await?;
+    let namespace = args.scope.namespace(&cluster);
+    let discovery = discover(&cluster).await?;
+    let now = Timestamp::now();
+    let mut rows = Vec::new();
+    let (mut listed, mut forbidden) = (0, None);
+    for resource in discovery.groups().flat_map(|g| g.recommended_resources()) {
+        let windows = windows_of(&cluster, &resource, namespace.as_deref(), &args.keys, now);
+        match windows.await {
+            None => {}
+            Some(Ok(windows)) => {
+                listed += 1;
+                rows.extend(windows);
+            }
+            // Kinds the person may not list are skipped, as kubectl's get all does.
+            Some(Err(error @ CliError::Forbidden { .. })) => {
+                forbidden.get_or_insert(error);
+            }
+            Some(Err(error @ CliError::Unreachable { .. })) => return Err(error),
+            Some(Err(_)) => {}
+        }
+    }
+    // Nothing could be listed at all: say why rather than "no windows".
+    if let (0, Some(error)) = (listed, forbidden) {
+        return Err(error);
+    }
+    rows.sort_by(|a, b| (&a.namespace, &a.object).cmp(&(&b.namespace, &b.object)));
+    let _ = write!(
         out,
-        "{:<20} {:<40} {:<8} {:<24} REASON",
-        "NAMESPACE", "OBJECT", "STATE", "EXPIRES"
+        "{}",
+        render(&rows, &args.output, "No break-glass windows.")
     );
-    for row in rows {
-        let _ = writeln!(
-            out,
-            "{:<20} {:<40} {:<8} {:<24} {}",
-            row.namespace, row.object, row.state, row.expires, row.reason
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_and_name_are_checked_before_connecting() {
+        assert_eq!(parse_target(None).unwrap(), Target::Namespace);
+        assert_eq!(
+            parse_target(Some("deploy/api")).unwrap(),
+            Target::Object {
+                kind: "deploy".into(),
+                name: "api".into()
+            }
+        );
+        for bad in ["api", "deployment/", "/api", "deployment/api/x"] {
+            let error = parse_target(Some(bad)).unwrap_err();
+            assert_eq!(error.exit_code(), crate::cli::error::exit::BAD_INPUT);
+            assert!(
+                error
+                    .to_string()
+                    .starts_with(&format!("\"{bad}\" is not KIND/NAME")),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn warning_headers_are_unquoted() {
+        assert_eq!(
+            warning_text(r#"299 - "driftgate: a \"quoted\" word and a \\ backslash""#).as_deref(),
+            Some(r#"driftgate: a "quoted" word and a \ backslash"#)
+        );
+        assert_eq!(warning_text("299 - unquoted"), None);
+        assert_eq!(warning_text(r#"299 - "unterminated"#), None);
+    }
+
+    #[test]
+    fn the_opened_message_says_held_expiry_extend_and_follow_up() {
+        let warning = "driftgate: break-glass window open on Deployment prod/api until 2026-12-01 14:00 UTC (20261201T1400Z); controller flux is held off it until then; every change made in it must be backported to Git.".to_owned();
+        let text = opened_message(
+            "kubectl driftgate",
+            "deployment/api in namespace prod",
+            "deployment/api ",
+            "prod",
+            ("2026-12-01 15:00 CET".into(), "2026-12-01 14:00 UTC".into()),
+            std::slice::from_ref(&warning),
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert_eq!(
+            lines[0],
+            "break-glass window open on deployment/api in namespace prod until 2026-12-01 15:00 CET (2026-12-01 14:00 UTC)."
+        );
+        assert_eq!(lines[1], warning);
+        assert!(lines[2].contains("reconciles it back to Git"), "{text}");
+        assert!(lines[2].contains("again to extend"), "{text}");
+        assert!(
+            lines[3].contains("`kubectl driftgate backlog -n prod`")
+                && lines[3]
+                    .contains("`kubectl driftgate break-glass close deployment/api -n prod`"),
+            "{text}"
+        );
+        let unguarded = opened_message(
+            "driftgate",
+            "namespace dev",
+            "",
+            "dev",
+            ("a".into(), "b".into()),
+            &[],
+        );
+        assert!(
+            unguarded
+                .contains("driftgate sent no warning: check that its webhook guards namespace dev"),
+            "{unguarded}"
+        );
+        assert!(
+            unguarded.contains("`driftgate break-glass close -n dev`"),
+            "{unguarded}"
         );
     }
-    Ok(())
+
+    #[test]
+    fn a_listed_window_is_named_as_kubectl_names_it() {
+        let keys = BreakGlassKeys {
+            label: DEFAULT_BREAK_GLASS_LABEL.into(),
+            reason_annotation: DEFAULT_REASON_ANNOTATION.into(),
+        };
+        let now: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
+        let metadata = |name: &str, label: &str| ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("prod".into()),
+            labels: Some([(keys.label.clone(), label.to_owned())].into()),
+            annotations: Some(
+                [(keys.reason_annotation.clone(), "INC-1\nforged".to_owned())].into(),
+            ),
+            ..ObjectMeta::default()
+        };
+        let deployment = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
+        let window = listed_window(&deployment, &metadata("api", "20261201T1300Z"), &keys, now);
+        assert_eq!(window.qualified_name(), "deployment.apps/api");
+        assert_eq!(
+            (window.state, window.object.as_str()),
+            ("open", "deployment/api")
+        );
+        assert_eq!(window.expires_at.as_deref(), Some("2026-12-01T13:00:00Z"));
+        // A reason is the client's text: echoed without its control characters.
+        assert_eq!(window.cells(false).last().unwrap(), "INC-1\\nforged");
+        assert_eq!(window.cells(true).len(), ListedWindow::headers(true).len());
+        let namespace = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Namespace"));
+        let window = listed_window(&namespace, &metadata("prod", "soon"), &keys, now);
+        assert_eq!(window.qualified_name(), "namespace/prod");
+        assert_eq!(
+            (window.state, window.object.as_str()),
+            ("invalid", "(whole namespace)")
+        );
+    }
 }

@@ -5,8 +5,11 @@
 pub mod backlog;
 pub mod break_glass;
 pub mod certs;
+pub mod cluster;
 pub mod crd;
+pub mod error;
 pub mod eval;
+pub mod output;
 pub mod policy;
 pub mod testsuite;
 pub mod version;
@@ -24,7 +27,8 @@ use policy::PolicyCommand;
 #[command(
     name = "driftgate",
     version,
-    about = "Keeps GitOps-managed namespaces true to Git: only the controller writes, people use time-limited break-glass."
+    about = "Keeps GitOps-managed namespaces true to Git: only the controller writes, people use time-limited break-glass.",
+    after_help = error::EXIT_CODES_HELP
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -59,17 +63,30 @@ pub enum Command {
     },
 }
 
+/// How the person ran this binary, for the commands its hints print: `kubectl driftgate` when
+/// kubectl ran it as its plugin (`kubectl-driftgate`), `driftgate` otherwise.
+pub fn program_name(argv0: Option<&std::ffi::OsStr>) -> &'static str {
+    let file_name = argv0
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_name);
+    match file_name.and_then(std::ffi::OsStr::to_str) {
+        Some("kubectl-driftgate") => "kubectl driftgate",
+        _ => "driftgate",
+    }
+}
+
 /// Runs the parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    let program = program_name(std::env::args_os().next().as_deref());
     match cli.command {
         Command::Eval(args) => eval::eval(&args, &mut out),
         Command::Policy(PolicyCommand::Check { paths }) => policy::policy_check(&paths, &mut out),
         Command::Policy(PolicyCommand::Test { path }) => policy::policy_test(&path, &mut out),
         Command::Serve(args) => serve(args),
-        Command::BreakGlass(command) => break_glass(&command, &mut out),
-        Command::Backlog(args) => backlog(&args, &mut out),
+        Command::BreakGlass(command) => break_glass(&command, program, &mut out),
+        Command::Backlog(args) => run_cluster(program, "backlog", backlog::run(&args, &mut out)),
         Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, &mut out),
         Command::Version(args) => version(&args, &mut out),
         Command::Completion { shell } => {
@@ -108,19 +125,39 @@ where
     }
 }
 
-fn break_glass(command: &break_glass::BreakGlassCommand, out: &mut impl Write) -> ExitCode {
+/// Runs a cluster command on a single-threaded runtime; its error is printed as
+/// `PROGRAM COMMAND: error` and decides the exit code (see [`error::exit`]).
+fn run_cluster<F>(program: &str, command: &str, future: F) -> ExitCode
+where
+    F: std::future::Future<Output = Result<(), error::CliError>>,
+{
+    let outcome = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(error::CliError::Runtime)
+        .and_then(|runtime| runtime.block_on(future));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{program} {command}: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+fn break_glass(
+    command: &break_glass::BreakGlassCommand,
+    program: &str,
+    out: &mut impl Write,
+) -> ExitCode {
     use break_glass::{self as tool, BreakGlassCommand};
-    run_async("break-glass", false, async {
+    run_cluster(program, "break-glass", async {
         match command {
-            BreakGlassCommand::Open(args) => tool::open(args, out).await,
+            BreakGlassCommand::Open(args) => tool::open(args, program, out).await,
             BreakGlassCommand::Close(args) => tool::close(args, out).await,
             BreakGlassCommand::List(args) => tool::list(args, out).await,
         }
     })
-}
-
-fn backlog(args: &backlog::BacklogArgs, out: &mut impl Write) -> ExitCode {
-    run_async("backlog", false, backlog::run(args, out))
 }
 
 fn version(args: &version::VersionArgs, out: &mut impl Write) -> ExitCode {
@@ -130,4 +167,22 @@ fn version(args: &version::VersionArgs, out: &mut impl Write) -> ExitCode {
 fn serve(args: crate::serve::ServeArgs) -> ExitCode {
     crate::serve::init_logging(args.log_format);
     run_async("serve", true, crate::serve::serve(args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_say_kubectl_driftgate_when_run_as_the_plugin() {
+        let name = |argv0: &str| program_name(Some(std::ffi::OsStr::new(argv0)));
+        assert_eq!(
+            name("/home/a/.krew/bin/kubectl-driftgate"),
+            "kubectl driftgate"
+        );
+        assert_eq!(name("kubectl-driftgate"), "kubectl driftgate");
+        assert_eq!(name("/usr/local/bin/driftgate"), "driftgate");
+        assert_eq!(name("./kubectl-driftgate-old"), "driftgate");
+        assert_eq!(program_name(None), "driftgate");
+    }
 }

@@ -3,7 +3,6 @@
 //! needs no route on the webhook server and only `get`/`list` on Deployments in one namespace.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -11,6 +10,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
+
+use crate::cli::cluster::{Attempt, ConnectionArgs, cluster_for, config};
+use crate::cli::error::CliError;
 
 /// The chart's selector labels for the webhook's Deployment.
 const DEPLOYMENT_SELECTOR: &str =
@@ -22,9 +24,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Args)]
 pub struct VersionArgs {
-    /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, in-cluster).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
     /// The namespace driftgate is installed in.
     #[arg(
         short = 'n',
@@ -98,17 +99,10 @@ pub struct VersionReport {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerLookupError {
     #[error("cannot connect to a cluster: {0}")]
-    Connect(#[source] crate::Error),
-    #[error(
-        "cannot list Deployments in namespace {namespace} at {server}: {source} \
-         (check the cluster is up and the kubeconfig's context is the one you mean)"
-    )]
-    List {
-        namespace: String,
-        server: String,
-        #[source]
-        source: kube::Error,
-    },
+    Connect(#[source] CliError),
+    /// The API server's answer as a sentence (unreachable, RBAC), not kube's debug dump.
+    #[error("{0}")]
+    List(#[source] CliError),
 }
 
 /// The versions of the driftgate Deployments among `deployments` (pure).
@@ -198,21 +192,24 @@ fn render_text(report: &VersionReport) -> String {
 }
 
 async fn lookup_servers(args: &VersionArgs) -> Result<Vec<ServerVersion>, ServerLookupError> {
-    let mut config = crate::kube_state::client_config(args.kubeconfig.as_deref())
+    let mut config = config(&args.connection)
         .await
         .map_err(ServerLookupError::Connect)?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    let server = config.cluster_url.to_string();
-    let client = crate::kube_state::client_for(config).map_err(ServerLookupError::Connect)?;
-    let deployments: Api<Deployment> = Api::namespaced(client, &args.namespace);
+    let cluster = cluster_for(config, &args.connection).map_err(ServerLookupError::Connect)?;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client.clone(), &args.namespace);
+    let attempt = Attempt {
+        doing: "listing driftgate's Deployments",
+        verb: "list",
+        resource: "deployments.apps",
+        kind: "deployment",
+        name: None,
+        namespace: Some(&args.namespace),
+    };
     let listed = deployments
         .list(&ListParams::default().labels(DEPLOYMENT_SELECTOR))
         .await
-        .map_err(|source| ServerLookupError::List {
-            namespace: args.namespace.clone(),
-            server,
-            source,
-        })?;
+        .map_err(|e| ServerLookupError::List(cluster.error(attempt, e)))?;
     Ok(server_versions(&listed.items))
 }
 

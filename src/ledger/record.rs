@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
     shortname = "bpr",
     namespaced,
     status = "BackportStatus",
+    // So that the ledger's plans, which name the records they write, can be compared in tests.
+    derive = "PartialEq",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.object.kind"}"#,
     printcolumn = r#"{"name":"Object","type":"string","jsonPath":".spec.object.name"}"#,

@@ -5,7 +5,9 @@
 
 pub mod admission;
 pub mod document;
+mod foreign;
 pub mod gatepolicy;
+mod reading;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -20,6 +22,8 @@ use document::{
     API_VERSION, BreakGlassSpec, ControllerSpec, DelegationSpec, GatePolicyDocument,
     GuardedOperation, KIND,
 };
+
+use reading::Node;
 
 use crate::fieldpath::{FieldPath, FieldPattern};
 use crate::timefmt::WindowDuration;
@@ -423,55 +427,24 @@ fn policy_files(path: &Path) -> Result<Vec<PathBuf>, PolicyError> {
     Ok(files)
 }
 
-/// The document a line belongs to, counting `---` separators before it.
-fn document_of_line(text: &str, line: u64) -> usize {
-    let mut document = 1;
-    let mut seen_content = false;
-    for (index, text_line) in text.lines().enumerate() {
-        if index as u64 + 1 >= line {
-            break;
-        }
-        if text_line.starts_with("---") {
-            if seen_content {
-                document += 1;
-            }
-            seen_content = false;
-        } else if !text_line.trim().is_empty() && !text_line.trim_start().starts_with('#') {
-            seen_content = true;
-        }
-    }
-    document
-}
-
 fn compile_file(source: &str, text: &str) -> Result<Vec<GatePolicy>, PolicyErrors> {
-    let options = serde_saphyr::options! { with_snippet: false };
-    let documents: Vec<GatePolicyDocument> =
-        serde_saphyr::from_multiple_with_options(text, options).map_err(|error| {
-            let line = error.location().map(|l| l.line()).unwrap_or(0);
-            PolicyErrors(vec![PolicyError {
-                file: source.to_owned(),
-                line,
-                document: if line > 0 {
-                    document_of_line(text, line)
-                } else {
-                    0
-                },
-                policy: None,
-                field: "(yaml)".into(),
-                problem: yaml_problem(&error),
-            }])
-        })?;
     let mut errors = Vec::new();
     let mut policies = Vec::new();
-    for (index, document) in documents.into_iter().enumerate() {
+    for document in reading::documents(text) {
+        let before = errors.len();
         let mut check = Checker {
             file: source,
-            document: index + 1,
+            document: document.number,
             policy: None,
             errors: &mut errors,
         };
-        if let Some(policy) = check.policy(document) {
-            policies.push(policy);
+        let Some(parsed) = check.read(&document.text) else {
+            continue;
+        };
+        let policy = check.policy(parsed);
+        // A document with an unknown field compiles, but is not served.
+        if errors.len() == before {
+            policies.extend(policy);
         }
     }
     if errors.is_empty() {
@@ -487,6 +460,50 @@ fn yaml_problem(error: &serde_saphyr::Error) -> String {
     match text.find(" at line ") {
         Some(at) => text[..at].to_owned(),
         None => text,
+    }
+}
+
+fn unknown_field_problem(field: &str, expected: &[&str]) -> String {
+    match reading::nearest_field(field, expected) {
+        Some(near) => format!("unknown field `{field}`; did you mean `{near}`?"),
+        None if expected.is_empty() => format!("unknown field `{field}`; this takes no fields"),
+        None => format!(
+            "unknown field `{field}`; the fields here are {}",
+            expected.join(", ")
+        ),
+    }
+}
+
+/// A document blanks one unknown or mistyped field per pass; past this many, it is not a
+/// policy at all.
+const MAX_UNREADABLE_FIELDS: usize = 200;
+
+/// A value of the wrong type or an unknown enum value (`mode: Enforcing`), said with the
+/// values allowed.
+fn value_problem(error: &serde_saphyr::Error) -> String {
+    match error {
+        serde_saphyr::Error::SerdeUnknownVariant {
+            variant, expected, ..
+        } => match reading::nearest_field(variant, expected) {
+            Some(near) => format!("unknown value `{variant}`; did you mean `{near}`?"),
+            None => format!(
+                "unknown value `{variant}`; write one of {}",
+                expected.join(", ")
+            ),
+        },
+        other => {
+            let problem = yaml_problem(other);
+            // serde-saphyr's words for the three shapes, said as what to write.
+            let shape = match problem.as_str() {
+                "expected sequence start" => "is not a list; write a list, such as [a, b]",
+                "expected string scalar" => "is not a single value; write one, such as a",
+                p if p.starts_with("expected mapping") => {
+                    "is not a mapping; write key: value entries"
+                }
+                _ => return problem,
+            };
+            shape.to_owned()
+        }
     }
 }
 
@@ -539,6 +556,135 @@ pub fn is_qualified_name(key: &str) -> bool {
 }
 
 impl Checker<'_> {
+    /// The document as a policy, every unknown field reported (and blanked, so that the rest is
+    /// still read); None, its problem reported, when it is YAML that does not read as a policy
+    /// or another engine's document.
+    fn read(&mut self, text: &str) -> Option<GatePolicyDocument> {
+        let options = || serde_saphyr::options! { with_snippet: false };
+        let outline = match serde_saphyr::from_str_with_options::<Option<Node>>(text, options()) {
+            Ok(outline) => outline?,
+            Err(error) => {
+                self.yaml_error(&error);
+                return None;
+            }
+        };
+        self.policy = outline
+            .get("metadata")
+            .and_then(|metadata| metadata.value.get("name"))
+            .and_then(|name| name.value.text())
+            .map(str::to_owned);
+        let text_of = |key| outline.get(key).and_then(|v| v.value.text());
+        if let (Some(api_version), Some(kind)) = (outline.get("apiVersion"), text_of("kind"))
+            && let Some(problem) = api_version
+                .value
+                .text()
+                .and_then(|api_version| foreign::other_engine(api_version, kind))
+        {
+            self.error(api_version.referenced, "apiVersion", problem);
+            return None;
+        }
+        if let Node::Map(entries) = &outline
+            && outline.get("apiVersion").is_none()
+            && outline.get("kind").is_none()
+        {
+            let first = entries
+                .first()
+                .map_or(Location::UNKNOWN, |(k, _)| k.referenced);
+            self.error(first, "(document)", foreign::not_an_object());
+            return None;
+        }
+        let is_object = text_of("kind") == Some(KIND);
+        let original = text;
+        let mut text = text.to_owned();
+        let mut server_fields: Vec<(Location, String)> = Vec::new();
+        // Fields whose value was of the wrong type, blanked to read on.
+        let mut blanked: Vec<String> = Vec::new();
+        let mut result = None;
+        for _ in 0..MAX_UNREADABLE_FIELDS {
+            let error =
+                match serde_saphyr::from_str_with_options::<GatePolicyDocument>(&text, options()) {
+                    Ok(parsed) => {
+                        result = Some(parsed);
+                        break;
+                    }
+                    Err(error) => error,
+                };
+            let entry = match &error {
+                serde_saphyr::Error::SerdeUnknownField {
+                    field,
+                    expected,
+                    location,
+                } => {
+                    let path = outline.path_of_key(*location).unwrap_or(field.clone());
+                    if is_object && foreign::is_server_field(&path) {
+                        server_fields.push((*location, path));
+                    } else {
+                        self.error(*location, path, unknown_field_problem(field, expected));
+                    }
+                    *location
+                }
+                serde_saphyr::Error::SerdeMissingField { field, location } => {
+                    // A required field blanked for its type is missing now: said already.
+                    if !blanked
+                        .iter()
+                        .any(|path| path.rsplit('.').next() == Some(field))
+                    {
+                        self.missing_field(&outline, field, *location);
+                    }
+                    break;
+                }
+                _ => {
+                    let Some((path, entry, at)) = error
+                        .location()
+                        .and_then(|at| Some((outline.value_at(at)?, at)))
+                        .map(|((path, entry), at)| (path, entry, at))
+                    else {
+                        // Once a field was blanked, an error no value explains is its echo (a
+                        // mapping left empty): the document is refused already.
+                        if text == original {
+                            self.yaml_error(&error);
+                        }
+                        break;
+                    };
+                    self.error(at, path.clone(), value_problem(&error));
+                    blanked.push(path);
+                    entry
+                }
+            };
+            match reading::blank_entry(&text, entry) {
+                Some(next) if next != text => text = next,
+                _ => break,
+            }
+        }
+        if let Some((at, _)) = server_fields.first() {
+            let paths: Vec<String> = server_fields.iter().map(|(_, p)| p.clone()).collect();
+            self.error(*at, "(object)", foreign::exported_object(&paths));
+        }
+        result
+    }
+
+    /// Named at the mapping that lacks it, found from the sibling key serde-saphyr points at.
+    fn missing_field(&mut self, outline: &Node, field: &str, at: Location) {
+        let sibling = outline.path_of_key(at);
+        let parent = match sibling.as_deref().map(|path| path.rsplit_once('.')) {
+            Some(Some((parent, _))) => parent.to_owned(),
+            Some(None) => "(document)".to_owned(),
+            None => "(yaml)".to_owned(),
+        };
+        self.error(at, parent, format!("missing field `{field}`"));
+    }
+
+    fn yaml_error(&mut self, error: &serde_saphyr::Error) {
+        self.errors.push(PolicyError {
+            file: self.file.to_owned(),
+            line: error.location().map(|l| l.line()).unwrap_or(0),
+            document: self.document,
+            policy: self.policy.clone(),
+            field: "(yaml)".into(),
+            problem: yaml_problem(error),
+        });
+    }
+
     fn error(&mut self, at: Location, field: impl Into<String>, problem: impl Into<String>) {
         self.errors.push(PolicyError {
             file: self.file.to_owned(),
@@ -1053,10 +1199,192 @@ spec:
         );
     }
 
+    /// Document 1 has two unknown fields and a bad glob; document 2 is broken YAML; document 3
+    /// is a Kyverno policy; document 4 has a semantic problem only.
+    const MANY: &str = r#"apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: one}
+spec:
+  namespaces: {include: ["prod-["]}
+  controllers:
+    - {name: flux, usernames: [flux], lable: x}
+  breakGlass:
+    maxDuration: 1h
+    openers: {groups: [sre]}
+    requireResaon: true
+---
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: two
+---
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: three}
+spec: {rules: []}
+---
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: four}
+spec:
+  namespaces: {include: ["staging"]}
+  operations: []
+"#;
+
     #[test]
-    fn document_numbers_follow_separators() {
-        let text = "# c\n---\na: 1\n---\nb: 2\n";
-        assert_eq!(document_of_line(text, 3), 1);
-        assert_eq!(document_of_line(text, 5), 2);
+    fn every_problem_of_every_document_in_one_run() {
+        let errors = PolicySet::from_yaml("many.yaml", MANY).unwrap_err().0;
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let at = |field: &str| {
+            errors
+                .iter()
+                .find(|e| e.field == field)
+                .unwrap_or_else(|| panic!("no problem at {field}: {lines:#?}"))
+        };
+        let lable = at("spec.controllers[0].lable");
+        assert_eq!((lable.line, lable.document), (7, 1), "{lines:#?}");
+        assert!(
+            lable.problem.ends_with(
+                "the fields here are name, usernames, groups, fieldManagers, heldByWindows"
+            ),
+            "{lines:#?}"
+        );
+        let resaon = at("spec.breakGlass.requireResaon");
+        assert_eq!(resaon.line, 11);
+        assert_eq!(
+            resaon.problem,
+            "unknown field `requireResaon`; did you mean `requireReason`?"
+        );
+        assert!(at("spec.namespaces.include[0]").problem.contains("glob"));
+        assert_eq!(at("(yaml)").document, 2);
+        let kyverno = at("apiVersion");
+        assert_eq!((kyverno.line, kyverno.document), (17, 3));
+        assert!(kyverno.problem.contains("Kyverno ClusterPolicy"));
+        let four = at("spec.operations");
+        assert_eq!((four.document, four.policy.as_deref()), (4, Some("four")));
+        assert_eq!(errors.len(), 6, "{lines:#?}");
+    }
+
+    #[test]
+    fn an_object_read_back_from_a_cluster_is_named_and_its_spec_checked() {
+        let text = r#"apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata:
+  name: exported
+  uid: 0b5c
+  resourceVersion: "42"
+  managedFields:
+  - manager: kubectl
+spec:
+  namespaces: {include: [prod-*]}
+  operations: []
+status:
+  conditions: []
+"#;
+        let errors = PolicySet::from_yaml("exported.yaml", text).unwrap_err().0;
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert_eq!((errors[0].field.as_str(), errors[0].line), ("(object)", 5));
+        assert!(
+            errors[0].problem.contains(
+                "(it has metadata.uid, metadata.resourceVersion, metadata.managedFields, status)"
+            ),
+            "{errors:#?}"
+        );
+        assert_eq!(errors[1].field, "spec.operations");
+    }
+
+    #[test]
+    fn without_unknown_fields_the_policy_is_the_same() {
+        let set = PolicySet::from_yaml(
+            "inline",
+            &format!(
+                "---\n{HELD}  breakGlass: {{maxDuration: 1h, openers: {{groups: [sre]}}}}\n---\n"
+            ),
+        )
+        .unwrap();
+        assert_eq!(set.policies().len(), 1);
+        assert_eq!(set.policies()[0].name, "p");
+    }
+
+    #[test]
+    fn values_of_the_wrong_type_are_each_named_and_the_rest_still_checked() {
+        let text = r#"apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: typed}
+spec:
+  mode: Enforcing
+  owner: [team-a]
+  namespaces: {include: ["prod-*"]}
+  operations: [CREATE, PATCH]
+  controllers:
+    - {name: flux, usernames: {flux: true}}
+  delegations:
+    - {name: hpa, usernames: [hpa], fields: []}
+"#;
+        let errors = PolicySet::from_yaml("typed.yaml", text).unwrap_err().0;
+        let found: Vec<(u64, &str, &str)> = errors
+            .iter()
+            .map(|e| (e.line, e.field.as_str(), e.problem.as_str()))
+            .collect();
+        let at = |field: &str| {
+            found
+                .iter()
+                .find(|(_, f, _)| *f == field)
+                .unwrap_or_else(|| panic!("no {field} in {found:#?}"))
+        };
+        assert_eq!(
+            at("spec.mode"),
+            &(
+                5,
+                "spec.mode",
+                "unknown value `Enforcing`; did you mean `Enforce`?"
+            )
+        );
+        assert_eq!(at("spec.owner").0, 6);
+        assert_eq!(at("spec.operations[1]").0, 8);
+        assert!(
+            at("spec.operations[1]")
+                .2
+                .contains("CREATE, UPDATE, DELETE"),
+            "{found:#?}"
+        );
+        assert_eq!(
+            at("spec.controllers[0].usernames"),
+            &(
+                10,
+                "spec.controllers[0].usernames",
+                "is not a list; write a list, such as [a, b]"
+            )
+        );
+        assert_eq!(
+            at("spec.owner").2,
+            "is not a single value; write one, such as a"
+        );
+        // Read past, the controller has no usernames: the semantic checks say so too.
+        assert_eq!(at("spec.controllers[0]").0, 10);
+        assert_eq!(at("spec.delegations[0].fields").0, 12);
+        assert_eq!(errors.len(), 6, "{found:#?}");
+
+        let required = "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: r}\nspec:\n  namespaces: prod-*\n";
+        let errors = PolicySet::from_yaml("required.yaml", required)
+            .unwrap_err()
+            .0;
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!(
+            (errors[0].line, errors[0].field.as_str()),
+            (5, "spec.namespaces")
+        );
+    }
+
+    #[test]
+    fn a_mapping_without_apiversion_or_kind_is_one_problem() {
+        let errors = PolicySet::from_yaml("values.yaml", "# c\nreplicas: 2\nimage: {tag: x}\n")
+            .unwrap_err()
+            .0;
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!(
+            (errors[0].line, errors[0].field.as_str()),
+            (2, "(document)")
+        );
+        assert!(errors[0].problem.contains("neither apiVersion nor kind"));
     }
 }

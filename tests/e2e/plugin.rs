@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::harness::control_plane::free_port;
 use crate::harness::testenv::binaries;
-use crate::harness::{ADMIN, ALICE, chart, control_plane};
+use crate::harness::{ADMIN, ALICE, Identity, chart, control_plane};
 
 /// A directory (`dir`, under the temp dir) holding the binary as `kubectl-driftgate`, as a
 /// krew install leaves it, and a PATH that starts with it.
@@ -141,10 +141,318 @@ fn kubectl_driftgate_version_reads_the_installed_deployment() {
     assert!(lines[0].starts_with("Client Version: "), "{text}");
     assert!(
         lines[1].starts_with(&format!(
-            "Note: server version unavailable: cannot list Deployments in namespace \
-             driftgate-system at {dead_url}"
-        )),
+            "Note: server version unavailable: cannot reach the API server at {dead_url} ("
+        )) && lines[1].ends_with("; is this the right context? (kubectl config current-context)"),
         "{text}"
+    );
+    std::fs::remove_dir_all(&bin).unwrap();
+}
+
+/// A kubeconfig whose current context is a dead API server and whose context `live` is the
+/// test cluster as the admin, in namespace `namespace`: every command below needs --context.
+fn two_context_kubeconfig(dir: &std::path::Path, namespace: &str) -> std::path::PathBuf {
+    let plane = control_plane();
+    let admin = std::fs::read_to_string(plane.kubeconfig(ADMIN)).unwrap();
+    let mut config: Value = serde_saphyr::from_str(&admin).unwrap();
+    let user = config["contexts"][0]["context"]["user"].clone();
+    let dead = format!("https://127.0.0.1:{}", free_port());
+    config["clusters"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "dead", "cluster": {"server": dead}}));
+    config["contexts"] = serde_json::json!([
+        {"name": "dead", "context": {"cluster": "dead", "user": user}},
+        {"name": "live", "context": {"cluster": "e2e", "user": user, "namespace": namespace}},
+    ]);
+    config["current-context"] = Value::from("dead");
+    let path = dir.join("kubeconfig");
+    // JSON is YAML: kubectl and kube-rs read either.
+    std::fs::write(&path, config.to_string()).unwrap();
+    path
+}
+
+/// `kubectl driftgate` takes kubectl's --context, --as and --as-group, and the namespace of the
+/// context; lists in every -o format; and says what failed in a sentence with a distinct exit
+/// code: RBAC (4), no such object (2), an unreachable server (3).
+#[test]
+fn kubectl_driftgate_speaks_kubectls_flags_formats_and_errors() {
+    let plane = control_plane();
+    let (ns_a, ns_b) = ("plugin-ctx-a", "plugin-ctx-b");
+    for ns in [ns_a, ns_b] {
+        plane.kubectl(ADMIN, &["create", "namespace", ns]).ok();
+        plane
+            .kubectl(ADMIN, &["create", "configmap", "plugin-settings", "-n", ns])
+            .ok();
+    }
+    let (bin, path) = path_with_plugin("driftgate-plugin-ctx");
+    let kubeconfig = two_context_kubeconfig(&bin, ns_a);
+    let run = |args: &[&str]| {
+        let out = Command::new(binaries().kubectl())
+            .arg("driftgate")
+            .args(args)
+            .env("PATH", &path)
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .expect("kubectl runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stdout, stderr)
+    };
+    let reason = "INC-77: settings hotfix";
+    let open = |target: &str, extra: &[&str]| {
+        run(&[
+            &[
+                "break-glass",
+                "open",
+                target,
+                "--for",
+                "1h",
+                "--reason",
+                reason,
+            ],
+            extra,
+        ]
+        .concat())
+    };
+
+    // The current context is dead: exit 3 and the sentence, through kubectl.
+    let (code, _, stderr) = run(&["backlog"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "kubectl driftgate backlog: cannot reach the API server at https://127.0.0.1:"
+        ) && stderr.contains("is this the right context? (kubectl config current-context)"),
+        "{stderr}"
+    );
+
+    // --context live, no -n: the context's namespace, and hints that say kubectl driftgate.
+    let (code, stdout, stderr) = open("configmap/plugin-settings", &["--context", "live"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "break-glass window open on configmap/plugin-settings in namespace {ns_a} until "
+        )),
+        "{stdout}"
+    );
+    assert!(lines[0].ends_with(" UTC)."), "{stdout}");
+    // No policy guards this namespace: nothing is held off, and the CLI says so.
+    assert!(
+        lines[1].starts_with(&format!(
+            "driftgate sent no warning: check that its webhook guards namespace {ns_a}"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].contains("run this command again to extend"),
+        "{stdout}"
+    );
+    assert!(
+        lines[3].contains(&format!("`kubectl driftgate backlog -n {ns_a}`"))
+            && lines[3].contains(&format!(
+                "`kubectl driftgate break-glass close configmap/plugin-settings -n {ns_a}`"
+            )),
+        "{stdout}"
+    );
+    let labels = plane
+        .kubectl(
+            ADMIN,
+            &[
+                "get",
+                "configmap/plugin-settings",
+                "-n",
+                ns_a,
+                "-o",
+                "jsonpath={.metadata.labels}",
+            ],
+        )
+        .ok()
+        .stdout;
+    assert!(labels.contains("driftgate.dev/break-glass"), "{labels}");
+    let (code, _, stderr) = open(
+        "configmap/plugin-settings",
+        &["--context", "live", "-n", ns_b],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // Listings: the context's namespace by default, -A for all, every -o format.
+    let (code, stdout, stderr) = run(&["break-glass", "list", "--context", "live"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(lines[0].starts_with("NAMESPACE      OBJECT"), "{stdout}");
+    assert!(
+        lines[1].starts_with(&format!("{ns_a}   configmap/plugin-settings   open    ")),
+        "{stdout}"
+    );
+    assert!(lines[1].ends_with(reason), "{stdout}");
+    let (code, stdout, stderr) = run(&[
+        "break-glass",
+        "list",
+        "--context",
+        "live",
+        "-A",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let ours = stdout
+        .lines()
+        .filter(|l| *l == "configmap/plugin-settings")
+        .count();
+    assert_eq!(ours, 2, "{stdout}");
+    let (code, stdout, stderr) = run(&[
+        "break-glass",
+        "list",
+        "--context",
+        "live",
+        "-n",
+        ns_b,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let json: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json.as_array().map(Vec::len), Some(1), "{json}");
+    assert_eq!(json[0]["namespace"], ns_b);
+    assert_eq!(json[0]["kind"], "ConfigMap");
+    assert_eq!(json[0]["state"], "open");
+    assert_eq!(json[0]["reason"], reason);
+    let (code, stdout, stderr) = run(&[
+        "break-glass",
+        "list",
+        "--context",
+        "live",
+        "-n",
+        ns_b,
+        "-o",
+        "yaml",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let yaml: Value = serde_saphyr::from_str(&stdout).unwrap();
+    assert_eq!(yaml, json);
+    let (code, stdout, stderr) = run(&[
+        "break-glass",
+        "list",
+        "--context",
+        "live",
+        "-o",
+        "wide",
+        "--no-headers",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    // One row, no header: every column exactly as wide as its cell.
+    let cells: Vec<&str> = lines[0].split("   ").collect();
+    assert_eq!(cells.len(), 7, "{stdout}");
+    assert_eq!(
+        [cells[0], cells[1], cells[2]],
+        [ns_a, "configmap/plugin-settings", "open"]
+    );
+    let expires_at: jiff::Timestamp = cells[4].parse().expect("EXPIRES-UTC is RFC 3339");
+    assert_eq!(
+        cells[5],
+        driftgate::timefmt::format_expiry(expires_at),
+        "{stdout}"
+    );
+    assert_eq!(cells[6], reason);
+
+    // 404: no such object, exit 2, before anything is written.
+    let (code, _, stderr) = open("configmap/nope", &["--context", "live"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!("kubectl driftgate break-glass: no such configmap \"nope\" in namespace {ns_a}\n")
+    );
+
+    // Impersonation (the admin may impersonate): a user with no RBAC gets a sentence, exit 4;
+    // with a group that has it (sre-oncall), the same user may list.
+    let (code, _, stderr) = run(&["backlog", "--context", "live", "--as", "carol"]);
+    assert_eq!(code, Some(4), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "kubectl driftgate backlog: carol may not list backportrequirements.driftgate.dev in \
+             namespace {ns_a}: Kubernetes RBAC does not permit it. Ask a cluster admin for a Role \
+             that grants it, or check --context and --as\n"
+        )
+    );
+    let (code, stdout, stderr) = run(&[
+        "backlog",
+        "--context",
+        "live",
+        "--as",
+        "carol",
+        "--as-group",
+        "sre-oncall",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, "Nothing to backport.\n");
+    let (code, _, stderr) = open(
+        "configmap/plugin-settings",
+        &["--context", "live", "--as", "carol"],
+    );
+    assert_eq!(code, Some(4), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "kubectl driftgate break-glass: carol may not patch configmaps in namespace {ns_a}: "
+        )),
+        "{stderr}"
+    );
+    // dave (no RBAC at all) may not impersonate: the sentence says so, not the command's verb.
+    let dave = Identity {
+        user: "plugin-dave",
+        groups: &[],
+    };
+    let out = Command::new(binaries().kubectl())
+        .args(["driftgate", "backlog", "-n", ns_a, "--as", "bob"])
+        .env("PATH", &path)
+        .env("KUBECONFIG", plane.kubeconfig(dave))
+        .output()
+        .expect("kubectl runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.starts_with("kubectl driftgate backlog: plugin-dave may not impersonate users: "),
+        "{stderr}"
+    );
+
+    // A listing the user may not make anywhere is the RBAC sentence, not "No break-glass windows."
+    let (code, stdout, stderr) =
+        run(&["break-glass", "list", "--context", "live", "--as", "carol"]);
+    assert_eq!(code, Some(4), "{stdout}{stderr}");
+    assert!(
+        stderr.starts_with("kubectl driftgate break-glass: carol may not list ")
+            && stderr.contains(": Kubernetes RBAC does not permit it."),
+        "{stderr}"
+    );
+
+    // version still exits 0 when RBAC refuses it, and its note is the same sentence.
+    let (code, stdout, stderr) = run(&["version", "--context", "live", "--as", "carol"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains(
+            "Note: server version unavailable: carol may not list deployments.apps in namespace \
+             driftgate-system: Kubernetes RBAC does not permit it."
+        ),
+        "{stdout}"
+    );
+
+    let (code, stdout, stderr) = run(&[
+        "break-glass",
+        "close",
+        "configmap/plugin-settings",
+        "--context",
+        "live",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.starts_with(&format!(
+            "break-glass window closed on configmap/plugin-settings in namespace {ns_a}"
+        )),
+        "{stdout}"
     );
     std::fs::remove_dir_all(&bin).unwrap();
 }

@@ -51,6 +51,26 @@ async fn alice_scales_under_a_window_that_holds_flux_off_until_she_closes_it() {
         "{}",
         open.stdout
     );
+    // What the window does, from driftgate's own warning; what happens at expiry; what next.
+    let lines: Vec<&str> = open.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", open.stdout);
+    assert!(
+        lines[1].starts_with("driftgate: break-glass window open on Deployment prod-s3/api until ")
+            && lines[1].contains("; controller flux is held off it until then; "),
+        "{}",
+        open.stdout
+    );
+    assert!(
+        lines[2].starts_with("At expiry the controller reconciles it back to Git"),
+        "{}",
+        open.stdout
+    );
+    assert!(
+        lines[3].contains("`driftgate backlog -n prod-s3`")
+            && lines[3].contains("`driftgate break-glass close deployment/api -n prod-s3`"),
+        "{}",
+        open.stdout
+    );
     let live = get_json("deployment/api", ns);
     let label = live["metadata"]["labels"]["driftgate.dev/break-glass"]
         .as_str()
@@ -173,6 +193,7 @@ async fn alice_scales_under_a_window_that_holds_flux_off_until_she_closes_it() {
         Some(Phase::AwaitingBackport),
         "{closed:?}"
     );
+    backlog_lists_the_record_in_every_format(ns, &closed[0]);
     show(flux_apply(&api_deployment(ns, 2))).ok();
     assert_eq!(get_json("deployment/api", ns)["spec"]["replicas"], 2);
 
@@ -237,6 +258,62 @@ async fn alice_scales_under_a_window_that_holds_flux_off_until_she_closes_it() {
     assert!(
         live["metadata"]["labels"]["driftgate.dev/break-glass"].is_null(),
         "{live}"
+    );
+}
+
+/// `driftgate backlog -n NS` on the window's record, awaiting backport: the table, wide,
+/// --no-headers, name, JSON and YAML say the same record; AGE is the record's.
+fn backlog_lists_the_record_in_every_format(
+    ns: &str,
+    record: &driftgate::ledger::record::BackportRequirement,
+) {
+    use kube::ResourceExt;
+    let name = record.name_any();
+    let backlog = |extra: &[&str]| {
+        let out = show(driftgate_cli(
+            ALICE,
+            &[&["backlog", "-n", ns], extra].concat(),
+        ))
+        .ok();
+        out.stdout
+    };
+    let table = backlog(&[]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(
+        lines[0].starts_with("NAMESPACE   NAME") && lines[0].ends_with("   REASON"),
+        "{table}"
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "{ns}     {name}   AwaitingBackport   deployment/api   "
+        )),
+        "{table}"
+    );
+    assert!(lines[1].ends_with(REASON), "{table}");
+    let wide = backlog(&["-o", "wide", "--no-headers"]);
+    assert_eq!(wide.lines().count(), 1, "{wide}");
+    assert!(wide.contains(&format!("   alice   {REASON}")), "{wide}");
+    assert_eq!(
+        backlog(&["-o", "name"]),
+        format!("backportrequirement.driftgate.dev/{name}\n")
+    );
+    let before = Timestamp::now();
+    let json: serde_json::Value = serde_json::from_str(&backlog(&["-o", "json"])).unwrap();
+    let yaml: serde_json::Value = serde_saphyr::from_str(&backlog(&["-o", "yaml"])).unwrap();
+    assert_eq!(json, yaml);
+    assert_eq!(json[0]["name"], name.as_str());
+    assert_eq!(json[0]["phase"], "AwaitingBackport");
+    let created = record.metadata.creation_timestamp.as_ref().unwrap().0;
+    let age = json[0]["ageSeconds"].as_i64().unwrap();
+    // The record's age, read between `before` and now (the phase began later, at the close).
+    let (least, most) = (
+        (before - created).get_seconds(),
+        (Timestamp::now() - created).get_seconds(),
+    );
+    assert!(
+        (least..=most).contains(&age),
+        "{age} not in {least}..={most}"
     );
 }
 

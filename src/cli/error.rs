@@ -1,0 +1,154 @@
+//! What a cluster command can fail at, each in a sentence a person can act on at 3am, and the
+//! exit code that tells a script which kind of failure it was.
+
+use std::path::PathBuf;
+
+/// The exit codes of the command line (`--help` and the README list them).
+pub mod exit {
+    /// Done.
+    pub const OK: u8 = 0;
+    /// driftgate refused the write (its admission denial), or a check or policy test failed.
+    pub const REFUSED: u8 = 1;
+    /// Bad input: usage, flags, KIND/NAME, kubeconfig or context, or a named object or kind
+    /// that does not exist.
+    pub const BAD_INPUT: u8 = 2;
+    /// The API server could not be reached (refused, timed out, TLS failed).
+    pub const UNREACHABLE: u8 = 3;
+    /// Kubernetes RBAC does not permit the request.
+    pub const FORBIDDEN: u8 = 4;
+    /// The API server failed the request for another reason (a conflict, a server error).
+    pub const FAILED: u8 = 5;
+}
+
+/// The table `--help` prints after the commands.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  done
+  1  refused by driftgate's policy (its admission denial), or a check or policy test failed
+  2  bad input: usage, flags, KIND/NAME, kubeconfig or context, no such object or kind
+  3  the cluster is unreachable (connection refused, timed out, TLS)
+  4  not permitted by Kubernetes RBAC
+  5  the API server failed the request for another reason (conflict, server error)";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(
+        "\"{target}\" is not KIND/NAME; write e.g. deployment/api, or leave it out for a namespace-wide window"
+    )]
+    TargetSyntax { target: String },
+    #[error("--for: {0}")]
+    Duration(#[source] crate::timefmt::DurationError),
+    #[error("--for {value}: the window would end beyond the times a label can hold")]
+    DurationTooFar { value: String },
+    #[error(
+        "--reason must say why, in your words, not the hint's placeholder (e.g. \"INC-123: api pods OOM, raising the memory limit\")"
+    )]
+    Reason,
+    #[error("--note must say what happened (e.g. \"backported in payments-gitops#412\")")]
+    Note,
+    #[error("--as-group needs --as: Kubernetes impersonates groups only together with a user")]
+    GroupsWithoutUser,
+    #[error("--kubeconfig {}: cannot be read: {source}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error(
+        "--context {context}: no such context in {source_name} (kubectl config get-contexts lists them)"
+    )]
+    NoSuchContext {
+        context: String,
+        source_name: String,
+    },
+    #[error("the kubeconfig ({source_name}) cannot be used: {source}")]
+    KubeconfigUnusable {
+        source_name: String,
+        source: kube::config::KubeconfigError,
+    },
+    #[error(
+        "no cluster configuration found (no $KUBECONFIG, no ~/.kube/config, not in a cluster): pass --kubeconfig FILE"
+    )]
+    NoConfiguration {
+        source: kube::config::InferConfigError,
+    },
+    #[error("cannot build a Kubernetes client for {server}: {source}")]
+    Client { server: String, source: kube::Error },
+    #[error(
+        "cannot reach the API server at {server} ({cause}); is this the right context? (kubectl config current-context)"
+    )]
+    Unreachable { server: String, cause: String },
+    #[error(
+        "{user} may not {verb} {resource}{}: Kubernetes RBAC does not permit it. Ask a cluster admin for a Role that grants it, or check --context and --as",
+        namespace.as_deref().map(|ns| format!(" in namespace {ns}")).unwrap_or_default()
+    )]
+    Forbidden {
+        user: String,
+        verb: String,
+        resource: String,
+        namespace: Option<String>,
+    },
+    #[error(
+        "no such {kind} \"{name}\"{}",
+        namespace.as_deref().map(|ns| format!(" in namespace {ns}")).unwrap_or_default()
+    )]
+    NotFound {
+        kind: String,
+        name: String,
+        namespace: Option<String>,
+    },
+    #[error(
+        "the cluster does not serve {resource} (is its CRD installed? kubectl api-resources lists what it serves)"
+    )]
+    NoSuchResource { resource: String },
+    #[error("the cluster has no resource kind \"{kind}\" (kubectl api-resources lists them)")]
+    UnknownKind { kind: String },
+    #[error("{doing} was refused: {message}")]
+    Refused { doing: String, message: String },
+    #[error("{doing} was rejected as invalid: {message}")]
+    Invalid { doing: String, message: String },
+    #[error("{doing} failed: the API server answered {code} {reason}: {message}")]
+    ApiServer {
+        doing: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("{doing} failed: {source}")]
+    Request { doing: String, source: kube::Error },
+    #[error(
+        "the API server's SelfSubjectReview names no user, so the resolution cannot say who resolved it"
+    )]
+    NoUser,
+    #[error("cannot start the command's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+impl CliError {
+    /// The exit code for this failure (see [`exit`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Refused { .. } => exit::REFUSED,
+            CliError::TargetSyntax { .. }
+            | CliError::Duration(_)
+            | CliError::DurationTooFar { .. }
+            | CliError::Reason
+            | CliError::Note
+            | CliError::GroupsWithoutUser
+            | CliError::Kubeconfig { .. }
+            | CliError::NoSuchContext { .. }
+            | CliError::KubeconfigUnusable { .. }
+            | CliError::NoConfiguration { .. }
+            | CliError::NotFound { .. }
+            | CliError::NoSuchResource { .. }
+            | CliError::UnknownKind { .. }
+            | CliError::Invalid { .. }
+            | CliError::Client { .. } => exit::BAD_INPUT,
+            CliError::Unreachable { .. } => exit::UNREACHABLE,
+            CliError::Forbidden { .. } => exit::FORBIDDEN,
+            CliError::ApiServer { .. }
+            | CliError::Request { .. }
+            | CliError::NoUser
+            | CliError::Runtime(_) => exit::FAILED,
+        }
+    }
+}

@@ -1,0 +1,1044 @@
+//! The ledger's part in one decision, planned purely: which verdicts it acts on, and for a
+//! break-glass write the records to create, expire, change or append to, given the records of
+//! the window's object as listed. No client and no clock: the service lists, applies the plan
+//! with its retries, and turns a failed write into [`Refusal::unrecorded`].
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, Operation};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::decision::{
+    BreakGlassWindow, Decision, DecisionRecord, PolicyVerdict, Rule, WindowScope,
+};
+use crate::ledger::evidence::{digest, value_at};
+use crate::ledger::phase::{PhaseChange, phase_of};
+use crate::ledger::record::{
+    BackportRequirement, BackportRequirementSpec, Phase, RecordScope, RecordedChange,
+    RecordedField, RecordedObject, RecordedWindow,
+};
+use crate::ledger::upkeep::{Expiry, expiry_of};
+use crate::policy::{BreakGlassRules, PolicySet};
+
+/// Labels on every record, so that the records of one object are one LIST away.
+pub const OBJECT_UID_LABEL: &str = "driftgate.dev/object-uid";
+
+/// Why the ledger refuses a write the policies admitted: the policy whose verdict it
+/// overturns, by which rule, and the message for the person refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub policy: String,
+    pub rule: Rule,
+    pub message: String,
+}
+
+impl Refusal {
+    /// The refusal of a break-glass change that could not be recorded (`error` says why).
+    pub fn unrecorded(record: &DecisionRecord, policy: &str, error: &str) -> Refusal {
+        Refusal {
+            policy: policy.to_owned(),
+            rule: Rule::LedgerUnavailable,
+            message: unrecorded_message(record, policy, error),
+        }
+    }
+
+    /// Turns `decision` into this refusal (through the one way to refuse a decision).
+    pub fn apply_to(self, decision: &mut Decision) {
+        decision.refuse(&self.policy, self.rule, self.message);
+    }
+}
+
+/// What the ledger does for one verdict of an admitted write.
+#[derive(Clone, Copy, Debug)]
+pub enum LedgerTask<'a> {
+    /// A controller's write, judged against the records awaiting backport for its object.
+    JudgeControllerWrite {
+        verdict: &'a PolicyVerdict,
+        rules: &'a BreakGlassRules,
+    },
+    /// A break-glass write, recorded before it is admitted.
+    Record {
+        verdict: &'a PolicyVerdict,
+        rules: &'a BreakGlassRules,
+    },
+}
+
+/// The ledger's tasks for `decision`, in the order of its verdicts: only verdicts of policies
+/// with break-glass rules; a dry run records nothing (but a controller's dry run is judged,
+/// so that a controller that dry-runs first reports the refusal).
+pub fn ledger_tasks<'a>(
+    request: &AdmissionRequest<DynamicObject>,
+    decision: &'a Decision,
+    policies: &'a PolicySet,
+) -> Vec<LedgerTask<'a>> {
+    decision
+        .record
+        .verdicts
+        .iter()
+        .filter_map(|verdict| {
+            let rules = policies
+                .policies()
+                .iter()
+                .find(|p| p.name == verdict.policy)
+                .and_then(|p| p.break_glass.as_ref())?;
+            if verdict.rule == Rule::Controller {
+                Some(LedgerTask::JudgeControllerWrite { verdict, rules })
+            } else if request.dry_run || !is_break_glass_write(verdict.rule) {
+                None
+            } else {
+                Some(LedgerTask::Record { verdict, rules })
+            }
+        })
+        .collect()
+}
+
+/// The warning for a break-glass change admitted where there is no ledger (no cluster).
+pub fn unrecorded_warning(
+    request: &AdmissionRequest<DynamicObject>,
+    decision: &Decision,
+) -> Option<&'static str> {
+    let break_glass = decision
+        .record
+        .verdicts
+        .iter()
+        .any(|v| is_break_glass_write(v.rule));
+    (!request.dry_run && break_glass).then_some(
+        "driftgate runs without a cluster: this break-glass change is not recorded in a backport ledger.",
+    )
+}
+
+fn is_break_glass_write(rule: Rule) -> bool {
+    matches!(
+        rule,
+        Rule::BreakGlassOpened
+            | Rule::BreakGlassExtended
+            | Rule::BreakGlassAmended
+            | Rule::BreakGlassClosed
+            | Rule::BreakGlassWindow
+    )
+}
+
+/// Which window a break-glass write belongs to, and so which record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowKey {
+    pub namespace: String,
+    pub scope: RecordScope,
+    /// What the record is on: the object written, or its Namespace for a namespace-wide window.
+    pub object: RecordedObject,
+    /// What the record's name and object-uid label are made of: the object's uid, or
+    /// `namespace-<name>` for a namespace-wide window.
+    pub window_uid: String,
+}
+
+impl WindowKey {
+    pub fn of(
+        request: &AdmissionRequest<DynamicObject>,
+        decision: &Decision,
+        verdict: &PolicyVerdict,
+    ) -> WindowKey {
+        let object = &decision.record.object;
+        let namespace = object.namespace.clone();
+        let is_namespace_object = object.group.is_empty() && object.kind == "Namespace";
+        let scope = match verdict.window.as_ref().or(verdict.new_window.as_ref()) {
+            Some(w) if w.scope == WindowScope::Namespace => RecordScope::Namespace,
+            _ if is_namespace_object => RecordScope::Namespace,
+            _ => RecordScope::Object,
+        };
+        let (window_object, window_uid) = match scope {
+            RecordScope::Object => (
+                RecordedObject {
+                    api_version: api_version(&object.group, &object.version),
+                    kind: object.kind.clone(),
+                    name: object.name.clone(),
+                    uid: object_uid(request),
+                },
+                object_uid(request),
+            ),
+            RecordScope::Namespace => (
+                RecordedObject {
+                    api_version: "v1".into(),
+                    kind: "Namespace".into(),
+                    name: namespace.clone(),
+                    // The Namespace's uid is known only when the Namespace itself is written.
+                    uid: if is_namespace_object {
+                        object_uid(request)
+                    } else {
+                        String::new()
+                    },
+                },
+                format!("namespace-{namespace}"),
+            ),
+        };
+        WindowKey {
+            namespace,
+            scope,
+            object: window_object,
+            window_uid,
+        }
+    }
+
+    /// The label selector of the records of this window's object.
+    pub fn label_selector(&self) -> String {
+        format!("{OBJECT_UID_LABEL}={}", label_safe(&self.window_uid))
+    }
+
+    /// The record of `window` with no changes yet, and its first transition.
+    fn new_record(
+        &self,
+        window: &BreakGlassWindow,
+        policy: &str,
+        opened: Option<(&str, Timestamp)>,
+        first: PhaseChange,
+    ) -> NewRecord {
+        let spec = new_record(self.object.clone(), self.scope, window, policy, opened);
+        let name = record_name(
+            &spec.object.kind,
+            &spec.object.name,
+            &self.window_uid,
+            &spec.window.label_value,
+        );
+        let mut record = BackportRequirement::new(&name, spec);
+        record.metadata.labels = Some(BTreeMap::from([(
+            OBJECT_UID_LABEL.to_owned(),
+            label_safe(&self.window_uid),
+        )]));
+        NewRecord { record, first }
+    }
+}
+
+/// A record to create, and its first transition (the API server ignores the status of a
+/// create: it is a subresource).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewRecord {
+    pub record: BackportRequirement,
+    pub first: PhaseChange,
+}
+
+/// The writes that record one break-glass verdict, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordingPlan<'a> {
+    /// Open records of the object whose window ended and which the expiry check has not got to
+    /// yet: expired first, so that a window opened after one gets a record of its own.
+    pub expire: Vec<Expiry<'a>>,
+    pub write: RecordWrite<'a>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecordWrite<'a> {
+    /// Nothing to write: a close with no open record, or a verdict without its window.
+    Nothing,
+    /// The open record moves to another phase (the window was closed).
+    Transition {
+        record: &'a BackportRequirement,
+        change: PhaseChange,
+    },
+    /// The open record's window changed (extended or amended): a merge patch of the record.
+    UpdateWindow {
+        record: &'a BackportRequirement,
+        patch: Value,
+    },
+    /// A window was opened: its record is created.
+    Create(Box<NewRecord>),
+    /// A change under the window is appended to its record.
+    Append {
+        to: AppendTo<'a>,
+        change: RecordedChange,
+    },
+}
+
+/// The record a change is appended to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AppendTo<'a> {
+    Existing(&'a BackportRequirement),
+    /// The window was opened where driftgate could not see it (before it was installed, or while
+    /// the webhook was bypassed): its record is created first.
+    New(Box<NewRecord>),
+}
+
+/// What recording `verdict` takes, given `listed`, the records of the window's object (by
+/// [`WindowKey::label_selector`]).
+pub fn plan_recording<'a>(
+    key: &WindowKey,
+    request: &AdmissionRequest<DynamicObject>,
+    decision: &Decision,
+    verdict: &PolicyVerdict,
+    rules: &BreakGlassRules,
+    listed: &'a [BackportRequirement],
+    now: Timestamp,
+) -> RecordingPlan<'a> {
+    // A record is one window. One whose window has ended is expired now.
+    let (current, ended): (Vec<_>, Vec<_>) = listed
+        .iter()
+        .filter(|r| phase_of(r) == Phase::Open && r.spec.scope == key.scope)
+        .partition(|r| r.spec.window.expires_at.0 > now);
+    let existing = current.first().copied();
+    let user = decision.record.user.as_str();
+    let write = match verdict.rule {
+        Rule::BreakGlassClosed => match existing {
+            Some(record) => RecordWrite::Transition {
+                record,
+                change: PhaseChange::closed(user),
+            },
+            None => RecordWrite::Nothing,
+        },
+        Rule::BreakGlassOpened | Rule::BreakGlassExtended | Rule::BreakGlassAmended => {
+            match (verdict.new_window.as_ref(), existing) {
+                (None, _) => RecordWrite::Nothing,
+                (Some(window), Some(record)) => RecordWrite::UpdateWindow {
+                    record,
+                    patch: window_patch(window),
+                },
+                (Some(window), None) => RecordWrite::Create(Box::new(key.new_record(
+                    window,
+                    &verdict.policy,
+                    Some((user, now)),
+                    PhaseChange::opened(user, window.expires_at),
+                ))),
+            }
+        }
+        Rule::BreakGlassWindow => match verdict.window.as_ref() {
+            None => RecordWrite::Nothing,
+            Some(window) => RecordWrite::Append {
+                to: match existing {
+                    Some(record) => AppendTo::Existing(record),
+                    None => AppendTo::New(Box::new(key.new_record(
+                        window,
+                        &verdict.policy,
+                        None,
+                        PhaseChange::window_found(user, window.expires_at),
+                    ))),
+                },
+                change: recorded_change(request, decision, key.scope, rules, now),
+            },
+        },
+        _ => RecordWrite::Nothing,
+    };
+    RecordingPlan {
+        expire: ended.into_iter().map(expiry_of).collect(),
+        write,
+    }
+}
+
+/// The merge patch of a record's window, extended or amended to `window`.
+fn window_patch(window: &BreakGlassWindow) -> Value {
+    json!({"spec": {"window": {
+        "expiresAt": Time(window.expires_at),
+        "labelValue": window.label_value,
+        "reason": window.reason,
+    }}})
+}
+
+/// Whether `record` holds `change` already (recorded by another replica, or by a retry).
+pub fn holds(record: &BackportRequirement, change: &RecordedChange) -> bool {
+    record.spec.changes.iter().any(|c| same_write(c, change))
+}
+
+/// The JSON patch appending `change` to `record`, conditioned on the record's resourceVersion.
+pub fn append_patch(record: &BackportRequirement, change: &RecordedChange) -> json_patch::Patch {
+    let patch = json!([
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": record.metadata.resource_version},
+        {"op": "add", "path": "/spec/changes/-", "value": change},
+    ]);
+    serde_json::from_value(patch).expect("a valid JSON patch")
+}
+
+/// A record name: `<kind>-<name>-<hash>` where the hash is of the object's uid and the window's
+/// first label value, so that two replicas recording the same window pick the same name.
+pub fn record_name(kind: &str, name: &str, uid: &str, label_value: &str) -> String {
+    let hash = Sha256::digest(format!("{uid}/{label_value}").as_bytes());
+    let suffix: String = hash.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    let mut prefix: String = format!("{}-{}", kind.to_lowercase(), name)
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    prefix.truncate(253 - 11);
+    format!("{}-{suffix}", prefix.trim_end_matches(['-', '.']))
+}
+
+/// A record of a window with no changes yet; `opened` is who opened it and when, when driftgate
+/// saw it being opened.
+fn new_record(
+    object: RecordedObject,
+    scope: RecordScope,
+    window: &BreakGlassWindow,
+    policy: &str,
+    opened: Option<(&str, Timestamp)>,
+) -> BackportRequirementSpec {
+    BackportRequirementSpec {
+        object,
+        scope,
+        window: RecordedWindow {
+            opener: opened.map(|(user, _)| user.to_owned()),
+            reason: window.reason.clone(),
+            opened_at: opened.map(|(_, at)| Time(at)),
+            expires_at: Time(window.expires_at),
+            label_value: window.label_value.clone(),
+        },
+        policy: policy.to_owned(),
+        changes: Vec::new(),
+    }
+}
+
+/// The refusal of a break-glass change that could not be recorded (`error` says why).
+fn unrecorded_message(record: &DecisionRecord, policy: &str, error: &str) -> String {
+    let object = &record.object;
+    let who = match record.user.as_str() {
+        "" => "an anonymous client",
+        user => user,
+    };
+    let place = match object.namespace.as_str() {
+        "" => object.name.clone(),
+        namespace => format!("{namespace}/{}", object.name),
+    };
+    format!(
+        "driftgate could not record this break-glass change by {} to {} {place} in its backport ledger ({error}), so it was not made (policy \"{policy}\", rule {}). \
+         Retry in a moment; if it keeps failing, driftgate cannot reach the API server.",
+        who,
+        object.kind,
+        Rule::LedgerUnavailable,
+    )
+}
+
+/// The uid of the object written: from the object, or the old object for a DELETE.
+pub(crate) fn object_uid(request: &AdmissionRequest<DynamicObject>) -> String {
+    request
+        .object
+        .as_ref()
+        .or(request.old_object.as_ref())
+        .and_then(|o| o.metadata.uid.clone())
+        .unwrap_or_default()
+}
+
+pub(crate) fn api_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+/// The Event's object for a controller's write: the object written.
+pub(crate) fn regarding_of(request: &AdmissionRequest<DynamicObject>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(api_version(&request.kind.group, &request.kind.version)),
+        kind: Some(request.kind.kind.clone()),
+        name: Some(request.name.clone()),
+        namespace: request.namespace.clone(),
+        uid: Some(object_uid(request)).filter(|u| !u.is_empty()),
+        ..ObjectReference::default()
+    }
+}
+
+/// Label values allow 63 characters of `[A-Za-z0-9._-]`; uids fit, namespace keys are trimmed.
+fn label_safe(value: &str) -> String {
+    let mut out: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    out.truncate(63);
+    out.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned()
+}
+
+/// Whether two recorded changes are one write: one request (retried), or one write reviewed by
+/// several webhooks (each call has its own request uid, but the same object and the same
+/// resourceVersion before the change).
+fn same_write(a: &RecordedChange, b: &RecordedChange) -> bool {
+    a.request_uid == b.request_uid
+        || (!a.resource_version.is_empty()
+            && a.resource_version == b.resource_version
+            && a.operation == b.operation
+            && a.subresource == b.subresource
+            && a.object.as_ref().map(|o| &o.uid) == b.object.as_ref().map(|o| &o.uid))
+}
+
+/// What one admitted change under a window did, with digests of the new values.
+fn recorded_change(
+    request: &AdmissionRequest<DynamicObject>,
+    decision: &Decision,
+    scope: RecordScope,
+    rules: &BreakGlassRules,
+    now: Timestamp,
+) -> RecordedChange {
+    let object = &decision.record.object;
+    let new = request
+        .object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+        .unwrap_or(Value::Null);
+    let is_secret = object.group.is_empty() && object.kind == "Secret";
+    let fields = decision
+        .record
+        .changed_fields
+        .iter()
+        .filter_map(|path| {
+            let parsed = crate::fieldpath::FieldPath::parse(path).ok()?;
+            let value = value_at(&new, &parsed);
+            Some(RecordedField {
+                path: path.clone(),
+                digest: digest(value),
+                value: if rules.record_values && !is_secret {
+                    value.cloned()
+                } else {
+                    None
+                },
+            })
+        })
+        .collect();
+    RecordedChange {
+        time: Time(now),
+        user: decision.record.user.clone(),
+        operation: decision.record.operation.clone(),
+        object: (scope == RecordScope::Namespace).then(|| RecordedObject {
+            api_version: api_version(&object.group, &object.version),
+            kind: object.kind.clone(),
+            name: object.name.clone(),
+            uid: object_uid(request),
+        }),
+        subresource: object.subresource.clone(),
+        request_uid: request.uid.clone(),
+        resource_version: match request.operation {
+            Operation::Create => String::new(),
+            _ => request
+                .old_object
+                .as_ref()
+                .and_then(|o| o.metadata.resource_version.clone())
+                .unwrap_or_default(),
+        },
+        fields,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::decision::ObjectRef;
+    use kube::ResourceExt;
+
+    pub(crate) const POLICY: &str = r#"
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: production}
+spec:
+  namespaces: {include: ["prod-*"]}
+  controllers:
+    - {name: flux, usernames: ["system:serviceaccount:flux-system:kustomize-controller"]}
+  breakGlass: {maxDuration: 4h, openers: {groups: [sre]}, refuseRevertsFor: 1h, recordValues: true}
+"#;
+
+    pub(crate) fn policies() -> PolicySet {
+        PolicySet::from_yaml("inline", POLICY).unwrap()
+    }
+
+    pub(crate) fn rules(policies: &PolicySet) -> &BreakGlassRules {
+        policies.policies()[0].break_glass.as_ref().unwrap()
+    }
+
+    pub(crate) fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    /// `user`'s UPDATE of `kind` `name` (uid `uid`) in prod-payments from version 41, setting
+    /// `spec.replicas` to `replicas`.
+    pub(crate) fn update(
+        user: &str,
+        kind: &str,
+        uid: &str,
+        replicas: u32,
+    ) -> AdmissionRequest<DynamicObject> {
+        let (group, version) = if kind == "Deployment" {
+            ("apps", "v1")
+        } else {
+            ("", "v1")
+        };
+        let object = |rv: &str, replicas: u32| {
+            json!({
+                "apiVersion": api_version(group, version), "kind": kind,
+                "metadata": {"name": "api", "namespace": "prod-payments", "uid": uid, "resourceVersion": rv},
+                "spec": {"replicas": replicas},
+            })
+        };
+        serde_json::from_value(json!({
+            "uid": "req-1",
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
+            "name": "api", "namespace": "prod-payments", "operation": "UPDATE",
+            "userInfo": {"username": user},
+            "object": object("42", replicas),
+            "oldObject": object("41", 2),
+            "dryRun": false,
+        }))
+        .unwrap()
+    }
+
+    pub(crate) fn window(scope: WindowScope, until: &str) -> BreakGlassWindow {
+        BreakGlassWindow {
+            scope,
+            label_value: "20261130T1000Z".into(),
+            expires_at: at(until),
+            reason: Some("INC-7".into()),
+        }
+    }
+
+    /// The decision admitting `request` by `rule` of policy production, with `window` as the
+    /// window used (or, for opening rules, the window after the write).
+    pub(crate) fn decision(
+        request: &AdmissionRequest<DynamicObject>,
+        rule: Rule,
+        window: Option<BreakGlassWindow>,
+    ) -> Decision {
+        let mut verdict = PolicyVerdict::enforced("production".into(), rule, None);
+        if matches!(rule, Rule::BreakGlassWindow | Rule::Controller) {
+            verdict.window = window;
+        } else {
+            verdict.new_window = window;
+        }
+        if rule == Rule::Controller {
+            verdict.matched = Some("flux".into());
+        }
+        Decision {
+            allowed: true,
+            message: String::new(),
+            warnings: Vec::new(),
+            audit_annotations: BTreeMap::new(),
+            record: DecisionRecord {
+                uid: request.uid.clone(),
+                operation: "UPDATE".into(),
+                user: request.user_info.username.clone().unwrap_or_default(),
+                groups: Vec::new(),
+                field_manager: None,
+                dry_run: request.dry_run,
+                object: ObjectRef {
+                    group: request.kind.group.clone(),
+                    version: request.kind.version.clone(),
+                    kind: request.kind.kind.clone(),
+                    resource: request.resource.resource.clone(),
+                    subresource: String::new(),
+                    namespace: "prod-payments".into(),
+                    name: "api".into(),
+                },
+                rule,
+                verdicts: vec![verdict],
+                changed_fields: vec!["spec.replicas".into()],
+            },
+        }
+    }
+
+    /// An Open record of the window on Deployment api (uid `dep-uid`), ending at `until`.
+    pub(crate) fn open_record(name: &str, until: &str) -> BackportRequirement {
+        let request = update("alice", "Deployment", "dep-uid", 5);
+        let decision = decision(&request, Rule::BreakGlassOpened, None);
+        let key = WindowKey::of(&request, &decision, &decision.record.verdicts[0]);
+        let mut new = key.new_record(
+            &window(WindowScope::Object, until),
+            "production",
+            Some(("alice", at("2026-11-30T08:00:00Z"))),
+            PhaseChange::opened("alice", at(until)),
+        );
+        new.record.metadata.name = Some(name.into());
+        new.record.metadata.namespace = Some("prod-payments".into());
+        new.record.metadata.resource_version = Some("100".into());
+        new.record
+    }
+
+    fn plan<'a>(
+        request: &AdmissionRequest<DynamicObject>,
+        decision: &Decision,
+        listed: &'a [BackportRequirement],
+        now: &str,
+    ) -> RecordingPlan<'a> {
+        let policies = policies();
+        let verdict = &decision.record.verdicts[0];
+        let key = WindowKey::of(request, decision, verdict);
+        plan_recording(
+            &key,
+            request,
+            decision,
+            verdict,
+            rules(&policies),
+            listed,
+            at(now),
+        )
+    }
+
+    #[test]
+    fn opening_a_window_creates_its_record_named_from_the_object_and_window() {
+        let request = update("alice", "Deployment", "dep-uid", 5);
+        let decision = decision(
+            &request,
+            Rule::BreakGlassOpened,
+            Some(window(WindowScope::Object, "2026-11-30T10:00:00Z")),
+        );
+        let planned = plan(&request, &decision, &[], "2026-11-30T09:00:00Z");
+        assert_eq!(planned.expire, []);
+        let RecordWrite::Create(new) = planned.write else {
+            panic!("{:?}", planned.write)
+        };
+        assert_eq!(
+            new.record.metadata.name.as_deref(),
+            Some(record_name("Deployment", "api", "dep-uid", "20261130T1000Z").as_str())
+        );
+        assert!(new.record.name_any().starts_with("deployment-api-"));
+        assert_eq!(
+            new.record.metadata.labels,
+            Some(BTreeMap::from([(
+                OBJECT_UID_LABEL.to_owned(),
+                "dep-uid".to_owned()
+            )]))
+        );
+        let spec = &new.record.spec;
+        assert_eq!(
+            (spec.scope, spec.policy.as_str()),
+            (RecordScope::Object, "production")
+        );
+        assert_eq!(
+            spec.object,
+            RecordedObject {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "api".into(),
+                uid: "dep-uid".into(),
+            }
+        );
+        assert_eq!(spec.window.opener.as_deref(), Some("alice"));
+        assert_eq!(
+            spec.window.opened_at,
+            Some(Time(at("2026-11-30T09:00:00Z")))
+        );
+        assert_eq!(spec.window.reason.as_deref(), Some("INC-7"));
+        assert_eq!(spec.changes, []);
+        assert_eq!(
+            new.first,
+            PhaseChange::opened("alice", at("2026-11-30T10:00:00Z"))
+        );
+        assert_eq!(
+            new.first.message,
+            "alice opened the window until 2026-11-30 10:00 UTC"
+        );
+    }
+
+    #[test]
+    fn extending_changes_the_open_record_and_expires_one_whose_window_ended() {
+        let request = update("alice", "Deployment", "dep-uid", 5);
+        let extended = window(WindowScope::Object, "2026-11-30T12:00:00Z");
+        let decision = decision(&request, Rule::BreakGlassExtended, Some(extended));
+        let listed = [
+            open_record("ended", "2026-11-30T08:30:00Z"),
+            open_record("current", "2026-11-30T10:00:00Z"),
+        ];
+        let planned = plan(&request, &decision, &listed, "2026-11-30T09:00:00Z");
+        let expired: Vec<_> = planned.expire.iter().map(|e| e.record.name_any()).collect();
+        assert_eq!(expired, ["ended"]);
+        assert_eq!(
+            planned.write,
+            RecordWrite::UpdateWindow {
+                record: &listed[1],
+                patch: json!({"spec": {"window": {
+                    "expiresAt": "2026-11-30T12:00:00Z",
+                    "labelValue": "20261130T1000Z",
+                    "reason": "INC-7",
+                }}}),
+            }
+        );
+    }
+
+    #[test]
+    fn closing_moves_the_open_record_to_awaiting_backport_or_writes_nothing() {
+        let request = update("alice", "Deployment", "dep-uid", 5);
+        let decision = decision(&request, Rule::BreakGlassClosed, None);
+        let listed = [open_record("current", "2026-11-30T10:00:00Z")];
+        let planned = plan(&request, &decision, &listed, "2026-11-30T09:00:00Z");
+        assert_eq!(
+            planned.write,
+            RecordWrite::Transition {
+                record: &listed[0],
+                change: PhaseChange {
+                    phase: Phase::AwaitingBackport,
+                    reason: "Closed",
+                    message: "alice closed the window".into(),
+                    reverted_fields: Vec::new(),
+                },
+            }
+        );
+        // The only record's window had ended: it is expired, and there is nothing to close.
+        let planned = plan(&request, &decision, &listed, "2026-11-30T10:00:00Z");
+        assert_eq!(planned.expire.len(), 1);
+        assert_eq!(planned.write, RecordWrite::Nothing);
+    }
+
+    #[test]
+    fn a_change_under_a_window_is_appended_with_digests_and_values_the_policy_allows() {
+        let request = update("bob", "Deployment", "dep-uid", 5);
+        let decision = decision(
+            &request,
+            Rule::BreakGlassWindow,
+            Some(window(WindowScope::Object, "2026-11-30T10:00:00Z")),
+        );
+        let listed = [open_record("current", "2026-11-30T10:00:00Z")];
+        let planned = plan(&request, &decision, &listed, "2026-11-30T09:00:00Z");
+        let RecordWrite::Append { to, change } = planned.write else {
+            panic!("{:?}", planned.write)
+        };
+        assert_eq!(to, AppendTo::Existing(&listed[0]));
+        assert_eq!(
+            change,
+            RecordedChange {
+                time: Time(at("2026-11-30T09:00:00Z")),
+                user: "bob".into(),
+                operation: "UPDATE".into(),
+                object: None,
+                subresource: String::new(),
+                request_uid: "req-1".into(),
+                resource_version: "41".into(),
+                fields: vec![RecordedField {
+                    path: "spec.replicas".into(),
+                    digest: digest(Some(&json!(5))),
+                    value: Some(json!(5)),
+                }],
+            }
+        );
+        // A window opened where driftgate did not see it: its record is created first.
+        let planned = plan(&request, &decision, &[], "2026-11-30T09:00:00Z");
+        let RecordWrite::Append {
+            to: AppendTo::New(new),
+            ..
+        } = planned.write
+        else {
+            panic!("{:?}", planned.write)
+        };
+        assert_eq!(new.record.spec.window.opener, None);
+        assert_eq!(
+            (new.first.phase, new.first.reason),
+            (Phase::Open, "WindowFound")
+        );
+        assert_eq!(
+            new.first.message,
+            "bob changed the object under a window (until 2026-11-30 10:00 UTC) that was opened where driftgate did not see it"
+        );
+    }
+
+    #[test]
+    fn a_secret_s_values_are_never_recorded() {
+        let request = update("bob", "Secret", "secret-uid", 5);
+        let decision = decision(
+            &request,
+            Rule::BreakGlassWindow,
+            Some(window(WindowScope::Object, "2026-11-30T10:00:00Z")),
+        );
+        let planned = plan(&request, &decision, &[], "2026-11-30T09:00:00Z");
+        let RecordWrite::Append { change, .. } = planned.write else {
+            panic!("{:?}", planned.write)
+        };
+        assert_eq!(change.fields[0].digest, digest(Some(&json!(5))));
+        assert_eq!(change.fields[0].value, None);
+    }
+
+    #[test]
+    fn a_namespace_wide_window_is_one_record_on_the_namespace_naming_each_object() {
+        let request = update("bob", "Deployment", "dep-uid", 5);
+        let decision = decision(
+            &request,
+            Rule::BreakGlassWindow,
+            Some(window(WindowScope::Namespace, "2026-11-30T10:00:00Z")),
+        );
+        let key = WindowKey::of(&request, &decision, &decision.record.verdicts[0]);
+        assert_eq!(
+            key,
+            WindowKey {
+                namespace: "prod-payments".into(),
+                scope: RecordScope::Namespace,
+                object: RecordedObject {
+                    api_version: "v1".into(),
+                    kind: "Namespace".into(),
+                    name: "prod-payments".into(),
+                    uid: String::new(),
+                },
+                window_uid: "namespace-prod-payments".into(),
+            }
+        );
+        assert_eq!(
+            key.label_selector(),
+            "driftgate.dev/object-uid=namespace-prod-payments"
+        );
+        // An object-scoped record of the same object is another window.
+        let listed = [open_record("object-window", "2026-11-30T10:00:00Z")];
+        let planned = plan(&request, &decision, &listed, "2026-11-30T09:00:00Z");
+        let RecordWrite::Append {
+            to: AppendTo::New(new),
+            change,
+        } = planned.write
+        else {
+            panic!("{:?}", planned.write)
+        };
+        assert_eq!(new.record.spec.scope, RecordScope::Namespace);
+        assert!(
+            new.record
+                .name_any()
+                .starts_with("namespace-prod-payments-")
+        );
+        assert_eq!(
+            change.object.map(|o| (o.kind, o.uid)),
+            Some(("Deployment".into(), "dep-uid".into()))
+        );
+    }
+
+    #[test]
+    fn the_ledger_acts_on_break_glass_and_controller_verdicts_of_policies_with_windows() {
+        let policies = policies();
+        let mut request = update("bob", "Deployment", "dep-uid", 5);
+        let mut decision = decision(&request, Rule::BreakGlassWindow, None);
+        let controller = PolicyVerdict::enforced("production".into(), Rule::Controller, None);
+        let elsewhere =
+            PolicyVerdict::enforced("no-such-policy".into(), Rule::BreakGlassWindow, None);
+        let delegated = PolicyVerdict::enforced("production".into(), Rule::Delegation, None);
+        decision
+            .record
+            .verdicts
+            .extend([controller, elsewhere, delegated]);
+        let tasks = |request: &AdmissionRequest<DynamicObject>| -> Vec<(&'static str, Rule)> {
+            ledger_tasks(request, &decision, &policies)
+                .into_iter()
+                .map(|task| match task {
+                    LedgerTask::Record { verdict, .. } => ("record", verdict.rule),
+                    LedgerTask::JudgeControllerWrite { verdict, .. } => ("judge", verdict.rule),
+                })
+                .collect()
+        };
+        assert_eq!(
+            tasks(&request),
+            [
+                ("record", Rule::BreakGlassWindow),
+                ("judge", Rule::Controller)
+            ]
+        );
+        // A dry run records nothing, but a controller's dry run is judged.
+        request.dry_run = true;
+        assert_eq!(tasks(&request), [("judge", Rule::Controller)]);
+        assert_eq!(unrecorded_warning(&request, &decision), None);
+        request.dry_run = false;
+        assert!(
+            unrecorded_warning(&request, &decision).is_some_and(|w| w.contains("not recorded"))
+        );
+    }
+
+    #[test]
+    fn an_unrecorded_change_names_the_user_object_policy_and_rule_and_says_retry() {
+        let request = update("alice", "Deployment", "dep-uid", 5);
+        let mut decision = decision(&request, Rule::BreakGlassWindow, None);
+        let refusal = Refusal::unrecorded(&decision.record, "production", "connection refused");
+        assert_eq!(refusal.rule, Rule::LedgerUnavailable);
+        assert_eq!(
+            refusal.message,
+            "driftgate could not record this break-glass change by alice to Deployment prod-payments/api in its backport ledger \
+             (connection refused), so it was not made (policy \"production\", rule LedgerUnavailable). \
+             Retry in a moment; if it keeps failing, driftgate cannot reach the API server."
+        );
+        refusal.apply_to(&mut decision);
+        assert!(!decision.allowed);
+        assert_eq!(decision.record.rule, Rule::LedgerUnavailable);
+        let mut anonymous = decision.record.clone();
+        anonymous.user.clear();
+        anonymous.object.namespace.clear();
+        let message = Refusal::unrecorded(&anonymous, "production", "timeout").message;
+        assert!(
+            message.contains("by an anonymous client to Deployment api in"),
+            "{message}"
+        );
+    }
+
+    fn change(request_uid: &str, resource_version: &str, subresource: &str) -> RecordedChange {
+        RecordedChange {
+            time: Time(Timestamp::UNIX_EPOCH),
+            user: "alice".into(),
+            operation: "UPDATE".into(),
+            object: None,
+            subresource: subresource.into(),
+            request_uid: request_uid.into(),
+            resource_version: resource_version.into(),
+            fields: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn one_write_reviewed_by_two_webhooks_is_one_change() {
+        // A retry of one request.
+        assert!(same_write(&change("r1", "", ""), &change("r1", "", "")));
+        // Two webhooks, one write: their own request uids, the same object version.
+        assert!(same_write(
+            &change("r1", "41", "scale"),
+            &change("r2", "41", "scale")
+        ));
+        // Two writes.
+        assert!(!same_write(
+            &change("r1", "41", "scale"),
+            &change("r2", "42", "scale")
+        ));
+        assert!(!same_write(
+            &change("r1", "41", ""),
+            &change("r2", "41", "scale")
+        ));
+        // CREATEs have no version before them: only the request uid tells.
+        assert!(!same_write(&change("r1", "", ""), &change("r2", "", "")));
+        let mut other_object = change("r2", "41", "");
+        other_object.object = Some(RecordedObject {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "b".into(),
+            uid: "u2".into(),
+        });
+        let mut one_object = change("r1", "41", "");
+        one_object.object = Some(RecordedObject {
+            uid: "u1".into(),
+            ..other_object.object.clone().unwrap()
+        });
+        assert!(!same_write(&one_object, &other_object));
+    }
+
+    #[test]
+    fn an_append_is_conditioned_on_the_version_read_and_skipped_when_held() {
+        let mut record = open_record("current", "2026-11-30T10:00:00Z");
+        let patch = serde_json::to_value(append_patch(&record, &change("r1", "41", ""))).unwrap();
+        assert_eq!(
+            patch[0],
+            json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "100"})
+        );
+        assert_eq!(
+            (patch[1]["op"].as_str(), patch[1]["path"].as_str()),
+            (Some("add"), Some("/spec/changes/-"))
+        );
+        assert!(!holds(&record, &change("r1", "41", "")));
+        record.spec.changes.push(change("r2", "41", ""));
+        assert!(holds(&record, &change("r1", "41", "")));
+    }
+
+    #[test]
+    fn record_names_and_labels_are_valid_kubernetes_names() {
+        let name = record_name("Deployment", "My_App", "uid", "20261130T1000Z");
+        assert!(name.starts_with("deployment-my-app-"), "{name}");
+        assert_eq!(name.len(), "deployment-my-app-".len() + 10);
+        let long = record_name("ConfigMap", &"a".repeat(300), "uid", "v");
+        assert!(long.len() <= 253, "{}", long.len());
+        assert_eq!(
+            label_safe(&format!("namespace-{}", "x".repeat(80))).len(),
+            63
+        );
+        assert_eq!(label_safe("-a/b-"), "a-b");
+    }
+}

@@ -1,0 +1,280 @@
+//! The ledger's upkeep, planned purely from the records and the clock: windows that ended move
+//! to AwaitingBackport (with their Event), settled records past retention are deleted, and the
+//! gauges are counted. The service's upkeep task applies these plans.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use kube::ResourceExt;
+
+use crate::events::{EventReason, PlannedEvent};
+use crate::ledger::phase::{PhaseChange, awaiting_since, past_retention, phase_of, window_ended};
+use crate::ledger::record::{BackportRequirement, Phase, RecordScope};
+use crate::policy::{NamespaceLabels, PolicySet};
+use crate::timefmt::human_utc;
+
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+/// Whether a record in `namespace` is this driftgate's to look after (expire, delete, count):
+/// records are watched in every namespace, but another installation's records are its own
+/// business. `known` is the Namespace as cached, None when the cache does not know it.
+pub fn is_managed(policies: &PolicySet, namespace: &str, known: Option<&Namespace>) -> bool {
+    let labels = match known.map(|ns| &ns.metadata.labels) {
+        Some(Some(labels)) => NamespaceLabels::Known(labels),
+        Some(None) => NamespaceLabels::Known(&NO_LABELS),
+        None => NamespaceLabels::Unknown,
+    };
+    policies
+        .policies()
+        .iter()
+        .filter(|p| p.break_glass.is_some())
+        .any(|p| p.guards_namespace(namespace, labels))
+}
+
+/// An Open record whose window ended: its move to AwaitingBackport, and the BreakGlassExpired
+/// Event published by whichever replica makes the move.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expiry<'a> {
+    pub record: &'a BackportRequirement,
+    pub change: PhaseChange,
+    pub event: PlannedEvent,
+}
+
+/// The expiry of `record`'s window (whether it ended is for the caller to say).
+pub fn expiry_of(record: &BackportRequirement) -> Expiry<'_> {
+    let window = &record.spec.window;
+    let note = format!(
+        "The break-glass window opened by {} (reason \"{}\") expired at {}; {} change(s) made in it must be backported to Git, or the controller will revert them. Record {}.",
+        window.opener_words(),
+        window.reason_words(),
+        human_utc(window.expires_at.0),
+        record.spec.changes.len(),
+        record.name_any(),
+    );
+    let object = &record.spec.object;
+    let regarding = ObjectReference {
+        api_version: Some(object.api_version.clone()),
+        kind: Some(object.kind.clone()),
+        name: Some(object.name.clone()),
+        namespace: (record.spec.scope == RecordScope::Object)
+            .then(|| record.metadata.namespace.clone())
+            .flatten(),
+        uid: Some(object.uid.clone()).filter(|u| !u.is_empty()),
+        ..ObjectReference::default()
+    };
+    Expiry {
+        record,
+        change: PhaseChange::expired(record),
+        event: PlannedEvent::new(EventReason::BreakGlassExpired, note, regarding),
+    }
+}
+
+/// The windows among `records` that ended by `now` and are still Open.
+pub fn plan_expiry(records: &[Arc<BackportRequirement>], now: Timestamp) -> Vec<Expiry<'_>> {
+    records
+        .iter()
+        .filter(|r| window_ended(r, now))
+        .map(|r| expiry_of(r))
+        .collect()
+}
+
+/// A settled record to delete, conditioned on the uid and version looked at: a record changed
+/// meanwhile is looked at again at the next check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deletion {
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub phase: Phase,
+}
+
+/// The records among `records` settled (Backported or Resolved) at least `retention` before `now`.
+pub fn plan_retention(
+    records: &[Arc<BackportRequirement>],
+    retention: Duration,
+    now: Timestamp,
+) -> Vec<Deletion> {
+    records
+        .iter()
+        .filter(|r| past_retention(r, retention, now))
+        .map(|r| Deletion {
+            namespace: r.metadata.namespace.clone().unwrap_or_default(),
+            name: r.name_any(),
+            uid: r.metadata.uid.clone(),
+            resource_version: r.metadata.resource_version.clone(),
+            phase: phase_of(r),
+        })
+        .collect()
+}
+
+/// What the gauges derived from records say.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RecordGauges {
+    /// Records whose window is open now.
+    pub windows_open: usize,
+    /// Records awaiting backport: AwaitingBackport, or Open with their window ended (the
+    /// expiry check has not moved them yet, e.g. when the window ended while driftgate was down).
+    pub pending: usize,
+    /// The age of the oldest pending record, since it began awaiting; 0 without one.
+    pub oldest_pending_seconds: f64,
+}
+
+/// The gauges from the records alone: nothing kept in memory, so a restart changes nothing.
+pub fn record_gauges(records: &[Arc<BackportRequirement>], now: Timestamp) -> RecordGauges {
+    let windows_open = records
+        .iter()
+        .filter(|r| phase_of(r) == Phase::Open && r.spec.window.expires_at.0 > now)
+        .count();
+    let pending: Vec<_> = records
+        .iter()
+        .filter(|r| match phase_of(r) {
+            Phase::AwaitingBackport => true,
+            Phase::Open => r.spec.window.expires_at.0 <= now,
+            _ => false,
+        })
+        .collect();
+    let oldest_pending_seconds = pending
+        .iter()
+        .filter_map(|r| awaiting_since(r, now))
+        .map(|since| (now - since).get_seconds() as f64)
+        .fold(0.0, f64::max);
+    RecordGauges {
+        windows_open,
+        pending: pending.len(),
+        oldest_pending_seconds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::phase::tests::record_in;
+
+    fn named(name: &str, phase: Phase, at: &str) -> Arc<BackportRequirement> {
+        let mut record = record_in(phase, at);
+        record.metadata.name = Some(name.into());
+        Arc::new(record)
+    }
+
+    #[test]
+    fn records_are_managed_where_a_policy_with_break_glass_rules_guards_the_namespace() {
+        let policies = crate::ledger::plan::tests::policies();
+        assert!(is_managed(&policies, "prod-payments", None));
+        assert!(!is_managed(&policies, "team-a", None));
+        let without_windows = PolicySet::from_yaml(
+            "inline",
+            "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: p}\nspec:\n  namespaces: {include: [\"prod-*\"]}\n",
+        )
+        .unwrap();
+        assert!(!is_managed(&without_windows, "prod-payments", None));
+    }
+
+    #[test]
+    fn gauges_come_from_the_records_alone() {
+        // record_in() records' windows end at 2026-11-30T09:00:00Z.
+        let records = [
+            named("r", Phase::Open, "2026-11-30T08:50:00Z"),
+            named("r", Phase::AwaitingBackport, "2026-11-29T09:00:00Z"),
+            named("r", Phase::Backported, "2026-11-29T09:00:00Z"),
+            named("r", Phase::Resolved, "2026-11-29T09:00:00Z"),
+        ];
+        let before_end: Timestamp = "2026-11-30T08:59:00Z".parse().unwrap();
+        assert_eq!(
+            record_gauges(&records, before_end),
+            RecordGauges {
+                windows_open: 1,
+                pending: 1,
+                oldest_pending_seconds: 86_340.0,
+            }
+        );
+        // The window ended and no expiry check has run (driftgate was down): pending since
+        // its end, beside the record already awaiting.
+        let after_end: Timestamp = "2026-11-30T09:01:00Z".parse().unwrap();
+        assert_eq!(
+            record_gauges(&records, after_end),
+            RecordGauges {
+                windows_open: 0,
+                pending: 2,
+                oldest_pending_seconds: 86_460.0,
+            }
+        );
+        assert_eq!(
+            record_gauges(&records[2..], after_end),
+            RecordGauges {
+                windows_open: 0,
+                pending: 0,
+                oldest_pending_seconds: 0.0,
+            }
+        );
+    }
+
+    #[test]
+    fn expiry_moves_only_open_records_whose_window_ended_and_says_so_in_an_event() {
+        let records = [
+            named("open", Phase::Open, "2026-11-30T08:00:00Z"),
+            named("awaiting", Phase::AwaitingBackport, "2026-11-30T08:30:00Z"),
+            named("backported", Phase::Backported, "2026-11-30T08:30:00Z"),
+        ];
+        assert_eq!(
+            plan_expiry(&records, "2026-11-30T08:59:59Z".parse().unwrap()),
+            []
+        );
+        let expired = plan_expiry(&records, "2026-11-30T09:00:00Z".parse().unwrap());
+        assert_eq!(expired.len(), 1);
+        let expiry = &expired[0];
+        assert_eq!(expiry.record.name_any(), "open");
+        assert_eq!(
+            expiry.change,
+            PhaseChange {
+                phase: Phase::AwaitingBackport,
+                reason: "Expired",
+                message:
+                    "the window ended at 2026-11-30 09:00 UTC with 0 change(s) not yet seen in Git"
+                        .into(),
+                reverted_fields: Vec::new(),
+            }
+        );
+        assert_eq!(expiry.event.reason, EventReason::BreakGlassExpired);
+        assert_eq!(
+            expiry.event.note,
+            "The break-glass window opened by alice (reason \"INC-1\") expired at 2026-11-30 09:00 UTC; \
+             0 change(s) made in it must be backported to Git, or the controller will revert them. Record open."
+        );
+        let regarding = &expiry.event.regarding;
+        assert_eq!(
+            (
+                regarding.kind.as_deref(),
+                regarding.name.as_deref(),
+                regarding.namespace.as_deref(),
+                regarding.uid.as_deref()
+            ),
+            (Some("Deployment"), Some("api"), Some("prod"), Some("u"))
+        );
+    }
+
+    #[test]
+    fn retention_plans_conditioned_deletions_of_settled_records_only() {
+        let day = Duration::from_secs(86_400);
+        let records = [
+            named("backported", Phase::Backported, "2026-11-29T09:00:00Z"),
+            named("resolved-late", Phase::Resolved, "2026-11-30T09:00:01Z"),
+            named("reverted", Phase::Reverted, "2026-11-01T09:00:00Z"),
+            named("awaiting", Phase::AwaitingBackport, "2026-11-01T09:00:00Z"),
+        ];
+        let now: Timestamp = "2026-12-01T09:00:00Z".parse().unwrap();
+        assert_eq!(
+            plan_retention(&records, day, now),
+            [Deletion {
+                namespace: "prod".into(),
+                name: "backported".into(),
+                uid: Some("record-uid".into()),
+                resource_version: Some("7".into()),
+                phase: Phase::Backported,
+            }]
+        );
+    }
+}
