@@ -21,6 +21,7 @@ use crate::ledger::guard::LedgerGuard;
 use crate::ownership::forged_ownership;
 use crate::policy::document::GuardedOperation;
 use crate::policy::{BreakGlassRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet};
+use crate::request::{RequestFacts, is_namespace_object};
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
 use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
 
@@ -181,6 +182,53 @@ pub struct PolicyVerdict {
     /// For an open/extend/amend/close: the window as it will be after this write.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new_window: Option<BreakGlassWindow>,
+    /// For a refusal: the words its message is made of, which its Event repeats. None for an
+    /// admission, and for a refusal given only as a message ([`PolicyVerdict::enforced`]).
+    #[serde(skip)]
+    pub refusal: Option<RefusalWords>,
+}
+
+/// A refusal in parts, so that the message for the person refused and the Event that reports
+/// it say the same: who may not do what, why, and what to do next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusalWords {
+    /// Who may not do what: "bob may not update Deployment prod-payments/api".
+    pub subject: String,
+    /// Why the rule refuses, the same for every repeat of the write: "only its controllers
+    /// (flux, kubernetes) write here". Empty when `subject` says why.
+    pub why: String,
+    /// What to do next, without the final period: "Change it in Git, or …". Empty when `why`
+    /// says it.
+    pub next: String,
+    /// " (policy owner: team-payments)", or "".
+    pub owner: String,
+}
+
+impl RefusalWords {
+    /// The refusal as an Event says it: `subject: why (policy "p", rule R). next.`
+    pub fn sentence(&self, policy: &str, rule: Rule) -> String {
+        self.message(policy, rule, "")
+    }
+
+    /// The refusal as the person refused reads it: the [`sentence`](Self::sentence) with
+    /// `detail` after `why`, for what may change with the time of the request (an Event
+    /// leaves it out, so that repeats of the write form one Event series).
+    pub fn message(&self, policy: &str, rule: Rule, detail: &str) -> String {
+        let mut text = self.subject.clone();
+        if !self.why.is_empty() {
+            text.push_str(": ");
+            text.push_str(&self.why);
+        }
+        text.push_str(detail);
+        text.push_str(&format!(" (policy \"{policy}\", rule {rule})"));
+        if !self.next.is_empty() {
+            text.push_str(". ");
+            text.push_str(&self.next);
+        }
+        text.push_str(&self.owner);
+        text.push('.');
+        text
+    }
 }
 
 impl PolicyVerdict {
@@ -198,6 +246,16 @@ impl PolicyVerdict {
             matched: None,
             window: None,
             new_window: None,
+            refusal: None,
+        }
+    }
+
+    /// [`PolicyVerdict::enforced`] refusing in `words`, which its Event then repeats.
+    pub fn enforced_refusal(policy: String, rule: Rule, words: RefusalWords) -> PolicyVerdict {
+        let message = words.message(&policy, rule, "");
+        PolicyVerdict {
+            refusal: Some(words),
+            ..PolicyVerdict::enforced(policy, rule, Some(message))
         }
     }
 }
@@ -273,13 +331,32 @@ impl Decision {
     /// policies decided (the ledger's refusals). The one way to turn a decision into a refusal,
     /// so that the message, the decision record (logs, metrics, Events) and the audit
     /// annotations name the same rule. `message` names the user, the object, the policy and the
-    /// rule, and says what to do next.
+    /// rule, and says what to do next; the Event repeats it whole. Prefer
+    /// [`Decision::refuse_with`], whose Event leaves out what varies between repeats.
     pub fn refuse(&mut self, policy: &str, rule: Rule, message: String) {
+        self.refuse_as(policy, rule, message, None);
+    }
+
+    /// [`Decision::refuse`] in `words`, with `detail` (an API error, a time) in the message
+    /// only: the Event says the words alone.
+    pub fn refuse_with(&mut self, policy: &str, rule: Rule, words: RefusalWords, detail: &str) {
+        let message = words.message(policy, rule, detail);
+        self.refuse_as(policy, rule, message, Some(words));
+    }
+
+    fn refuse_as(
+        &mut self,
+        policy: &str,
+        rule: Rule,
+        message: String,
+        words: Option<RefusalWords>,
+    ) {
         if let Some(verdict) = self.record.verdicts.iter_mut().find(|v| v.policy == policy) {
             verdict.rule = rule;
             verdict.allowed = false;
             verdict.would_deny = false;
             verdict.message = Some(message.clone());
+            verdict.refusal = words;
         }
         self.allowed = false;
         self.message = message;
@@ -307,7 +384,8 @@ pub struct DiscoveredResource {
 /// Inputs to a decision besides the policies.
 #[derive(Clone, Copy, Debug)]
 pub struct DecisionInput<'a> {
-    pub request: &'a AdmissionRequest<DynamicObject>,
+    /// The request, described once per review.
+    pub request: &'a RequestFacts<'a>,
     /// Metadata of the request's Namespace; `None` when unknown, which closes namespace windows.
     pub namespace: Option<&'a ObjectMeta>,
     /// For a subresource request (`scale`): the parent object as stored, whose labels carry the
@@ -323,6 +401,7 @@ pub struct DecisionInput<'a> {
 /// What every policy looks at, computed once per request.
 struct Facts<'a> {
     input: &'a DecisionInput<'a>,
+    about: &'a RequestFacts<'a>,
     request: &'a AdmissionRequest<DynamicObject>,
     operation: Option<GuardedOperation>,
     /// The subresource the write is judged as: "" for the object itself.
@@ -343,8 +422,6 @@ struct Facts<'a> {
     /// Whether `.status` counts as a change: where the resource has no status subresource.
     judge_status: bool,
     user: &'a UserInfo,
-    username: &'a str,
-    field_manager: Option<&'a str>,
     changes: OnceCell<Changes>,
 }
 
@@ -397,7 +474,7 @@ fn effective_changes(
 /// parent's, from discovery or the parent object. Never guessed: `false` when unknown, with the
 /// resource's name in its place.
 fn resolve_kind(input: &DecisionInput<'_>, subresource: &str) -> (String, bool) {
-    let request = input.request;
+    let request = input.request.request();
     if subresource.is_empty() {
         return (request.kind.kind.clone(), true);
     }
@@ -413,40 +490,22 @@ fn resolve_kind(input: &DecisionInput<'_>, subresource: &str) -> (String, bool) 
 
 impl<'a> Facts<'a> {
     fn new(input: &'a DecisionInput<'a>) -> Self {
-        let request = input.request;
-        let operation = match request.operation {
-            Operation::Create => Some(GuardedOperation::Create),
-            Operation::Update => Some(GuardedOperation::Update),
-            Operation::Delete => Some(GuardedOperation::Delete),
-            Operation::Connect => None,
-        };
-        let is_namespace_object = request.kind.group.is_empty() && request.kind.kind == "Namespace";
-        let namespace = match request.namespace.as_deref() {
-            Some(ns) if !ns.is_empty() => Some(ns),
-            _ if is_namespace_object && !request.name.is_empty() => Some(request.name.as_str()),
-            _ => None,
-        };
-        let field_manager = request
-            .options
-            .as_ref()
-            .and_then(|options| options.0.get("fieldManager"))
-            .and_then(|v| v.as_str())
-            .filter(|fm| !fm.is_empty());
-        let subresource = request.sub_resource.as_deref().unwrap_or("");
+        let about = input.request;
+        let request = about.request();
+        let subresource = about.subresource();
         let (kind, kind_known) = resolve_kind(input, subresource);
         let mut facts = Facts {
             input,
+            about,
             request,
-            operation,
+            operation: about.guarded_operation(),
             subresource,
             through: None,
-            namespace,
+            namespace: about.scope_namespace(),
             kind,
             kind_known,
             judge_status: subresource.is_empty() && input.resource.is_none_or(|r| !r.has_status),
             user: &request.user_info,
-            username: request.user_info.username.as_deref().unwrap_or(""),
-            field_manager,
             changes: OnceCell::new(),
         };
         // Judged by effect, not by path: a subresource write that carries the whole object and
@@ -495,15 +554,11 @@ impl<'a> Facts<'a> {
                 &self.request.object,
             ) {
                 (Operation::Update, Some(old), Some(new)) => {
-                    let through_subresource = self
-                        .request
-                        .sub_resource
-                        .as_deref()
-                        .is_some_and(|s| !s.is_empty());
+                    let through_subresource = !self.about.subresource().is_empty();
                     effective_changes(
                         old,
                         new,
-                        self.field_manager,
+                        self.about.field_manager(),
                         self.judge_status,
                         through_subresource,
                     )
@@ -540,28 +595,18 @@ impl<'a> Facts<'a> {
     /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)", "Service
     /// prod-payments/api (through status)".
     fn object_words(&self) -> String {
-        let name = echo(&self.request.name, MAX_NAME_CHARS);
-        let mut words = match self.namespace {
-            Some(ns) if !self.is_namespace_object() => {
-                format!("{} {ns}/{name}", self.kind)
-            }
-            _ => format!("{} {name}", self.kind),
-        };
-        if let Some(through) = self.through {
-            words.push_str(&format!(" (through {through})"));
-        } else if !self.subresource.is_empty() {
-            words.push_str(&format!(" ({})", self.subresource));
-        }
-        words
+        self.about
+            .object_words(&self.kind, self.subresource, self.through)
     }
 
-    fn operation_word(&self) -> &'static str {
-        match self.request.operation {
-            Operation::Create => "create",
-            Operation::Update => "update",
-            Operation::Delete => "delete",
-            Operation::Connect => "connect to",
-        }
+    /// "bob may not update Deployment prod-payments/api": the subject of most refusals.
+    fn may_not(&self) -> String {
+        format!(
+            "{} may not {} {}",
+            self.about.who(),
+            self.about.operation_word(),
+            self.object_words()
+        )
     }
 
     /// The command an opener would run, for denial messages.
@@ -597,7 +642,7 @@ impl<'a> Facts<'a> {
     }
 
     fn is_namespace_object(&self) -> bool {
-        self.request.kind.kind == "Namespace" && self.request.kind.group.is_empty()
+        self.about.is_namespace_object()
     }
 }
 
@@ -730,6 +775,7 @@ struct RuleOutcome {
     matched: Option<String>,
     window: Option<BreakGlassWindow>,
     new_window: Option<BreakGlassWindow>,
+    refusal: Option<RefusalWords>,
 }
 
 impl RuleOutcome {
@@ -742,13 +788,16 @@ impl RuleOutcome {
             matched: None,
             window: None,
             new_window: None,
+            refusal: None,
         }
     }
 
-    fn deny(rule: Rule, message: String) -> Self {
+    /// A refusal by `rule` of `policy` in `words`, with `detail` in its message only.
+    fn refuse(rule: Rule, policy: &GatePolicy, words: RefusalWords, detail: &str) -> Self {
         RuleOutcome {
             admit: false,
-            message: Some(message),
+            message: Some(words.message(&policy.name, rule, detail)),
+            refusal: Some(words),
             ..RuleOutcome::admit(rule)
         }
     }
@@ -811,7 +860,9 @@ pub fn decide_with_ledger(
     if let Some(verdict) = crate::policy::admission::judge(input.request) {
         return assemble(&facts, vec![verdict]);
     }
-    if let Some(verdict) = crate::ledger::guard::judge(policies, ledger, input.request, input.now) {
+    if let Some(verdict) =
+        crate::ledger::guard::judge(policies, ledger, input.request.request(), input.now)
+    {
         return assemble(&facts, vec![verdict]);
     }
     let mut verdicts = Vec::new();
@@ -858,32 +909,26 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
         return None;
     }
     let user = facts.user;
-    let who = if facts.username.is_empty() {
-        "an anonymous client".into()
-    } else {
-        echo(facts.username, MAX_NAME_CHARS)
-    };
-    let who = who.as_ref();
+    let who = facts.about.who();
 
     // An UPDATE must show both sides, or no rule can tell what it changes: fail closed.
     if facts.is_update()
         && let Some(missing) = missing_object(facts.request)
     {
-        return Some(RuleOutcome::deny(
-            Rule::Unreadable,
-            format!(
-                "{who} may not update {}: the review carries no {missing}, so driftgate cannot tell what the write changes (policy \"{}\", rule Unreadable). \
-                 The API server always sends both; if this keeps happening, check what sits between it and driftgate{}.",
-                facts.object_words(),
-                policy.name,
-                owner_suffix(policy),
+        let words = RefusalWords {
+            subject: facts.may_not(),
+            why: format!(
+                "the review carries no {missing}, so driftgate cannot tell what the write changes"
             ),
-        ));
+            next: "The API server always sends both; if this keeps happening, check what sits between it and driftgate".to_owned(),
+            owner: owner_suffix(policy),
+        };
+        return Some(RuleOutcome::refuse(Rule::Unreadable, policy, words, ""));
     }
 
     // 2. A field manager is chosen by the client: one that names a controller is only believed
     //    from that controller's identity.
-    if let Some(raw_fm) = facts.field_manager {
+    if let Some(raw_fm) = facts.about.field_manager() {
         let fm = echo(raw_fm, MAX_NAME_CHARS);
         let claimed: Vec<_> = policy
             .controllers
@@ -891,18 +936,19 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
             .filter(|c| c.field_managers.is_match(raw_fm))
             .collect();
         if !claimed.is_empty() && !claimed.iter().any(|c| c.identity.matches(user)) {
-            return Some(RuleOutcome::deny(
+            let words = RefusalWords {
+                subject: format!("{} with field manager \"{fm}\"", facts.may_not()),
+                why: format!("it belongs to controller {}", claimed[0].name),
+                next: "Writing as the controller would hand it ownership of your change and hide the drift from it; \
+                       use your own field manager, and change the object in Git"
+                    .to_owned(),
+                owner: owner_suffix(policy),
+            };
+            return Some(RuleOutcome::refuse(
                 Rule::FieldManagerSpoofing,
-                format!(
-                    "{who} may not {} {} with field manager \"{fm}\": it belongs to controller {} (policy \"{}\", rule FieldManagerSpoofing). \
-                     Writing as the controller would hand it ownership of your change and hide the drift from it; \
-                     use your own field manager, and change the object in Git{}.",
-                    facts.operation_word(),
-                    facts.object_words(),
-                    claimed[0].name,
-                    policy.name,
-                    owner_suffix(policy),
-                ),
+                policy,
+                words,
+                "",
             ));
         }
     }
@@ -913,7 +959,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     //    the controller is one that windows hold: GitOps, not Kubernetes' own).
     let controller = policy.controllers.iter().find(|c| {
         c.identity.matches(user)
-            && match facts.field_manager {
+            && match facts.about.field_manager() {
                 None => true,
                 Some(fm) => c.field_manager_patterns.is_empty() || c.field_managers.is_match(fm),
             }
@@ -928,19 +974,22 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
                     outcome.window = Some(window.clone());
                     return Some(outcome);
                 }
-                let mut outcome = RuleOutcome::deny(
-                    Rule::ControllerHeld,
-                    format!(
-                        "Controller {} ({who}) may not {} {} while {} holds it (policy \"{}\", rule ControllerHeld). \
-                         Backport the emergency change to Git, then close the window (remove the label {}) so the controller can reconcile again.",
+                let words = RefusalWords {
+                    subject: format!(
+                        "Controller {} ({who}) may not {} {} while {} holds it",
                         controller.name,
-                        facts.operation_word(),
+                        facts.about.operation_word(),
                         facts.object_words(),
                         describe_window(window),
-                        policy.name,
-                        rules.label,
                     ),
-                );
+                    why: String::new(),
+                    next: format!(
+                        "Backport the emergency change to Git, then close the window (remove the label {}) so the controller can reconcile again",
+                        rules.label
+                    ),
+                    owner: String::new(),
+                };
+                let mut outcome = RuleOutcome::refuse(Rule::ControllerHeld, policy, words, "");
                 outcome.matched = Some(controller.name.clone());
                 outcome.window = Some(window.clone());
                 return Some(outcome);
@@ -987,7 +1036,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     }
 
     let Some(rules) = rules else {
-        return Some(not_permitted(policy, facts, who, None));
+        return Some(not_permitted(policy, facts, None));
     };
 
     // 6. Changes to the break-glass label or reason must follow the break-glass rules, whether
@@ -1000,9 +1049,9 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
             .filter(|p| is_break_glass_path(p, rules))
             .count();
         if touched > 0 {
-            match break_glass_change(facts, policy, rules, who) {
-                Err(message) => {
-                    return Some(RuleOutcome::deny(Rule::BreakGlassRefused, message));
+            match break_glass_change(facts, rules) {
+                Err(problem) => {
+                    return Some(refuse_window_change(facts, policy, problem));
                 }
                 Ok(change) => {
                     let (rule, window) = match change {
@@ -1059,46 +1108,43 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
             outcome.new_window = new_window;
             return Some(outcome);
         }
-        let mut outcome = not_permitted(policy, facts, who, Some(window));
+        let mut outcome = not_permitted(policy, facts, Some(window));
         outcome.window = Some(window.clone());
         return Some(outcome);
     }
     for state in &states {
         if let WindowState::TooLong(window) = state {
-            let mut outcome = RuleOutcome::deny(
-                Rule::WindowTooLong,
-                format!(
-                    "{who} may not {} {}: its break-glass label {} expires at {}, more than the policy's maxDuration of {} from now, so it cannot have been opened through driftgate (policy \"{}\", rule WindowTooLong). \
-                     Close it and open a new window with {}{}.",
-                    facts.operation_word(),
-                    facts.object_words(),
+            let words = RefusalWords {
+                subject: facts.may_not(),
+                why: format!(
+                    "its break-glass label {} expires at {}, more than the policy's maxDuration of {} from now, so it cannot have been opened through driftgate",
                     window.label_value,
                     human_utc(window.expires_at),
                     rules.max_duration,
-                    policy.name,
-                    facts.open_command(),
-                    owner_suffix(policy),
                 ),
-            );
+                next: format!(
+                    "Close it and open a new window with {}",
+                    facts.open_command()
+                ),
+                owner: owner_suffix(policy),
+            };
+            let mut outcome = RuleOutcome::refuse(Rule::WindowTooLong, policy, words, "");
             outcome.window = Some(window.clone());
             return Some(outcome);
         }
     }
     for state in &states {
         if let WindowState::Expired(window) = state {
-            let mut outcome = RuleOutcome::deny(
-                Rule::WindowExpired,
-                format!(
-                    "{who} may not {} {}: {} expired (policy \"{}\", rule WindowExpired). \
-                     Change it in Git, or open a new window: {}{}.",
-                    facts.operation_word(),
-                    facts.object_words(),
-                    describe_window(window),
-                    policy.name,
-                    facts.open_command(),
-                    owner_suffix(policy),
+            let words = RefusalWords {
+                subject: facts.may_not(),
+                why: format!("{} expired", describe_window(window)),
+                next: format!(
+                    "Change it in Git, or open a new window: {}",
+                    facts.open_command()
                 ),
-            );
+                owner: owner_suffix(policy),
+            };
+            let mut outcome = RuleOutcome::refuse(Rule::WindowExpired, policy, words, "");
             outcome.window = Some(window.clone());
             return Some(outcome);
         }
@@ -1107,7 +1153,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
         WindowState::Malformed { value, problem } => Some((value, problem)),
         _ => None,
     });
-    let mut outcome = not_permitted(policy, facts, who, None);
+    let mut outcome = not_permitted(policy, facts, None);
     if let (Some((_, problem)), Some(message)) = (malformed, outcome.message.as_mut()) {
         message.push_str(&format!(
             " The break-glass label present is ignored: {problem}."
@@ -1137,7 +1183,6 @@ fn owner_suffix(policy: &GatePolicy) -> String {
 fn not_permitted(
     policy: &GatePolicy,
     facts: &Facts<'_>,
-    who: &str,
     window: Option<&BreakGlassWindow>,
 ) -> RuleOutcome {
     let controllers: Vec<_> = policy.controllers.iter().map(|c| c.name.as_str()).collect();
@@ -1159,14 +1204,14 @@ fn not_permitted(
         ),
         (None, _) => "Change it in Git".to_owned(),
     };
-    let mut message = format!(
-        "{who} may not {} {}: {} (policy \"{}\", rule NotPermitted). {how}{}.",
-        facts.operation_word(),
-        facts.object_words(),
-        writers,
-        policy.name,
-        owner_suffix(policy),
-    );
+    let words = RefusalWords {
+        subject: facts.may_not(),
+        why: writers,
+        next: how,
+        owner: owner_suffix(policy),
+    };
+    let mut outcome = RuleOutcome::refuse(Rule::NotPermitted, policy, words, "");
+    let message = outcome.message.as_mut().expect("a refusal has a message");
     if let Some(forged) = &facts.all_changes().forged_ownership {
         message.push_str(&format!(
             " The write changes field ownership ({forged}): who owns a field decides what the controller's next apply resets or prunes."
@@ -1178,7 +1223,7 @@ fn not_permitted(
             facts.target_type()
         ));
     }
-    RuleOutcome::deny(Rule::NotPermitted, message)
+    outcome
 }
 
 /// `text` with its first letter upper-cased, to start a sentence.
@@ -1245,6 +1290,28 @@ fn closes_window_only(facts: &Facts<'_>, rules: &BreakGlassRules) -> bool {
     only_metadata && label_removed
 }
 
+/// Why the break-glass rules do not allow a change to a window.
+struct WindowProblem {
+    problem: String,
+    /// What changes with the time of the request: the message says it, the Event not.
+    detail: String,
+}
+
+/// The refusal of a change to a window (rule 6).
+fn refuse_window_change(facts: &Facts<'_>, policy: &GatePolicy, why: WindowProblem) -> RuleOutcome {
+    let words = RefusalWords {
+        subject: format!(
+            "{} may not change the break-glass window on {}",
+            facts.about.who(),
+            facts.object_words()
+        ),
+        why: why.problem,
+        next: String::new(),
+        owner: owner_suffix(policy),
+    };
+    RuleOutcome::refuse(Rule::BreakGlassRefused, policy, words, &why.detail)
+}
+
 /// What a window holds off, for its opening warning: `controller flux is held off it until
 /// then; `, or nothing when the policy holds no controller (`holdController: false`, or
 /// every controller `heldByWindows: false`).
@@ -1268,27 +1335,18 @@ fn held_controllers(policy: &GatePolicy, rules: &BreakGlassRules) -> String {
 /// Rule 6: opening, extending, amending or closing a window.
 fn break_glass_change(
     facts: &Facts<'_>,
-    policy: &GatePolicy,
     rules: &BreakGlassRules,
-    who: &str,
-) -> Result<BreakGlassChange, String> {
+) -> Result<BreakGlassChange, WindowProblem> {
+    let refuse = |problem: String| WindowProblem {
+        problem,
+        detail: String::new(),
+    };
     let (Some(old), Some(new)) = (facts.stored_meta(), facts.new_meta()) else {
-        return Err(format!(
-            "{who} may not change the break-glass label of {}: the request carries no object.",
-            facts.object_words()
-        ));
+        return Err(refuse("the request carries no object".to_owned()));
     };
     let label = |m: &'_ ObjectMeta| m.labels.as_ref().and_then(|l| l.get(&rules.label)).cloned();
     let (old_label, new_label) = (label(old), label(new));
     let is_opener = rules.openers.matches(facts.user);
-    let refuse = |problem: String| {
-        format!(
-            "{who} may not change the break-glass window on {}: {problem} (policy \"{}\", rule BreakGlassRefused){}.",
-            facts.object_words(),
-            policy.name,
-            owner_suffix(policy),
-        )
-    };
     let not_opener = || {
         refuse(format!(
             "only {} may open, extend or amend a window",
@@ -1343,12 +1401,14 @@ fn break_glass_change(
                 )));
             }
             if expires_at > latest {
-                return Err(refuse(format!(
-                    "the expiry {value} ({}) is more than maxDuration {} from now; the latest allowed is {}",
-                    human_utc(expires_at),
-                    rules.max_duration,
-                    human_utc(latest)
-                )));
+                return Err(WindowProblem {
+                    problem: format!(
+                        "the expiry {value} ({}) is more than maxDuration {} from now",
+                        human_utc(expires_at),
+                        rules.max_duration,
+                    ),
+                    detail: format!("; the latest allowed is {}", human_utc(latest)),
+                });
             }
             if rules.require_reason && reason.is_none() {
                 return Err(refuse(format!(
@@ -1410,6 +1470,7 @@ fn apply_mode(policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
         matched: outcome.matched,
         window: outcome.window,
         new_window: outcome.new_window,
+        refusal: outcome.refusal,
     }
 }
 
@@ -1453,10 +1514,10 @@ fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
         .unwrap_or_default();
     let record = DecisionRecord {
         uid: request.uid.clone(),
-        operation: format!("{:?}", request.operation).to_uppercase(),
-        user: facts.username.to_owned(),
+        operation: facts.about.operation_name().to_owned(),
+        user: facts.about.username().to_owned(),
         groups: facts.user.groups.clone().unwrap_or_default(),
-        field_manager: facts.field_manager.map(str::to_owned),
+        field_manager: facts.about.field_manager().map(str::to_owned),
         dry_run: request.dry_run,
         object: ObjectRef {
             group: request.resource.group.clone(),
@@ -1514,7 +1575,7 @@ fn may_guard_with(
     if !policy.guards_operation(operation) {
         return false;
     }
-    if request.kind.group.is_empty() && request.kind.kind == "Namespace" {
+    if is_namespace_object(request) {
         return true;
     }
     let Some(name) = request.namespace.as_deref().filter(|ns| !ns.is_empty()) else {
@@ -1542,24 +1603,23 @@ fn may_guard_with(
 /// nothing can be said about what the write changes.
 pub fn unreadable(policies: &PolicySet, input: &DecisionInput<'_>, problem: &str) -> Decision {
     let facts = Facts::new(input);
-    let who = match facts.username {
-        "" => "an anonymous client",
-        name => name,
-    };
     let verdicts = policies
         .policies()
         .iter()
-        .filter(|policy| may_guard_with(policy, input.request, input.namespace))
+        .filter(|policy| may_guard_with(policy, input.request.request(), input.namespace))
         .map(|policy| {
-            let message = format!(
-                "{who} may not {} {}: driftgate could not read the object in the request ({problem}), so it cannot tell what the change does (policy \"{}\", rule Unreadable). \
-                 Send the object as valid Kubernetes JSON; if the API server sent this request, report it to driftgate's maintainers{}.",
-                facts.operation_word(),
-                facts.object_words(),
-                policy.name,
-                owner_suffix(policy),
-            );
-            apply_mode(policy, RuleOutcome::deny(Rule::Unreadable, message))
+            let words = RefusalWords {
+                subject: facts.may_not(),
+                why: format!(
+                    "driftgate could not read the object in the request ({problem}), so it cannot tell what the change does"
+                ),
+                next: "Send the object as valid Kubernetes JSON; if the API server sent this request, report it to driftgate's maintainers".to_owned(),
+                owner: owner_suffix(policy),
+            };
+            apply_mode(
+                policy,
+                RuleOutcome::refuse(Rule::Unreadable, policy, words, ""),
+            )
         })
         .collect();
     assemble(&facts, verdicts)

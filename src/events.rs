@@ -10,8 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -19,9 +17,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::decision::{BreakGlassWindow, Decision, PolicyVerdict, Rule, WindowScope};
+use crate::decision::{BreakGlassWindow, Decision, PolicyVerdict, RefusalWords, Rule, WindowScope};
 use crate::metrics::{Metrics, ReasonLabels};
-use crate::text::{MAX_NAME_CHARS, echo};
+use crate::request::RequestFacts;
+use crate::text::echo;
 use crate::throttle::Throttle;
 use crate::timefmt::human_utc;
 
@@ -183,18 +182,13 @@ impl PlannedEvent {
 ///
 /// When the write is denied, only the denials are reported: the admitting verdicts of other
 /// policies describe a write that did not happen.
-pub fn planned_events(
-    request: &AdmissionRequest<DynamicObject>,
-    decision: &Decision,
-) -> Vec<PlannedEvent> {
-    if request.dry_run || decision.record.dry_run {
+pub fn planned_events(request: &RequestFacts<'_>, decision: &Decision) -> Vec<PlannedEvent> {
+    if request.request().dry_run || decision.record.dry_run {
         return Vec::new();
     }
-    let Some(regarding) = regarding(request, decision) else {
-        // Without a name there is no object to attach an Event to (a CREATE with generateName);
-        // the API server would refuse the Event.
+    let Some(regarding) = request.regarding(&decision.record.object.kind) else {
         tracing::debug!(
-            uid = %request.uid,
+            uid = %request.request().uid,
             "no Event for a request without an object name"
         );
         return Vec::new();
@@ -219,33 +213,35 @@ pub fn planned_events(
 /// The reason and note for one verdict, or None when it calls for no Event.
 fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, String)> {
     if verdict.would_deny {
-        return Some((
-            EventReason::WouldDeny,
-            format!(
-                "{} may not {} {} once policy \"{}\" is enforced: {} (rule {}). Admitted because the policy is in Audit mode.",
-                words.who,
-                words.operation,
-                words.object,
-                verdict.policy,
-                denial_words(verdict, words),
-                verdict.rule,
+        let note = refusal_note(verdict, |refusal| match refusal {
+            Refusal::Words(words) => audit_note(words, &verdict.policy, verdict.rule),
+            Refusal::Message(message) => format!(
+                "{message} Admitted because policy \"{}\" is in Audit mode.",
+                verdict.policy
             ),
-        ));
+        });
+        return Some((EventReason::WouldDeny, note));
     }
-    match verdict.rule {
-        Rule::OutOfScope
-        | Rule::Controller
-        | Rule::Delegation
-        | Rule::NoEffectiveChange
-        | Rule::BreakGlassAmended
-        | Rule::LedgerWriter
-        | Rule::RecordResolved
-        | Rule::LedgerMetadata
-        | Rule::RecordDeletedWithNamespace
-        | Rule::LedgerCrdAdmin
-        | Rule::PolicyCompiled
+    if verdict.allowed {
+        return admitted(verdict, words);
+    }
+    let reason = match verdict.rule {
+        Rule::ControllerHeld => EventReason::ControllerHeld,
+        Rule::RevertRefused => EventReason::RevertRefused,
+        Rule::LedgerUnavailable => EventReason::LedgerUnavailable,
         // The refusal reaches its author at apply time (and Flux's status); no Event on top.
-        | Rule::PolicyRefused => None,
+        Rule::PolicyRefused => return None,
+        _ => EventReason::WriteDenied,
+    };
+    Some((
+        reason,
+        refusal_note(verdict, |refusal| refusal.sentence(verdict)),
+    ))
+}
+
+/// The Event of an admitting verdict, if it calls for one.
+fn admitted(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, String)> {
+    match verdict.rule {
         Rule::BreakGlassOpened => Some((
             EventReason::BreakGlassOpened,
             format!(
@@ -306,117 +302,62 @@ fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
             );
             Some((EventReason::BreakGlassChange, note))
         }
-        Rule::ControllerHeld if !verdict.allowed => Some((
-            EventReason::ControllerHeld,
-            format!(
-                "Controller {} ({}) may not {} {} while {} holds it (policy \"{}\", rule ControllerHeld). \
-                 Backport the emergency change to Git, then close the window so the controller can reconcile again.",
-                verdict.matched.as_deref().unwrap_or("?"),
-                words.who,
-                words.operation,
-                words.object,
-                window_words(verdict.window.as_ref()),
-                verdict.policy,
-            ),
-        )),
-        // The notes leave out the record's details and the API error: they vary, and would
-        // split a series of the same refusal.
-        Rule::RevertRefused if !verdict.allowed => Some((
-            EventReason::RevertRefused,
-            format!(
-                "Controller {} ({}) may not {} {}: it would undo an emergency change awaiting backport (policy \"{}\", rule RevertRefused). \
-                 Backport the change to Git, or resolve its BackportRequirement with driftgate backlog resolve.",
-                verdict.matched.as_deref().unwrap_or("?"),
-                words.who,
-                words.operation,
-                words.object,
-                verdict.policy,
-            ),
-        )),
-        Rule::LedgerUnavailable if !verdict.allowed => Some((
-            EventReason::LedgerUnavailable,
-            format!(
-                "{} may not {} {}: driftgate could not record the break-glass change in its backport ledger, so it was not made (policy \"{}\", rule LedgerUnavailable). \
-                 Retry in a moment; if it keeps failing, driftgate cannot reach the API server.",
-                words.who,
-                words.operation,
-                words.object,
-                verdict.policy,
-            ),
-        )),
-        Rule::RevertRefused | Rule::LedgerUnavailable => None,
-        Rule::ControllerHeld
-        | Rule::FieldManagerSpoofing
-        | Rule::BreakGlassRefused
-        | Rule::WindowExpired
-        | Rule::WindowTooLong
-        | Rule::NotPermitted
-        | Rule::Unreadable
-        | Rule::RecordForged
-        | Rule::RecordErased
-        | Rule::RecordTampered
-        | Rule::ResolveRefused
-        | Rule::LedgerCrdProtected => {
-            if verdict.allowed {
-                return None;
-            }
-            Some((
-                EventReason::WriteDenied,
-                format!(
-                    "{} may not {} {}: {} (policy \"{}\", rule {}).",
-                    words.who,
-                    words.operation,
-                    words.object,
-                    denial_words(verdict, words),
-                    verdict.policy,
-                    verdict.rule,
-                ),
-            ))
+        _ => None,
+    }
+}
+
+/// "bob may not update Deployment staging-web/web once policy "staging" is enforced: only the
+/// GitOps controller (flux) writes here (rule NotPermitted). Change it in Git. Admitted because
+/// the policy is in Audit mode."
+fn audit_note(words: &RefusalWords, policy: &str, rule: Rule) -> String {
+    let mut note = format!("{} once policy \"{policy}\" is enforced", words.subject);
+    if !words.why.is_empty() {
+        note.push_str(&format!(": {}", words.why));
+    }
+    note.push_str(&format!(" (rule {rule})"));
+    if !words.next.is_empty() {
+        note.push_str(&format!(". {}", words.next));
+    }
+    note.push_str(&words.owner);
+    note.push_str(". Admitted because the policy is in Audit mode.");
+    note
+}
+
+/// What a refusing verdict says, for its Event.
+enum Refusal<'v> {
+    /// In parts, from the rule that refused.
+    Words(&'v RefusalWords),
+    /// Only as its message (a refusal given as a message alone): the Event repeats it.
+    Message(&'v str),
+}
+
+impl Refusal<'_> {
+    fn sentence(&self, verdict: &PolicyVerdict) -> String {
+        match self {
+            Refusal::Words(words) => words.sentence(&verdict.policy, verdict.rule),
+            Refusal::Message(message) => (*message).to_owned(),
         }
     }
 }
 
-/// Why a rule denies, in a few words that depend only on the object, the user and the window,
-/// never on the time of the request (unlike the admission message, which for example names the
-/// latest expiry allowed from now).
-fn denial_words(verdict: &PolicyVerdict, words: &Words) -> String {
-    match verdict.rule {
-        Rule::NotPermitted => match &verdict.window {
-            Some(window) => format!(
-                "{} is open, but only its openers may use it",
-                window_words(Some(window))
-            ),
-            None => "only the GitOps controller writes here".to_owned(),
-        },
-        Rule::FieldManagerSpoofing => match &words.field_manager {
-            Some(fm) => format!("the field manager \"{fm}\" belongs to a controller"),
-            None => "it used a controller's field manager".to_owned(),
-        },
-        Rule::BreakGlassRefused => {
-            "the break-glass rules do not allow this change to its window".to_owned()
-        }
-        Rule::WindowExpired => match &verdict.window {
-            Some(window) => format!(
-                "its break-glass window {} expired at {}",
-                window.label_value,
-                human_utc(window.expires_at)
-            ),
-            None => "its break-glass window expired".to_owned(),
-        },
-        Rule::WindowTooLong => match &verdict.window {
-            Some(window) => format!(
-                "its break-glass label {} expires further away than the policy's maxDuration allows",
-                window.label_value
-            ),
-            None => "its break-glass label expires further away than maxDuration allows".to_owned(),
-        },
-        Rule::ControllerHeld => format!(
-            "{} holds it against the controller",
-            window_words(verdict.window.as_ref())
-        ),
-        Rule::Unreadable => "the review does not show what the write changes".to_owned(),
-        other => format!("rule {other} denies it"),
+/// A refusal's note: what `frame` makes of its words, within [`MAX_NOTE_BYTES`]. A note that
+/// would be longer gives way in `why` (a long window reason, a long field manager), so that
+/// who may not do what and what to do next stay whole.
+fn refusal_note(verdict: &PolicyVerdict, frame: impl Fn(Refusal<'_>) -> String) -> String {
+    let Some(words) = &verdict.refusal else {
+        let message = verdict.message.as_deref().unwrap_or("");
+        return frame(Refusal::Message(message));
+    };
+    let note = frame(Refusal::Words(words));
+    let over = note.len().saturating_sub(MAX_NOTE_BYTES);
+    if over == 0 {
+        return note;
     }
+    let shorter = RefusalWords {
+        why: truncate(words.why.clone(), words.why.len().saturating_sub(over)),
+        ..words.clone()
+    };
+    frame(Refusal::Words(&shorter))
 }
 
 /// "the break-glass window on the object (until 2026-11-30 10:00 UTC, label 20261130T1000Z, reason …)"
@@ -461,52 +402,23 @@ fn window_terms(window: Option<&BreakGlassWindow>) -> String {
 /// The parts of a note that describe the request.
 struct Words {
     who: String,
-    /// "update", "delete", "create"
-    operation: &'static str,
     /// "changed", "deleted", "created"
     past: &'static str,
     /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)", "Namespace prod-orders"
     object: String,
     /// The fields an UPDATE changed, listed (shortened when many).
     fields: Option<String>,
-    field_manager: Option<String>,
 }
 
 impl Words {
-    fn new(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> Self {
+    fn new(request: &RequestFacts<'_>, decision: &Decision) -> Self {
         let record = &decision.record;
-        let who = if record.user.is_empty() {
-            "an anonymous client".to_owned()
-        } else {
-            echo(&record.user, MAX_NAME_CHARS).into_owned()
-        };
-        let object_ref = &record.object;
-        let name = echo(&object_ref.name, MAX_NAME_CHARS);
-        let mut object = match object_namespace(request) {
-            Some(ns) => format!("{} {ns}/{name}", object_ref.kind),
-            None => format!("{} {name}", object_ref.kind),
-        };
-        if !object_ref.subresource.is_empty() {
-            object.push_str(&format!(" ({})", object_ref.subresource));
-        }
-        let (operation, past) = match record.operation.as_str() {
-            "CREATE" => ("create", "created"),
-            "DELETE" => ("delete", "deleted"),
-            "UPDATE" => ("update", "changed"),
-            _ => ("connect to", "connected to"),
-        };
-        let fields =
-            (!record.changed_fields.is_empty()).then(|| list_fields(&record.changed_fields));
         Words {
-            who,
-            operation,
-            past,
-            object,
-            fields,
-            field_manager: record
-                .field_manager
-                .as_deref()
-                .map(|fm| echo(fm, MAX_NAME_CHARS).into_owned()),
+            who: request.who().to_owned(),
+            past: request.past_word(),
+            object: request.object_words(&record.object.kind, &record.object.subresource, None),
+            fields: (!record.changed_fields.is_empty())
+                .then(|| list_fields(&record.changed_fields)),
         }
     }
 }
@@ -539,48 +451,6 @@ fn truncate(mut text: String, max: usize) -> String {
     text.truncate(cut);
     text.push_str(MARK);
     text
-}
-
-/// The namespace of the object written; None for a cluster-scoped object. The API server sets
-/// a Namespace's own name as the request's namespace, but a Namespace is cluster-scoped: an
-/// Event about it that named a namespace would not be found by `kubectl describe namespace`.
-fn object_namespace(request: &AdmissionRequest<DynamicObject>) -> Option<&str> {
-    let is_namespace =
-        request.resource.group.is_empty() && request.resource.resource == "namespaces";
-    request
-        .namespace
-        .as_deref()
-        .filter(|ns| !ns.is_empty() && !is_namespace)
-}
-
-/// The object an Event is about: the object written, or for a subresource its parent (whose
-/// kind the decision already resolved). None when the request names no object.
-fn regarding(
-    request: &AdmissionRequest<DynamicObject>,
-    decision: &Decision,
-) -> Option<ObjectReference> {
-    if request.name.is_empty() {
-        return None;
-    }
-    let resource = &request.resource;
-    let api_version = if resource.group.is_empty() {
-        resource.version.clone()
-    } else {
-        format!("{}/{}", resource.group, resource.version)
-    };
-    // A DELETE carries only the old object. For `scale`, the Scale's uid is its parent's.
-    let uid = [&request.object, &request.old_object]
-        .into_iter()
-        .flatten()
-        .find_map(|o| o.metadata.uid.clone());
-    Some(ObjectReference {
-        api_version: Some(api_version),
-        kind: Some(decision.record.object.kind.clone()),
-        namespace: object_namespace(request).map(str::to_owned),
-        name: Some(request.name.clone()),
-        uid,
-        ..ObjectReference::default()
-    })
 }
 
 /// Hands Events for decisions to the background publisher. Cheap to clone.
@@ -624,7 +494,7 @@ impl EventSink {
     /// Queues the Events a decision calls for; never blocks. Nothing for dry-run requests.
     /// A full queue drops the Event and counts `driftgate_events_dropped_total{reason="queue_full"}`;
     /// after shutdown, `{reason="shutdown"}`.
-    pub fn record(&self, request: &AdmissionRequest<DynamicObject>, decision: &Decision) {
+    pub fn record(&self, request: &RequestFacts<'_>, decision: &Decision) {
         for event in planned_events(request, decision) {
             self.publish(event);
         }

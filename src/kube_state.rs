@@ -12,7 +12,6 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::ResourceExt;
-use kube::core::admission::AdmissionRequest;
 use kube::core::discovery::v2::APIGroupDiscoveryList;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -23,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::DiscoveredResource;
 use crate::metrics::Metrics;
+use crate::request::RequestFacts;
 use crate::throttle::Throttle;
 
 /// Namespace objects kept current by a list/watch. Cheap to clone.
@@ -247,7 +247,7 @@ impl ParentLookup {
     /// object window applies. Counts `driftgate_parent_lookups_total{result}`.
     ///
     /// Requests without a subresource have no parent: None, and nothing is counted or sent.
-    pub async fn fetch(&self, request: &AdmissionRequest<DynamicObject>) -> Option<DynamicObject> {
+    pub async fn fetch(&self, request: &RequestFacts<'_>) -> Option<DynamicObject> {
         match self.lookup(request).await {
             Parent::Found(parent) => Some(*parent),
             Parent::Absent | Parent::Unreadable(_) => None,
@@ -256,28 +256,25 @@ impl ParentLookup {
 
     /// [`ParentLookup::fetch`], telling a parent that does not exist (or a request without
     /// one) from one that could not be read.
-    pub async fn lookup(&self, request: &AdmissionRequest<DynamicObject>) -> Parent {
-        let Some(subresource) = request.sub_resource.as_deref().filter(|s| !s.is_empty()) else {
+    pub async fn lookup(&self, facts: &RequestFacts<'_>) -> Parent {
+        let subresource = facts.subresource();
+        if subresource.is_empty() {
             return Parent::Absent;
-        };
+        }
         let Some(client) = self.client.clone() else {
             return Parent::Absent;
         };
+        let request = facts.request();
         let gvr = &request.resource;
         let resource = ApiResource {
             group: gvr.group.clone(),
             version: gvr.version.clone(),
-            api_version: if gvr.group.is_empty() {
-                gvr.version.clone()
-            } else {
-                format!("{}/{}", gvr.group, gvr.version)
-            },
+            api_version: facts.api_version(),
             // Only group, version and plural make the URL; the kind comes back with the object.
             kind: String::new(),
             plural: gvr.resource.clone(),
         };
-        let api: Api<DynamicObject> = match request.namespace.as_deref().filter(|ns| !ns.is_empty())
-        {
+        let api: Api<DynamicObject> = match facts.object_namespace() {
             Some(ns) => Api::namespaced_with(client, ns, &resource),
             None => Api::all_with(client, &resource),
         };

@@ -18,6 +18,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod ownership;
 pub mod policy;
+pub mod request;
 pub mod review;
 pub mod serve;
 pub mod server;

@@ -7,6 +7,7 @@ use driftgate::decision::{
 };
 use driftgate::ledger::guard::LedgerGuard;
 use driftgate::policy::PolicySet;
+use driftgate::request::RequestFacts;
 use driftgate::review::parse_review;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -1424,7 +1425,7 @@ fn kubernetes_controllers_are_never_held() {
         let decision = decide(
             &policies,
             &DecisionInput {
-                request: &request,
+                request: &RequestFacts::new(&request),
                 resource: None,
                 namespace: namespace.as_ref(),
                 parent: None,
@@ -1516,7 +1517,7 @@ fn every_rule_in_order() {
         let decision = decide_with_ledger(
             &policies,
             &DecisionInput {
-                request: &request,
+                request: &RequestFacts::new(&request),
                 resource: case.discovered.as_ref(),
                 namespace: namespace.as_ref(),
                 parent: parent.as_ref(),
@@ -1588,7 +1589,7 @@ fn warnings_and_records_for_break_glass_use() {
     let decision = decide(
         &policies(),
         &DecisionInput {
-            request: &request,
+            request: &RequestFacts::new(&request),
             resource: None,
             namespace: None,
             parent: None,
@@ -1636,7 +1637,7 @@ fn a_close_records_the_window_it_closed() {
     let decision = decide(
         &policies(),
         &DecisionInput {
-            request: &request,
+            request: &RequestFacts::new(&request),
             resource: None,
             namespace: None,
             parent: None,
@@ -1662,7 +1663,7 @@ fn denial_response_is_forbidden_with_the_message() {
     let decision = decide(
         &policies(),
         &DecisionInput {
-            request: &request,
+            request: &RequestFacts::new(&request),
             resource: None,
             namespace: None,
             parent: None,
@@ -1710,7 +1711,7 @@ fn every_matching_policy_must_admit_and_audit_only_warns() {
         decide(
             &policies,
             &DecisionInput {
-                request: &request,
+                request: &RequestFacts::new(&request),
                 resource: None,
                 namespace: None,
                 parent: None,
@@ -1753,7 +1754,7 @@ fn label_selected_namespaces_fail_closed_when_labels_are_unknown() {
         decide(
             &policies,
             &DecisionInput {
-                request: &request,
+                request: &RequestFacts::new(&request),
                 resource: None,
                 namespace: ns,
                 parent: None,
@@ -1795,7 +1796,7 @@ fn namespace_objects_are_scoped_by_their_own_name() {
         decide(
             &policies(),
             &DecisionInput {
-                request,
+                request: &RequestFacts::new(request),
                 resource: None,
                 namespace: None,
                 parent: None,
@@ -1829,7 +1830,7 @@ fn a_policy_can_require_a_reason_pattern() {
         decide(
             &policies,
             &DecisionInput {
-                request: &request,
+                request: &RequestFacts::new(&request),
                 resource: None,
                 namespace: None,
                 parent: None,
@@ -1884,7 +1885,7 @@ fn a_long_reason_gives_way_in_the_warning() {
     let decision = decide(
         &policies(),
         &DecisionInput {
-            request: &request,
+            request: &RequestFacts::new(&request),
             resource: None,
             namespace: None,
             parent: None,
@@ -1911,7 +1912,7 @@ fn kubernetes_controllers_never_need_the_parent_of_a_subresource() {
         let decision = decide(
             &policies,
             &DecisionInput {
-                request: &request,
+                request: &RequestFacts::new(&request),
                 resource: None,
                 namespace: None,
                 parent: None,
@@ -2079,7 +2080,7 @@ fn the_records_crd_changes_only_by_its_admins() {
         decide_with_ledger(
             &policies,
             &DecisionInput {
-                request: &request,
+                request: &RequestFacts::new(&request),
                 resource: None,
                 namespace: None,
                 parent: None,
@@ -2194,7 +2195,7 @@ fn without_a_known_identity_nobody_writes_records() {
     let decision = decide(
         &policies(),
         &DecisionInput {
-            request: &request,
+            request: &RequestFacts::new(&request),
             resource: None,
             namespace: None,
             parent: None,
@@ -2228,7 +2229,7 @@ fn a_record_whose_policy_is_gone_is_resolved_only_by_the_crds_admins() {
         decide_with_ledger(
             &policies,
             &DecisionInput {
-                request: &request,
+                request: &RequestFacts::new(&request),
                 resource: None,
                 namespace: None,
                 parent: None,

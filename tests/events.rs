@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use common::*;
 use driftgate::decision::{
-    AUDIT_DECISION, AUDIT_POLICY, AUDIT_RULE, Decision, DecisionInput, Rule, decide,
+    AUDIT_DECISION, AUDIT_POLICY, AUDIT_RULE, Decision, DecisionInput, RefusalWords, Rule, decide,
 };
 use driftgate::events::{EventReason, EventSink, MAX_NOTE_BYTES, PlannedEvent, planned_events};
 use driftgate::metrics::{Metrics, ReasonLabels};
 use driftgate::policy::PolicySet;
+use driftgate::request::RequestFacts;
 use driftgate::review::{parse_review, read_object};
 use hyper::Method;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -26,6 +27,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const API_UID: &str = "3b9d6c2e-8f41-4a7d-b0e5-c71f2a9d8e36";
+/// What the example policy's refusals of a write to prod-payments/api say to do next.
+const API_NEXT: &str = "Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): \
+     driftgate break-glass open deployment/api -n prod-payments --for 1h --reason \"INC-…: what and why\" \
+     (policy owner: team-platform (#platform-oncall)).";
 const POD: &str = "driftgate-6f7c9d8b4-x2k9p";
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/prod-payments/events";
 const LABEL: &str = "driftgate.dev/break-glass";
@@ -44,7 +49,7 @@ fn api_deployment() -> ObjectReference {
 
 /// The one Event a fixture's decision calls for.
 fn only_event(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> PlannedEvent {
-    let mut events = planned_events(request, decision);
+    let mut events = planned_events(&RequestFacts::new(request), decision);
     assert_eq!(events.len(), 1, "expected one Event, got {events:#?}");
     events.remove(0)
 }
@@ -70,9 +75,10 @@ fn kubectl_edit_is_a_write_denied_warning() {
             reason: EventReason::WriteDenied,
             type_: EventType::Warning,
             action: "Deny",
-            note: "bob may not update Deployment prod-payments/api: only the GitOps controller writes here \
-                   (policy \"production\", rule NotPermitted)."
-                .into(),
+            note: format!(
+                "bob may not update Deployment prod-payments/api: only its controllers (flux, kubernetes) write here \
+                 (policy \"production\", rule NotPermitted). {API_NEXT}"
+            ),
             regarding: api_deployment(),
         }
     );
@@ -95,8 +101,8 @@ fn write_denied_notes_are_stable_so_repeats_form_a_series() {
         request.uid = "another-request-uid".into();
         let late = decide_with(&policies, &request, None, "2026-11-30T09:47:13Z");
         let (early_events, late_events) = (
-            planned_events(&request, &early),
-            planned_events(&request, &late),
+            planned_events(&RequestFacts::new(&request), &early),
+            planned_events(&RequestFacts::new(&request), &late),
         );
         assert_eq!(early_events.len(), 1, "{fixture}: {early_events:#?}");
         assert_eq!(early_events, late_events, "{fixture}");
@@ -114,9 +120,17 @@ fn write_denied_notes_are_stable_so_repeats_form_a_series() {
     let late = decide_with(&policies, &request, None, "2026-11-30T09:47:13Z");
     assert_ne!(early.message, late.message);
     assert_eq!(
-        planned_events(&request, &early)[0].note,
-        "alice may not update Deployment prod-payments/api: the break-glass rules do not allow this \
-         change to its window (policy \"production\", rule BreakGlassRefused)."
+        planned_events(&RequestFacts::new(&request), &early)[0].note,
+        "alice may not change the break-glass window on Deployment prod-payments/api: the expiry 20261201T0900Z \
+         (2026-12-01 09:00 UTC) is more than maxDuration 4h from now (policy \"production\", rule BreakGlassRefused) \
+         (policy owner: team-platform (#platform-oncall))."
+    );
+    assert!(
+        early
+            .message
+            .contains("the latest allowed is 2026-11-30 13:01 UTC"),
+        "{}",
+        early.message
     );
 }
 
@@ -125,18 +139,27 @@ fn other_denials_are_write_denied_with_their_rule() {
     for (fixture, expected) in [
         (
             "kubectl-delete.json",
-            "bob may not delete Deployment prod-payments/api: only the GitOps controller writes here \
-             (policy \"production\", rule NotPermitted).",
+            format!(
+                "bob may not delete Deployment prod-payments/api: only its controllers (flux, kubernetes) write here \
+                 (policy \"production\", rule NotPermitted). {API_NEXT}"
+            ),
         ),
         (
             "spoofed-field-manager.json",
-            "bob may not update Deployment prod-payments/api: the field manager \"kustomize-controller\" \
-             belongs to a controller (policy \"production\", rule FieldManagerSpoofing).",
+            "bob may not update Deployment prod-payments/api with field manager \"kustomize-controller\": \
+             it belongs to controller flux (policy \"production\", rule FieldManagerSpoofing). Writing as the \
+             controller would hand it ownership of your change and hide the drift from it; use your own field \
+             manager, and change the object in Git (policy owner: team-platform (#platform-oncall))."
+                .to_owned(),
         ),
         (
             "break-glass-use-far-future.json",
-            "alice may not update Deployment prod-payments/api: its break-glass label 20271130T0900Z \
-             expires further away than the policy's maxDuration allows (policy \"production\", rule WindowTooLong).",
+            "alice may not update Deployment prod-payments/api: its break-glass label 20271130T0900Z expires at \
+             2027-11-30 09:00 UTC, more than the policy's maxDuration of 4h from now, so it cannot have been opened \
+             through driftgate (policy \"production\", rule WindowTooLong). Close it and open a new window with \
+             driftgate break-glass open deployment/api -n prod-payments --for 1h --reason \"INC-…: what and why\" \
+             (policy owner: team-platform (#platform-oncall))."
+                .to_owned(),
         ),
     ] {
         let (request, decision) = decided(fixture);
@@ -145,6 +168,8 @@ fn other_denials_are_write_denied_with_their_rule() {
         assert_eq!(event.type_, EventType::Warning);
         assert_eq!(event.action, "Deny");
         assert_eq!(event.note, expected, "{fixture}");
+        // The Event says what the person refused read.
+        assert_eq!(event.note, decision.message, "{fixture}");
         // A DELETE carries only oldObject; the uid comes from it.
         assert_eq!(event.regarding, api_deployment(), "{fixture}");
     }
@@ -158,8 +183,11 @@ fn an_expired_window_is_write_denied_naming_the_window() {
     assert_eq!(event.reason, EventReason::WriteDenied);
     assert_eq!(
         event.note,
-        "alice may not update Deployment prod-payments/api: its break-glass window 20261130T1000Z expired \
-         at 2026-11-30 10:00 UTC (policy \"production\", rule WindowExpired)."
+        "alice may not update Deployment prod-payments/api: the break-glass window on the object \
+         (until 2026-11-30 10:00 UTC, reason \"INC-4711: api pods OOM, raising memory limit\") expired \
+         (policy \"production\", rule WindowExpired). Change it in Git, or open a new window: \
+         driftgate break-glass open deployment/api -n prod-payments --for 1h --reason \"INC-…: what and why\" \
+         (policy owner: team-platform (#platform-oncall))."
     );
 }
 
@@ -261,7 +289,7 @@ fn a_change_under_a_namespace_window_says_so() {
     let decision = decide(
         &policies(),
         &DecisionInput {
-            request: &request,
+            request: &RequestFacts::new(&request),
             resource: None,
             namespace: Some(&namespace.metadata),
             parent: None,
@@ -341,9 +369,10 @@ fn a_held_controller_is_a_warning_naming_controller_and_window() {
             action: "Hold",
             note: "Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not update \
                    Deployment prod-payments/api while the break-glass window on the object (until 2026-11-30 10:00 UTC, \
-                   label 20261130T1000Z, reason \"INC-4712: 1.42.0 leaks DB connections under load, rolling forward \
+                   reason \"INC-4712: 1.42.0 leaks DB connections under load, rolling forward \
                    to hotfix image\") holds it (policy \"production\", rule ControllerHeld). Backport the emergency \
-                   change to Git, then close the window so the controller can reconcile again."
+                   change to Git, then close the window (remove the label driftgate.dev/break-glass) so the \
+                   controller can reconcile again."
                 .into(),
             regarding: api_deployment(),
         }
@@ -361,8 +390,11 @@ fn an_audit_policy_reports_what_it_would_deny() {
             reason: EventReason::WouldDeny,
             type_: EventType::Warning,
             action: "Audit",
-            note: "bob may not update Deployment staging-web/web once policy \"staging\" is enforced: only the \
-                   GitOps controller writes here (rule NotPermitted). Admitted because the policy is in Audit mode."
+            note: "bob may not update Deployment staging-web/web once policy \"staging\" is enforced: only its \
+                   controllers (flux, kubernetes) write here (rule NotPermitted). Change it in Git, or, in an emergency, \
+                   open a break-glass window (groups sre-oncall, staging-deployers may): driftgate break-glass open \
+                   deployment/web -n staging-web --for 1h --reason \"INC-…: what and why\" (policy owner: team-platform \
+                   (#platform-oncall)). Admitted because the policy is in Audit mode."
                 .into(),
             regarding: ObjectReference {
                 api_version: Some("apps/v1".into()),
@@ -389,7 +421,7 @@ fn admitted_routine_writes_and_dry_runs_have_no_events() {
     ] {
         let (request, decision) = decided(fixture);
         assert_eq!(
-            planned_events(&request, &decision),
+            planned_events(&RequestFacts::new(&request), &decision),
             Vec::new(),
             "{fixture} ({})",
             decision.record.rule
@@ -403,7 +435,10 @@ fn admitted_routine_writes_and_dry_runs_have_no_events() {
     request.dry_run = true;
     let decision = decide_with(&policies(), &request, None, NOW);
     assert!(!decision.allowed);
-    assert_eq!(planned_events(&request, &decision), Vec::new());
+    assert_eq!(
+        planned_events(&RequestFacts::new(&request), &decision),
+        Vec::new()
+    );
 }
 
 const TWO_POLICIES: &str = r#"
@@ -456,8 +491,8 @@ fn a_denied_write_reports_only_its_denials() {
     assert_eq!(event.reason, EventReason::WriteDenied);
     assert_eq!(
         event.note,
-        "alice may not update Deployment prod-payments/api: only the GitOps controller writes here \
-         (policy \"strict\", rule NotPermitted)."
+        "alice may not update Deployment prod-payments/api: only the GitOps controller (flux) writes here \
+         (policy \"strict\", rule NotPermitted). Change it in Git."
     );
 }
 
@@ -498,7 +533,7 @@ fn every_fixture_plans_bounded_notes() {
         }
         let request = driftgate::review::read_review(&path).unwrap();
         let decision = decide_with(&policies, &request, None, NOW);
-        for event in planned_events(&request, &decision) {
+        for event in planned_events(&RequestFacts::new(&request), &decision) {
             assert_bounded(&event);
             assert!(event.regarding.name.is_some() && event.regarding.kind.is_some());
         }
@@ -562,7 +597,7 @@ async fn the_recorder_posts_the_planned_event() {
     let (client, mut handle) = mock_client();
     let p = publisher(Some(client), 16);
     let (request, decision) = decided("kubectl-edit.json");
-    p.sink.record(&request, &decision);
+    p.sink.record(&RequestFacts::new(&request), &decision);
 
     let (http, send) = next_request(&mut handle).await;
     assert_eq!(http.method(), Method::POST);
@@ -574,11 +609,7 @@ async fn the_recorder_posts_the_planned_event() {
     assert_eq!(body["reason"], "WriteDenied");
     assert_eq!(body["type"], "Warning");
     assert_eq!(body["action"], "Deny");
-    assert_eq!(
-        body["note"],
-        "bob may not update Deployment prod-payments/api: only the GitOps controller writes here \
-         (policy \"production\", rule NotPermitted)."
-    );
+    assert_eq!(body["note"], decision.message);
     assert_eq!(
         body["regarding"],
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "prod-payments",
@@ -604,7 +635,7 @@ async fn repeats_become_a_series_and_other_notes_do_not_join_it() {
     let p = publisher(Some(client), 16);
     let (edit, edit_decision) = decided("kubectl-edit.json");
 
-    p.sink.record(&edit, &edit_decision);
+    p.sink.record(&RequestFacts::new(&edit), &edit_decision);
     let (http, send) = next_request(&mut handle).await;
     assert_eq!(http.method(), Method::POST);
     let first = body_json(http).await;
@@ -612,7 +643,7 @@ async fn repeats_become_a_series_and_other_notes_do_not_join_it() {
     respond(send, 201, &first);
 
     // bob retries: the same Event again, published as a PATCH of the first with a series count.
-    p.sink.record(&edit, &edit_decision);
+    p.sink.record(&RequestFacts::new(&edit), &edit_decision);
     let (http, send) = next_request(&mut handle).await;
     assert_eq!(http.method(), Method::PATCH);
     assert_eq!(http.uri().path(), format!("{EVENTS_PATH}/{name}"));
@@ -624,15 +655,11 @@ async fn repeats_become_a_series_and_other_notes_do_not_join_it() {
     // bob then deletes it: same object, reason, action and type, but another note. The Recorder
     // alone would count it into the series above and show the edit's note; it must be its own Event.
     let (delete, delete_decision) = decided("kubectl-delete.json");
-    p.sink.record(&delete, &delete_decision);
+    p.sink.record(&RequestFacts::new(&delete), &delete_decision);
     let (http, send) = next_request(&mut handle).await;
     assert_eq!(http.method(), Method::POST);
     let other = body_json(http).await;
-    assert_eq!(
-        other["note"],
-        "bob may not delete Deployment prod-payments/api: only the GitOps controller writes here \
-         (policy \"production\", rule NotPermitted)."
-    );
+    assert_eq!(other["note"], delete_decision.message);
     assert!(other.get("series").is_none());
     respond(send, 201, &other);
 
@@ -649,17 +676,17 @@ async fn dry_runs_send_nothing() {
     let p = publisher(Some(client), 16);
     for fixture in ["flux-ssa-dryrun.json", "kubectl-create-dryrun.json"] {
         let (request, decision) = decided(fixture);
-        p.sink.record(&request, &decision);
+        p.sink.record(&RequestFacts::new(&request), &decision);
     }
     let mut edit = review("kubectl-edit.json");
     edit.dry_run = true;
     let decision = decide_with(&policies(), &edit, None, NOW);
-    p.sink.record(&edit, &decision);
+    p.sink.record(&RequestFacts::new(&edit), &decision);
     no_request(&mut handle, Duration::from_millis(200)).await;
 
     // The queue is in order: the first request is the first Event that is not a dry run.
     let (request, decision) = decided("break-glass-open.json");
-    p.sink.record(&request, &decision);
+    p.sink.record(&RequestFacts::new(&request), &decision);
     let (http, send) = next_request(&mut handle).await;
     let body = body_json(http).await;
     assert_eq!(body["reason"], "BreakGlassOpened");
@@ -681,11 +708,11 @@ async fn a_full_queue_drops_and_counts_without_blocking() {
     let (spoof, spoof_decision) = decided("spoofed-field-manager.json");
 
     // The first Event is taken off the queue and its POST waits for an answer...
-    p.sink.record(&edit, &edit_decision);
+    p.sink.record(&RequestFacts::new(&edit), &edit_decision);
     let (first, first_send) = next_request(&mut handle).await;
     // ...so the queue (capacity 1) holds the second, and the third has no room.
-    p.sink.record(&delete, &delete_decision);
-    p.sink.record(&spoof, &spoof_decision);
+    p.sink.record(&RequestFacts::new(&delete), &delete_decision);
+    p.sink.record(&RequestFacts::new(&spoof), &spoof_decision);
     assert_eq!(dropped(&p.metrics, "queue_full"), 1);
 
     respond(first_send, 201, &body_json(first).await);
@@ -707,7 +734,7 @@ async fn an_api_error_is_counted_and_the_publisher_carries_on() {
     let p = publisher(Some(client), 16);
     let (edit, edit_decision) = decided("kubectl-edit.json");
 
-    p.sink.record(&edit, &edit_decision);
+    p.sink.record(&RequestFacts::new(&edit), &edit_decision);
     let (_, send) = next_request(&mut handle).await;
     respond(
         send,
@@ -722,7 +749,7 @@ async fn an_api_error_is_counted_and_the_publisher_carries_on() {
 
     // The next identical Event is created afresh: the failed one was never stored, so there is
     // no series to PATCH.
-    p.sink.record(&edit, &edit_decision);
+    p.sink.record(&RequestFacts::new(&edit), &edit_decision);
     let (http, send) = next_request(&mut handle).await;
     assert_eq!(http.method(), Method::POST);
     assert_eq!(http.uri().path(), EVENTS_PATH);
@@ -739,7 +766,7 @@ async fn a_hung_api_server_costs_one_timeout_per_event() {
     let (client, mut handle) = mock_client();
     let p = publisher(Some(client), 16);
     let (edit, edit_decision) = decided("kubectl-edit.json");
-    p.sink.record(&edit, &edit_decision);
+    p.sink.record(&RequestFacts::new(&edit), &edit_decision);
     // Never answered (but kept open, so the request hangs rather than fails).
     let (_hung, _never_answered) = next_request(&mut handle).await;
     eventually("the timeout is counted", || {
@@ -748,7 +775,7 @@ async fn a_hung_api_server_costs_one_timeout_per_event() {
     .await;
     // The queue moves on.
     let (open, open_decision) = decided("break-glass-open.json");
-    p.sink.record(&open, &open_decision);
+    p.sink.record(&RequestFacts::new(&open), &open_decision);
     let (http, send) = next_request(&mut handle).await;
     let body = body_json(http).await;
     assert_eq!(body["reason"], "BreakGlassOpened");
@@ -765,7 +792,7 @@ async fn shutdown_publishes_what_is_queued_then_counts_late_events() {
     let (client, mut handle) = mock_client();
     let p = publisher(Some(client), 16);
     let (edit, edit_decision) = decided("kubectl-edit.json");
-    p.sink.record(&edit, &edit_decision);
+    p.sink.record(&RequestFacts::new(&edit), &edit_decision);
     p.shutdown.cancel();
     // Whether the task saw the Event before the cancellation or drains it after, it is sent.
     let (http, send) = next_request(&mut handle).await;
@@ -773,7 +800,7 @@ async fn shutdown_publishes_what_is_queued_then_counts_late_events() {
     within_5s("the publisher stops", p.task).await.unwrap();
     assert_eq!(published(&p.metrics, "WriteDenied"), 1);
 
-    p.sink.record(&edit, &edit_decision);
+    p.sink.record(&RequestFacts::new(&edit), &edit_decision);
     assert_eq!(dropped(&p.metrics, "shutdown"), 1);
 }
 
@@ -804,7 +831,7 @@ async fn without_a_client_events_are_logged_not_published() {
 
     let p = publisher(None, 16);
     let (request, decision) = decided("kubectl-edit.json");
-    p.sink.record(&request, &decision);
+    p.sink.record(&RequestFacts::new(&request), &decision);
     let metrics = p.metrics.clone();
     eventually("the Event is logged", || {
         String::from_utf8_lossy(&captured.0.lock().unwrap()).contains("WriteDenied")
@@ -871,11 +898,10 @@ fn a_refused_revert_is_a_revert_refused_warning_by_its_rule() {
         (decision.allowed, decision.record.rule),
         (true, Rule::Controller)
     );
-    let decision = refused_by_ledger(
-        decision,
-        Rule::RevertRefused,
-        "Controller flux may not revert the emergency change (policy \"production\", rule RevertRefused).",
-    );
+    let message = "Controller flux may not revert the emergency change recorded in BackportRequirement \
+                   prod-payments/deployment-api-3b9d6c2e (policy \"production\", rule RevertRefused). \
+                   Backport the change to Git, or resolve the record.";
+    let decision = refused_by_ledger(decision, Rule::RevertRefused, message);
     assert_refused_by(&decision, &request, Rule::RevertRefused);
     let event = only_event(&request, &decision);
     assert_eq!(
@@ -883,29 +909,27 @@ fn a_refused_revert_is_a_revert_refused_warning_by_its_rule() {
         (EventReason::RevertRefused, EventType::Warning, "Deny")
     );
     assert_eq!(event.to_event().reason, "RevertRefused");
-    for words in [
-        "may not update Deployment prod-payments/api",
-        "emergency change awaiting backport",
-        "policy \"production\", rule RevertRefused",
-        "Backport the change to Git",
-    ] {
-        assert!(event.note.contains(words), "{words:?} in {}", event.note);
-    }
+    // A refusal given as a message alone: its Event says that message.
+    assert_eq!(event.note, message);
 }
 
 #[test]
 fn an_unrecorded_break_glass_change_is_a_ledger_unavailable_warning_by_its_rule() {
-    let (request, decision) = decided("break-glass-use-edit.json");
+    let (request, mut decision) = decided("break-glass-use-edit.json");
     assert_eq!(
         (decision.allowed, decision.record.rule),
         (true, Rule::BreakGlassWindow)
     );
-    let decision = refused_by_ledger(
-        decision,
-        Rule::LedgerUnavailable,
-        "driftgate could not record this break-glass change (policy \"production\", rule LedgerUnavailable).",
-    );
+    let words = RefusalWords {
+        subject: "alice may not update Deployment prod-payments/api".into(),
+        why: "driftgate could not record the break-glass change in its backport ledger, so it was not made".into(),
+        next: "Retry in a moment; if it keeps failing, driftgate cannot reach the API server".into(),
+        owner: String::new(),
+    };
+    let error = " (the API server did not answer within 2s)";
+    decision.refuse_with("production", Rule::LedgerUnavailable, words, error);
     assert_refused_by(&decision, &request, Rule::LedgerUnavailable);
+    assert!(decision.message.contains(error), "{}", decision.message);
     let event = only_event(&request, &decision);
     assert_eq!(
         event,
@@ -913,6 +937,7 @@ fn an_unrecorded_break_glass_change_is_a_ledger_unavailable_warning_by_its_rule(
             reason: EventReason::LedgerUnavailable,
             type_: EventType::Warning,
             action: "Deny",
+            // Without the error, which varies and would split a series of the same refusal.
             note: "alice may not update Deployment prod-payments/api: driftgate could not record the break-glass change \
                    in its backport ledger, so it was not made (policy \"production\", rule LedgerUnavailable). \
                    Retry in a moment; if it keeps failing, driftgate cannot reach the API server."
@@ -921,6 +946,7 @@ fn an_unrecorded_break_glass_change_is_a_ledger_unavailable_warning_by_its_rule(
         },
         "the change that was not made has no BreakGlassChange Event"
     );
+    assert_eq!(event.note, decision.message.replace(error, ""));
 }
 
 #[test]
@@ -932,5 +958,377 @@ fn a_refused_dry_run_revert_publishes_nothing() {
         "Controller flux may not revert the emergency change (policy \"production\", rule RevertRefused).",
     );
     assert_refused_by(&decision, &request, Rule::RevertRefused);
-    assert_eq!(planned_events(&request, &decision), Vec::new());
+    assert_eq!(
+        planned_events(&RequestFacts::new(&request), &decision),
+        Vec::new()
+    );
+}
+
+// ---- An Event says what the refusal it reports says ----
+
+/// Every rule, so that a new one must be placed in [`refusal_by`] below.
+const ALL_RULES: [Rule; 30] = [
+    Rule::OutOfScope,
+    Rule::FieldManagerSpoofing,
+    Rule::Controller,
+    Rule::ControllerHeld,
+    Rule::Delegation,
+    Rule::NoEffectiveChange,
+    Rule::BreakGlassOpened,
+    Rule::BreakGlassExtended,
+    Rule::BreakGlassClosed,
+    Rule::BreakGlassAmended,
+    Rule::BreakGlassRefused,
+    Rule::BreakGlassWindow,
+    Rule::WindowExpired,
+    Rule::WindowTooLong,
+    Rule::NotPermitted,
+    Rule::Unreadable,
+    Rule::LedgerWriter,
+    Rule::RecordResolved,
+    Rule::LedgerMetadata,
+    Rule::RecordDeletedWithNamespace,
+    Rule::RecordForged,
+    Rule::RecordErased,
+    Rule::RecordTampered,
+    Rule::ResolveRefused,
+    Rule::LedgerCrdAdmin,
+    Rule::LedgerCrdProtected,
+    Rule::PolicyCompiled,
+    Rule::PolicyRefused,
+    Rule::RevertRefused,
+    Rule::LedgerUnavailable,
+];
+
+/// A refusal by one rule, and the words its message and its Event must both say.
+struct Refused {
+    request: AdmissionRequest<DynamicObject>,
+    decision: Decision,
+    /// Who may write, or why the rule refuses.
+    why: &'static str,
+    /// What to do next.
+    next: &'static str,
+}
+
+fn refused(
+    request: AdmissionRequest<DynamicObject>,
+    decision: Decision,
+    why: &'static str,
+    next: &'static str,
+) -> Refused {
+    Refused {
+        request,
+        decision,
+        why,
+        next,
+    }
+}
+
+fn fixture_at(name: &str, now: &str, why: &'static str, next: &'static str) -> Refused {
+    let request = review(name);
+    let decision = decide_with(&policies(), &request, None, now);
+    refused(request, decision, why, next)
+}
+
+/// `fixture`'s review with `edit` applied to its JSON.
+fn edited_review(
+    fixture: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> AdmissionRequest<DynamicObject> {
+    let mut review: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path(&format!("tests/fixtures/{fixture}"))).unwrap())
+            .unwrap();
+    edit(&mut review["request"]);
+    parse_review(&serde_json::to_vec(&review).unwrap()).unwrap()
+}
+
+/// How to bring about a refusal by `rule`; None for a rule that admits. Exhaustive, so that a
+/// new rule cannot go untested.
+fn refusal_by(rule: Rule) -> Option<Refused> {
+    Some(match rule {
+        Rule::OutOfScope
+        | Rule::Controller
+        | Rule::Delegation
+        | Rule::NoEffectiveChange
+        | Rule::BreakGlassOpened
+        | Rule::BreakGlassExtended
+        | Rule::BreakGlassClosed
+        | Rule::BreakGlassAmended
+        | Rule::BreakGlassWindow
+        | Rule::LedgerWriter
+        | Rule::RecordResolved
+        | Rule::LedgerMetadata
+        | Rule::RecordDeletedWithNamespace
+        | Rule::LedgerCrdAdmin
+        | Rule::PolicyCompiled => return None,
+        Rule::NotPermitted => fixture_at(
+            "kubectl-edit.json",
+            NOW,
+            "only its controllers (flux, kubernetes) write here",
+            "Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): \
+             driftgate break-glass open deployment/api -n prod-payments",
+        ),
+        Rule::FieldManagerSpoofing => fixture_at(
+            "spoofed-field-manager.json",
+            NOW,
+            "it belongs to controller flux",
+            "use your own field manager, and change the object in Git",
+        ),
+        Rule::ControllerHeld => fixture_at(
+            "controller-held.json",
+            NOW,
+            "while the break-glass window on the object (until 2026-11-30 10:00 UTC",
+            "Backport the emergency change to Git, then close the window (remove the label driftgate.dev/break-glass)",
+        ),
+        Rule::BreakGlassRefused => fixture_at(
+            "break-glass-open-by-bob.json",
+            NOW,
+            "only group sre-oncall may open, extend or amend a window",
+            "only group sre-oncall may open",
+        ),
+        Rule::WindowExpired => fixture_at(
+            "break-glass-use-edit.json",
+            "2026-11-30T10:30:00Z",
+            "reason \"INC-4711: api pods OOM, raising memory limit\") expired",
+            "Change it in Git, or open a new window: driftgate break-glass open deployment/api -n prod-payments",
+        ),
+        Rule::WindowTooLong => fixture_at(
+            "break-glass-use-far-future.json",
+            NOW,
+            "more than the policy's maxDuration of 4h from now",
+            "Close it and open a new window with driftgate break-glass open deployment/api",
+        ),
+        Rule::Unreadable => {
+            let request = review("kubectl-edit.json");
+            let facts = RequestFacts::new(&request);
+            let input = DecisionInput {
+                request: &facts,
+                resource: None,
+                namespace: None,
+                parent: None,
+                now: NOW.parse().unwrap(),
+            };
+            let decision = driftgate::decision::unreadable(
+                &policies(),
+                &input,
+                "expected `,` or `}` at line 1",
+            );
+            refused(
+                request,
+                decision,
+                "driftgate could not read the object in the request",
+                "Send the object as valid Kubernetes JSON",
+            )
+        }
+        Rule::RecordForged => {
+            let request = edited_review("record-delete-by-namespace-admin.json", |r| {
+                r["operation"] = json!("CREATE");
+                r["object"] = r["oldObject"].take();
+            });
+            let decision = decide_with(&policies(), &request, None, NOW);
+            refused(
+                request,
+                decision,
+                "backport records are written only by driftgate itself",
+                "open a break-glass window with driftgate break-glass open",
+            )
+        }
+        Rule::RecordErased => fixture_at(
+            "record-delete-by-namespace-admin.json",
+            NOW,
+            "a backport record is deleted only by driftgate itself",
+            "Backport the change to Git, or have an opener of the policy resolve it: \
+             driftgate backlog resolve deployment-api-4f1c2a9b7e -n prod-payments",
+        ),
+        Rule::RecordTampered => fixture_at(
+            "record-status-backported-by-bob.json",
+            NOW,
+            "it changes the record's status (phase AwaitingBackport to Backported)",
+            "an opener of the policy runs driftgate backlog resolve deployment-api-4f1c2a9b7e -n prod-payments",
+        ),
+        Rule::ResolveRefused => fixture_at(
+            "record-resolve-by-bob.json",
+            NOW,
+            "only an opener of the policy (group sre-oncall) may resolve its records",
+            "An opener of the policy resolves a record with driftgate backlog resolve deployment-api-4f1c2a9b7e",
+        ),
+        Rule::LedgerCrdProtected => {
+            let request = edited_review("kubectl-delete.json", |r| {
+                r["kind"] = json!({"group": "apiextensions.k8s.io", "version": "v1", "kind": "CustomResourceDefinition"});
+                r["resource"] = json!({"group": "apiextensions.k8s.io", "version": "v1", "resource": "customresourcedefinitions"});
+                r["name"] = json!("backportrequirements.driftgate.dev");
+                r["namespace"] = json!("");
+                r["oldObject"] = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                    "metadata": {"name": "backportrequirements.driftgate.dev", "uid": "c-1"}});
+            });
+            let decision = decide_with(&policies(), &request, None, NOW);
+            refused(
+                request,
+                decision,
+                "deleting it deletes every BackportRequirement in the cluster",
+                "ask one of them",
+            )
+        }
+        Rule::PolicyRefused => {
+            let request = edited_review("kubectl-edit.json", |r| {
+                r["kind"] =
+                    json!({"group": "driftgate.dev", "version": "v1alpha1", "kind": "GatePolicy"});
+                r["resource"] = json!({"group": "driftgate.dev", "version": "v1alpha1", "resource": "gatepolicies"});
+                r["operation"] = json!("CREATE");
+                r["name"] = json!("broken");
+                r["object"] = json!({"apiVersion": "driftgate.dev/v1alpha1", "kind": "GatePolicy",
+                    "metadata": {"name": "broken", "namespace": "prod-payments"}, "spec": {"mode": "Sometimes"}});
+                r["oldObject"] = json!(null);
+            });
+            let decision = decide_with(&policies(), &request, None, NOW);
+            refused(request, decision, "may not write GatePolicy broken", "Fix")
+        }
+        Rule::RevertRefused => {
+            let (request, decision) = decided("flux-ssa-update.json");
+            let decision = refused_by_ledger(
+                decision,
+                Rule::RevertRefused,
+                "Controller flux may not revert the emergency change recorded in BackportRequirement \
+                 prod-payments/deployment-api-3b9d6c2e (policy \"production\", rule RevertRefused). \
+                 Backport the change to Git, or resolve the record.",
+            );
+            refused(
+                request,
+                decision,
+                "may not revert the emergency change",
+                "Backport the change to Git, or resolve the record",
+            )
+        }
+        Rule::LedgerUnavailable => {
+            let (request, mut decision) = decided("break-glass-use-edit.json");
+            let words = RefusalWords {
+                subject: "alice may not update Deployment prod-payments/api".into(),
+                why: "driftgate could not record the break-glass change in its backport ledger"
+                    .into(),
+                next: "Retry in a moment".into(),
+                owner: String::new(),
+            };
+            decision.refuse_with(
+                "production",
+                Rule::LedgerUnavailable,
+                words,
+                " (connection refused)",
+            );
+            refused(
+                request,
+                decision,
+                "could not record the break-glass change",
+                "Retry in a moment",
+            )
+        }
+    })
+}
+
+#[test]
+fn every_refusal_and_its_event_say_the_same_words() {
+    let mut refusing = 0;
+    for rule in ALL_RULES {
+        let Some(case) = refusal_by(rule) else {
+            continue;
+        };
+        refusing += 1;
+        let Refused {
+            request,
+            decision,
+            why,
+            next,
+        } = case;
+        assert_eq!(
+            (decision.allowed, decision.record.rule),
+            (false, rule),
+            "{rule}: {}",
+            decision.message
+        );
+        let events = planned_events(&RequestFacts::new(&request), &decision);
+        if rule == Rule::PolicyRefused {
+            // Its author reads the refusal at apply time (and Flux in its status).
+            assert_eq!(events, Vec::new(), "{rule}");
+            continue;
+        }
+        assert_eq!(events.len(), 1, "{rule}: {events:#?}");
+        let note = &events[0].note;
+        assert!(note.len() <= MAX_NOTE_BYTES, "{rule}: {} bytes", note.len());
+        for words in [why, next, &format!("rule {rule}")] {
+            assert!(
+                decision.message.contains(words),
+                "{rule}: {words:?} in the message {:?}",
+                decision.message
+            );
+            assert!(
+                note.contains(words),
+                "{rule}: {words:?} in the note {note:?}"
+            );
+        }
+        // A refusal in parts: the Event repeats every part of it.
+        let verdict = &decision.record.verdicts[0];
+        if let Some(words) = &verdict.refusal {
+            for part in [&words.subject, &words.why, &words.next, &words.owner] {
+                assert!(decision.message.contains(part.as_str()), "{rule}: {part:?}");
+                assert!(note.contains(part.as_str()), "{rule}: {part:?} in {note:?}");
+            }
+        } else {
+            assert_eq!(note, &decision.message, "{rule}: given as a message alone");
+        }
+    }
+    assert_eq!(refusing, 15, "the rules that refuse");
+}
+
+#[test]
+fn a_long_refusal_gives_way_in_why_and_keeps_what_to_do_next() {
+    let (request, mut decision) = decided("break-glass-use-edit.json");
+    let words = RefusalWords {
+        subject: "alice may not update Deployment prod-payments/api".into(),
+        why: "ü".repeat(2000),
+        next: "Retry in a moment".into(),
+        owner: " (policy owner: team-platform)".into(),
+    };
+    decision.refuse_with("production", Rule::LedgerUnavailable, words, "");
+    let event = only_event(&request, &decision);
+    assert_bounded(&event);
+    assert!(
+        event
+            .note
+            .starts_with("alice may not update Deployment prod-payments/api: üü")
+    );
+    assert!(
+        event.note.ends_with(
+            "… (policy \"production\", rule LedgerUnavailable). Retry in a moment (policy owner: team-platform)."
+        ),
+        "{}",
+        event.note
+    );
+}
+
+#[test]
+fn a_verdict_refusing_in_words_has_an_event_in_those_words() {
+    let (request, mut decision) = decided("record-resolve-by-bob.json");
+    let words = RefusalWords {
+        subject: "bob may not resolve BackportRequirement prod-payments/deployment-api-4f1c2a9b7e"
+            .into(),
+        why: "only an opener of the policy (group sre-oncall) may resolve its records".into(),
+        next: "Ask an opener to run driftgate backlog resolve".into(),
+        owner: String::new(),
+    };
+    let verdict = driftgate::decision::PolicyVerdict::enforced_refusal(
+        "production".into(),
+        Rule::ResolveRefused,
+        words.clone(),
+    );
+    assert_eq!(
+        verdict.message.as_deref(),
+        Some(words.sentence("production", Rule::ResolveRefused).as_str())
+    );
+    decision.record.verdicts = vec![verdict];
+    let event = only_event(&request, &decision);
+    assert_eq!(
+        event.note,
+        "bob may not resolve BackportRequirement prod-payments/deployment-api-4f1c2a9b7e: only an opener of the \
+         policy (group sre-oncall) may resolve its records (policy \"production\", rule ResolveRefused). Ask an \
+         opener to run driftgate backlog resolve."
+    );
 }

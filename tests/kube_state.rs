@@ -11,6 +11,7 @@ use common::*;
 use driftgate::decision::Rule;
 use driftgate::kube_state::{NamespaceCache, Parent, ParentLookup};
 use driftgate::metrics::{Metrics, ResultLabels};
+use driftgate::request::RequestFacts;
 use driftgate::review::read_object;
 use hyper::Method;
 use hyper::Request;
@@ -328,7 +329,8 @@ async fn the_parent_is_read_through_the_request_resource_and_opens_its_window() 
             &serde_json::to_value(parent("api-with-window.yaml")).unwrap(),
         );
     };
-    let (fetched, ()) = tokio::join!(lookup.fetch(&request), server);
+    let facts = RequestFacts::new(&request);
+    let (fetched, ()) = tokio::join!(lookup.fetch(&facts), server);
     let fetched = fetched.expect("the parent");
     assert_eq!(fetched.types.as_ref().unwrap().kind, "Deployment");
     assert_eq!(
@@ -362,7 +364,8 @@ async fn a_missing_or_failing_parent_is_none() {
             assert_eq!(http.uri().path(), DEPLOYMENT_PATH);
             respond(send, code, &status(code, reason, message));
         };
-        let (fetched, ()) = tokio::join!(lookup.fetch(&request), server);
+        let facts = RequestFacts::new(&request);
+        let (fetched, ()) = tokio::join!(lookup.fetch(&facts), server);
         assert!(fetched.is_none(), "{code}");
     }
     assert_eq!(
@@ -398,7 +401,8 @@ async fn a_missing_parent_is_absent_and_a_failing_one_unreadable() {
             let (_, send) = next_request(&mut handle).await;
             respond(send, code, &status(code, reason, message));
         };
-        let (found, ()) = tokio::join!(lookup.lookup(&request), server);
+        let facts = RequestFacts::new(&request);
+        let (found, ()) = tokio::join!(lookup.lookup(&facts), server);
         match found {
             Parent::Unreadable(error) if unreadable => {
                 assert!(error.contains(message), "{code}: {error}")
@@ -423,7 +427,8 @@ async fn a_slow_parent_lookup_gives_up_at_its_timeout() {
         drop(send);
     };
     let started = tokio::time::Instant::now();
-    let (fetched, ()) = tokio::join!(lookup.fetch(&request), server);
+    let facts = RequestFacts::new(&request);
+    let (fetched, ()) = tokio::join!(lookup.fetch(&facts), server);
     assert!(fetched.is_none());
     assert_eq!(lookups(&metrics, "failure"), 1);
     assert!(started.elapsed() >= Duration::from_millis(300));
@@ -434,7 +439,12 @@ async fn only_subresource_requests_have_a_parent() {
     let (client, mut handle) = mock_client();
     let metrics = Arc::new(Metrics::new());
     let lookup = ParentLookup::new(Some(client), Duration::from_secs(2), metrics.clone());
-    assert!(lookup.fetch(&review("kubectl-edit.json")).await.is_none());
+    assert!(
+        lookup
+            .fetch(&RequestFacts::new(&review("kubectl-edit.json")))
+            .await
+            .is_none()
+    );
     no_request(&mut handle, Duration::from_millis(100)).await;
     assert_eq!(
         (lookups(&metrics, "success"), lookups(&metrics, "failure")),
@@ -444,7 +454,7 @@ async fn only_subresource_requests_have_a_parent() {
     let offline = ParentLookup::new(None, Duration::from_secs(2), metrics.clone());
     assert!(
         offline
-            .fetch(&review("break-glass-use-scale.json"))
+            .fetch(&RequestFacts::new(&review("break-glass-use-scale.json")))
             .await
             .is_none()
     );

@@ -12,6 +12,7 @@ use crate::cli::testsuite::namespace_for;
 use crate::decision::{DecisionInput, decide};
 use crate::error::{Error, Result};
 use crate::policy::PolicySet;
+use crate::request::RequestFacts;
 use crate::review::{read_object, read_review};
 
 #[derive(Debug, Args)]
@@ -77,7 +78,7 @@ pub fn eval(args: &EvalArgs, out: &mut impl Write) -> ExitCode {
         let decision = decide(
             &policies,
             &DecisionInput {
-                request: &request,
+                request: &RequestFacts::new(&request),
                 resource: None,
                 namespace: namespace_for(&namespaces, request.namespace.as_deref()),
                 parent: parent.as_ref(),

@@ -30,6 +30,7 @@ use serde::Deserialize;
 use crate::decision::{Decision, DecisionInput, decide};
 use crate::error::{Error, Result};
 use crate::policy::PolicySet;
+use crate::request::RequestFacts;
 use crate::review::{read_object, read_review};
 
 #[derive(Debug, Deserialize)]
@@ -222,7 +223,7 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
         let decision = decide(
             &policies,
             &DecisionInput {
-                request: &request,
+                request: &RequestFacts::new(&request),
                 resource: None,
                 namespace,
                 parent: parent.as_ref(),

@@ -7,6 +7,7 @@ use kube::core::admission::{AdmissionRequest, Operation};
 
 use crate::decision::{PolicyVerdict, Rule};
 use crate::policy::gatepolicy::{GROUP, PLURAL, compile_object, problem_lines};
+use crate::request::RequestFacts;
 
 /// A create or update of a GatePolicy itself (its status is driftgate's own bookkeeping).
 pub fn guards(request: &AdmissionRequest<DynamicObject>) -> bool {
@@ -18,7 +19,8 @@ pub fn guards(request: &AdmissionRequest<DynamicObject>) -> bool {
 
 /// The verdict on a GatePolicy write; None for any other request. Always Enforce: a policy
 /// that does not compile cannot be audited.
-pub fn judge(request: &AdmissionRequest<DynamicObject>) -> Option<PolicyVerdict> {
+pub fn judge(facts: &RequestFacts<'_>) -> Option<PolicyVerdict> {
+    let request = facts.request();
     if !guards(request) {
         return None;
     }
@@ -27,7 +29,7 @@ pub fn judge(request: &AdmissionRequest<DynamicObject>) -> Option<PolicyVerdict>
         Some(Ok(_)) => (Rule::PolicyCompiled, None),
         Some(Err(errors)) => (
             Rule::PolicyRefused,
-            Some(refusal(request, &problem_lines(&errors))),
+            Some(refusal(facts, &problem_lines(&errors))),
         ),
         None => (
             Rule::PolicyRefused,
@@ -42,12 +44,9 @@ pub fn judge(request: &AdmissionRequest<DynamicObject>) -> Option<PolicyVerdict>
 
 /// Names the user, the object, the policy and the rule, says what to do, then lists every
 /// problem one a line, as `driftgate policy check` prints them.
-fn refusal(request: &AdmissionRequest<DynamicObject>, lines: &[String]) -> String {
-    let name = request.name.as_str();
-    let who = match request.user_info.username.as_deref() {
-        Some(who) if !who.is_empty() => who,
-        _ => "an anonymous client",
-    };
+fn refusal(facts: &RequestFacts<'_>, lines: &[String]) -> String {
+    let name = facts.request().name.as_str();
+    let who = facts.who();
     let (count, them) = match lines.len() {
         1 => ("1 problem".to_owned(), "it"),
         n => (format!("{n} problems"), "them"),
@@ -95,8 +94,9 @@ mod tests {
     }
 
     fn decide(request: &AdmissionRequest<DynamicObject>) -> crate::decision::Decision {
+        let facts = crate::request::RequestFacts::new(request);
         let input = DecisionInput {
-            request,
+            request: &facts,
             resource: None,
             namespace: None,
             parent: None,
@@ -152,7 +152,9 @@ mod tests {
     #[test]
     fn status_writes_and_deletes_are_not_judged() {
         let spec = json!({"namespaces": {"include": []}});
-        assert!(judge(&request("UPDATE", Some("status"), spec.clone())).is_none());
-        assert!(judge(&request("DELETE", None, spec)).is_none());
+        let status = request("UPDATE", Some("status"), spec.clone());
+        assert!(judge(&RequestFacts::new(&status)).is_none());
+        let delete = request("DELETE", None, spec);
+        assert!(judge(&RequestFacts::new(&delete)).is_none());
     }
 }

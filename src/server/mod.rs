@@ -22,6 +22,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use tower_http::timeout::TimeoutLayer;
@@ -34,6 +35,7 @@ use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog};
 use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
+use crate::request::{RequestFacts, scope_namespace};
 use crate::review::{Envelope, Review, SHALLOW_DEPTH, Unreadable, parse_envelope, stack_for};
 use crate::text::{MAX_NAME_CHARS, echo};
 use connections::BodyBudget;
@@ -415,54 +417,83 @@ async fn validate(
         Ok(envelope) => envelope,
         Err(error) => return bad_request(&state, error.to_string()),
     };
-    let (request, decision) = judge(&state, envelope).await;
+    let policies = state.policies.load();
+    let read = read(&state, &policies, envelope);
+    // The one description of the request, for the decision, its Events and the log line.
+    let facts = RequestFacts::new(&read.request);
+    let decision = judge(&state, &policies, &read, &facts).await;
     // Side effects never delay the answer: `record` only queues.
-    state.events.record(&request, &decision);
-    if !request.dry_run && !state.ledger.is_connected() {
+    state.events.record(&facts, &decision);
+    if !read.request.dry_run && !state.ledger.is_connected() {
         state.windows.observe(&decision, (state.clock)());
     }
-    let response = decision.to_response(&request).into_review();
+    let response = decision.to_response(&read.request).into_review();
     let elapsed = started.elapsed();
-    observe(&state, &request, &decision, elapsed);
+    observe(&state, &facts, &decision, elapsed);
     axum::Json(response).into_response()
 }
 
-/// Decides from the envelope alone when no policy may guard the write, so that nothing in its
-/// objects (depth, size, validity) can turn an unguarded write into an error; otherwise reads
-/// the objects and decides, refusing a guarded write whose objects cannot be read.
-async fn judge(state: &AppState, envelope: Envelope<'_>) -> (Review, Decision) {
-    let policies = state.policies.load();
+/// A review as read: with its objects, unless no policy may guard it (then they are never
+/// read) or they could not be read (`unreadable` says why).
+struct ReadReview {
+    request: Review,
+    namespace: Option<Arc<Namespace>>,
+    unreadable: Option<String>,
+}
+
+/// Reads the objects of a review only when a policy may guard its write, judged from the
+/// envelope alone, so that nothing in its objects (depth, size, validity) can turn an
+/// unguarded write into an error.
+fn read(state: &AppState, policies: &PolicySet, envelope: Envelope<'_>) -> ReadReview {
     let namespace = namespace_of(state, envelope.request());
     let namespace_meta = namespace.as_ref().map(|ns| &ns.metadata);
-    if !may_guard(&policies, envelope.request(), namespace_meta) {
-        let request = envelope.without_objects();
-        let decision = review(state, &request).await;
-        return (request, decision);
+    if !may_guard(policies, envelope.request(), namespace_meta) {
+        return ReadReview {
+            request: envelope.without_objects(),
+            namespace,
+            unreadable: None,
+        };
     }
     match envelope.read_objects() {
-        Ok(request) if request.depth() > SHALLOW_DEPTH => {
-            // The decision and the ledger walk, serialize and clone objects recursively.
-            let decision = GrownStack::new(review(state, &request), stack_for(request.depth()));
-            let decision = decision.await;
-            (request, decision)
-        }
-        Ok(request) => {
-            let decision = review(state, &request).await;
-            (request, decision)
-        }
+        Ok(request) => ReadReview {
+            request,
+            namespace,
+            unreadable: None,
+        },
         Err(Unreadable { review, error }) => {
-            let input = DecisionInput {
-                request: &review,
-                resource: None,
-                namespace: namespace_meta,
-                parent: None,
-                now: (state.clock)(),
-            };
-            let decision = unreadable(&policies, &input, &error.to_string());
             tracing::warn!(uid = %review.uid, %error, "could not read the object of a review");
-            (review, decision)
+            ReadReview {
+                request: review,
+                namespace,
+                unreadable: Some(error.to_string()),
+            }
         }
     }
+}
+
+/// Decides a review as read, refusing a guarded write whose objects could not be read.
+async fn judge(
+    state: &AppState,
+    policies: &PolicySet,
+    read: &ReadReview,
+    facts: &RequestFacts<'_>,
+) -> Decision {
+    if let Some(problem) = &read.unreadable {
+        let input = DecisionInput {
+            request: facts,
+            resource: None,
+            namespace: read.namespace.as_ref().map(|ns| &ns.metadata),
+            parent: None,
+            now: (state.clock)(),
+        };
+        return unreadable(policies, &input, problem);
+    }
+    let depth = read.request.depth();
+    if depth > SHALLOW_DEPTH {
+        // The decision and the ledger walk, serialize and clone objects recursively.
+        return GrownStack::new(review(state, facts), stack_for(depth)).await;
+    }
+    review(state, facts).await
 }
 
 /// A future polled on a stack of at least `bytes`, grown on the heap when the thread's is
@@ -499,44 +530,40 @@ impl<F: Future> Future for GrownStack<F> {
 fn namespace_of(
     state: &AppState,
     request: &AdmissionRequest<DynamicObject>,
-) -> Option<Arc<k8s_openapi::api::core::v1::Namespace>> {
-    let name = match request.namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => ns,
-        _ if request.kind.group.is_empty() && request.kind.kind == "Namespace" => {
-            request.name.as_str()
-        }
-        _ => return None,
-    };
-    state.namespaces.get(name)
+) -> Option<Arc<Namespace>> {
+    state.namespaces.get(scope_namespace(request)?)
 }
 
 /// The decision for one request, fetching the parent of a subresource only when a window on it
 /// could change the outcome, and recording break-glass changes before they are admitted.
-pub async fn review(state: &AppState, request: &AdmissionRequest<DynamicObject>) -> Decision {
+pub async fn review(state: &AppState, facts: &RequestFacts<'_>) -> Decision {
     let policies = state.policies.load();
     let now = (state.clock)();
-    let mut decision = decide_with_cluster(state, request, &policies, now).await;
+    let mut decision = decide_with_cluster(state, facts, &policies, now).await;
     state
         .ledger
-        .apply(request, &mut decision, &policies, now)
+        .apply(facts.request(), &mut decision, &policies, now)
         .await;
     decision
 }
 
 async fn decide_with_cluster(
     state: &AppState,
-    request: &AdmissionRequest<DynamicObject>,
+    facts: &RequestFacts<'_>,
     policies: &PolicySet,
     now: Timestamp,
 ) -> Decision {
-    let namespace = namespace_of(state, request);
+    let request = facts.request();
+    let namespace = facts
+        .scope_namespace()
+        .and_then(|name| state.namespaces.get(name));
     let namespace_meta = namespace.as_ref().map(|ns| &ns.metadata);
     let resource = state
         .resources
         .lookup(&request.resource.group, &request.resource.resource)
         .await;
     let input = DecisionInput {
-        request,
+        request: facts,
         resource: resource.as_ref(),
         namespace: namespace_meta,
         parent: None,
@@ -546,7 +573,7 @@ async fn decide_with_cluster(
     if !needs_parent(policies, &decision) {
         return decision;
     }
-    match state.parents.lookup(request).await {
+    match state.parents.lookup(facts).await {
         Parent::Found(parent) => decide_with_ledger(
             policies,
             &DecisionInput {
@@ -577,12 +604,7 @@ fn parent_unreadable(mut decision: Decision, error: &str) -> Decision {
 }
 
 /// Metrics and the one structured log line per review.
-fn observe(
-    state: &AppState,
-    request: &AdmissionRequest<DynamicObject>,
-    decision: &Decision,
-    elapsed: Duration,
-) {
+fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, elapsed: Duration) {
     let record = &decision.record;
     let verdict = decision
         .audit_annotations
@@ -606,7 +628,7 @@ fn observe(
     // Request text is escaped: in the text format a newline in a username would forge a line.
     let text = |value: &str| echo(value, MAX_NAME_CHARS).into_owned();
     tracing::info!(
-        uid = %text(&request.uid),
+        uid = %text(&request.request().uid),
         operation = %record.operation,
         kind = %text(&record.object.kind),
         subresource = %text(&record.object.subresource),

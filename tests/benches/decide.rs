@@ -8,8 +8,9 @@ use std::hint::black_box;
 use std::path::Path;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use driftgate::decision::{DecisionInput, decide};
+use driftgate::decision::{Decision, DecisionInput, decide};
 use driftgate::policy::PolicySet;
+use driftgate::request::RequestFacts;
 use driftgate::review::parse_review;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -28,14 +29,21 @@ const FIXTURE: &str = concat!(
 );
 const NOW: &str = "2026-11-30T09:00:00Z";
 
-fn input(request: &AdmissionRequest<DynamicObject>, now: Timestamp) -> DecisionInput<'_> {
-    DecisionInput {
-        request,
+/// Describes the request and decides it, as the server does for each review.
+fn decide_at(
+    policies: &PolicySet,
+    request: &AdmissionRequest<DynamicObject>,
+    now: Timestamp,
+) -> Decision {
+    let facts = RequestFacts::new(request);
+    let input = DecisionInput {
+        request: &facts,
         resource: None,
         namespace: None,
         parent: None,
         now,
-    }
+    };
+    decide(policies, &input)
 }
 
 /// The same UPDATE, made by a person through `kubectl edit`.
@@ -61,13 +69,13 @@ fn benches(c: &mut Criterion) {
     let edited = human_edit(&request);
 
     // The benchmarks measure what they claim only if the fixture takes the intended paths.
-    let flux = decide(&policies, &input(&request, now));
+    let flux = decide_at(&policies, &request, now);
     assert!(
         flux.allowed,
         "the fixture's Flux UPDATE should be admitted: {:?} {}",
         flux.record.rule, flux.message
     );
-    let bob = decide(&policies, &input(&edited, now));
+    let bob = decide_at(&policies, &edited, now);
     assert!(
         !bob.allowed && !bob.record.changed_fields.is_empty(),
         "the human edit should be denied after a diff: {:?} {:?}",
@@ -91,26 +99,16 @@ fn benches(c: &mut Criterion) {
     parse.bench_function("parse_and_decide", |b| {
         b.iter(|| {
             let request = parse_review(black_box(&body)).unwrap();
-            decide(black_box(&policies), &input(&request, black_box(now)))
+            decide_at(black_box(&policies), &request, black_box(now))
         })
     });
     parse.finish();
 
     c.bench_function("decide", |b| {
-        b.iter(|| {
-            decide(
-                black_box(&policies),
-                &input(black_box(&request), black_box(now)),
-            )
-        })
+        b.iter(|| decide_at(black_box(&policies), black_box(&request), black_box(now)))
     });
     c.bench_function("decide_human_edit", |b| {
-        b.iter(|| {
-            decide(
-                black_box(&policies),
-                &input(black_box(&edited), black_box(now)),
-            )
-        })
+        b.iter(|| decide_at(black_box(&policies), black_box(&edited), black_box(now)))
     });
 }
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 use driftgate::certs::DevCertPaths;
 use driftgate::decision::{Decision, DecisionInput, decide};
 use driftgate::policy::PolicySet;
+use driftgate::request::RequestFacts;
 use driftgate::review::{read_object, read_review};
 use driftgate::server::tls::TlsFiles;
 use http_body_util::BodyExt;
@@ -55,7 +56,7 @@ pub fn decide_with(
     decide(
         policies,
         &DecisionInput {
-            request,
+            request: &RequestFacts::new(request),
             resource: None,
             namespace: None,
             parent,

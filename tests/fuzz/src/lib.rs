@@ -20,6 +20,7 @@ use driftgate::events::{EventSink, planned_events};
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;
+use driftgate::request::RequestFacts;
 use driftgate::review::{ReviewError, parse_envelope, parse_review};
 use driftgate::server::{AppState, router};
 use driftgate::timefmt::format_expiry;
@@ -296,7 +297,7 @@ fn decide_with_cluster(policies: &PolicySet, request: &AdmissionRequest<DynamicO
             .find(|ns| ns.metadata.name.as_deref() == Some(name))
     });
     let input = DecisionInput {
-        request,
+        request: &RequestFacts::new(request),
         resource: None,
         namespace: namespace.map(|ns| &ns.metadata),
         parent: None,
@@ -340,7 +341,7 @@ fn check_decision(request: &AdmissionRequest<DynamicObject>, decision: &Decision
     let review = decision.to_response(request).into_review();
     let json = serde_json::to_value(&review).expect("an AdmissionReview serializes");
     check_answer(request, &json);
-    for event in planned_events(request, decision) {
+    for event in planned_events(&RequestFacts::new(request), decision) {
         assert!(
             event.note.len() <= driftgate::events::MAX_NOTE_BYTES,
             "an Event note of {} bytes",
