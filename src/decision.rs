@@ -90,7 +90,7 @@ pub enum Rule {
     /// A GatePolicy object written does not compile: refused with every problem.
     PolicyRefused,
     /// The controller's write would undo an emergency change still awaiting backport, and the
-    /// policy's `refuseRevertsFor` still holds it (see `ledger::service`).
+    /// policy's `refuseRevertsFor` still holds it (see `ledger::controller`).
     RevertRefused,
     /// A break-glass change that could not be recorded in the backport ledger: refused, since
     /// an unrecorded emergency change would never be backported.
@@ -860,9 +860,7 @@ pub fn decide_with_ledger(
     if let Some(verdict) = crate::policy::admission::judge(input.request) {
         return assemble(&facts, vec![verdict]);
     }
-    if let Some(verdict) =
-        crate::ledger::guard::judge(policies, ledger, input.request.request(), input.now)
-    {
+    if let Some(verdict) = crate::ledger::guard::judge(policies, ledger, input.request, input.now) {
         return assemble(&facts, vec![verdict]);
     }
     let mut verdicts = Vec::new();

@@ -6,17 +6,17 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use kube::ResourceExt;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::admission::Operation;
 use serde_json::Value;
 
 use crate::decision::{PolicyVerdict, Rule};
 use crate::events::{EventReason, PlannedEvent};
 use crate::ledger::evidence::{Evidence, judge};
 use crate::ledger::phase::{PhaseChange, awaiting_since, phase_of, window_ended};
-use crate::ledger::plan::{Refusal, object_uid, regarding_of};
+use crate::ledger::plan::Refusal;
 use crate::ledger::record::{BackportRequirement, Phase};
 use crate::policy::BreakGlassRules;
+use crate::request::RequestFacts;
 
 /// The object a write is to, as records name it: None without a uid (nothing to look up).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,11 +26,11 @@ pub struct WrittenObject {
 }
 
 impl WrittenObject {
-    pub fn of(request: &AdmissionRequest<DynamicObject>) -> Option<WrittenObject> {
-        let uid = object_uid(request);
-        (!uid.is_empty()).then(|| WrittenObject {
-            namespace: request.namespace.clone().unwrap_or_default(),
-            uid,
+    pub fn of(facts: &RequestFacts<'_>) -> Option<WrittenObject> {
+        let uid = facts.object_uid().filter(|uid| !uid.is_empty())?;
+        Some(WrittenObject {
+            namespace: facts.scope_namespace().unwrap_or_default().to_owned(),
+            uid: uid.to_owned(),
         })
     }
 
@@ -66,23 +66,26 @@ pub struct ControllerPlan {
     pub refusal: Option<Refusal>,
 }
 
-/// Judges the controller's write against `awaiting`, the records [`WrittenObject::awaited_by`].
+/// Judges the controller's write against `awaiting`, the records [`WrittenObject::awaited_by`];
+/// `kind` is the kind the decision resolved for the object written (its Events are about it).
 pub fn plan_controller_write(
-    request: &AdmissionRequest<DynamicObject>,
+    facts: &RequestFacts<'_>,
+    kind: &str,
     verdict: &PolicyVerdict,
     rules: &BreakGlassRules,
     awaiting: &[Arc<BackportRequirement>],
     now: Timestamp,
 ) -> ControllerPlan {
     let mut plan = ControllerPlan::default();
-    let Some(written) = WrittenObject::of(request) else {
+    let Some(written) = WrittenObject::of(facts) else {
         return plan;
     };
+    let request = facts.request();
     let object = match (&request.operation, &request.object) {
         (Operation::Delete, _) | (_, None) => None,
         (_, Some(object)) => serde_json::to_value(object).ok(),
     };
-    let controller_fields = controller_fields(request);
+    let controller_fields = controller_fields(facts);
     for record in awaiting {
         let evidence = match &object {
             Some(object) => judge(
@@ -112,7 +115,7 @@ pub fn plan_controller_write(
         if request.dry_run {
             continue;
         }
-        if let Some(settlement) = settlement(request, record, evidence) {
+        if let Some(settlement) = settlement(facts, kind, record, evidence) {
             plan.settlements.push(settlement);
         }
     }
@@ -120,13 +123,10 @@ pub fn plan_controller_write(
 }
 
 /// The controller's own field set: only what it manages is evidence of what Git holds.
-fn controller_fields(request: &AdmissionRequest<DynamicObject>) -> Option<Value> {
-    let manager = request
-        .options
-        .as_ref()
-        .and_then(|o| o.0.get("fieldManager"))
-        .and_then(Value::as_str)?;
-    request
+fn controller_fields(facts: &RequestFacts<'_>) -> Option<Value> {
+    let manager = facts.field_manager()?;
+    facts
+        .request()
         .object
         .as_ref()?
         .metadata
@@ -178,11 +178,12 @@ fn revert_refused_message(
 
 /// The move `evidence` calls for, with its Event; None when it proves nothing.
 fn settlement(
-    request: &AdmissionRequest<DynamicObject>,
+    facts: &RequestFacts<'_>,
+    kind: &str,
     record: &Arc<BackportRequirement>,
     evidence: Evidence,
 ) -> Option<Settlement> {
-    let controller_user = request.user_info.username.as_deref().unwrap_or_default();
+    let controller_user = facts.who();
     let opener = record.spec.window.opener_words();
     let reason = record.spec.window.reason_words();
     let name = record.name_any();
@@ -202,7 +203,7 @@ fn settlement(
         ),
         Evidence::Nothing => return None,
     };
-    let event = PlannedEvent::new(reason, note, regarding_of(request));
+    let event = PlannedEvent::new(reason, note, facts.regarding(kind).unwrap_or_default());
     // The transition says what its Event says.
     let change = match evidence {
         Evidence::Reverted(fields) => PhaseChange::reverted(fields, event.note.clone()),
@@ -287,7 +288,8 @@ mod tests {
         let now = since + jiff::SignedDuration::from_mins(minutes);
         let records = [awaiting("2026-11-30T10:00:00Z")];
         plan_controller_write(
-            &request,
+            &RequestFacts::new(&request),
+            &decision.record.object.kind,
             &decision.record.verdicts[0],
             rules(&policies),
             &records,
@@ -327,7 +329,8 @@ mod tests {
         held.metadata.name = Some("deployment-api-2".into());
         let records = [awaiting("2026-11-30T10:00:00Z"), Arc::new(held)];
         let plan = plan_controller_write(
-            &request,
+            &RequestFacts::new(&request),
+            &decision.record.object.kind,
             &decision.record.verdicts[0],
             rules(&policies),
             &records,
@@ -340,7 +343,8 @@ mod tests {
         }));
         // Without the held record, the same write settles the old one.
         let plan = plan_controller_write(
-            &request,
+            &RequestFacts::new(&request),
+            &decision.record.object.kind,
             &decision.record.verdicts[0],
             rules(&policies),
             &records[..1],
@@ -407,7 +411,8 @@ mod tests {
         let policies = policies();
         let records = [awaiting("2026-11-30T10:00:00Z")];
         let plan = plan_controller_write(
-            &request,
+            &RequestFacts::new(&request),
+            &decision.record.object.kind,
             &decision.record.verdicts[0],
             rules(&policies),
             &records,
@@ -422,7 +427,7 @@ mod tests {
     #[test]
     fn the_records_awaited_are_those_of_the_object_in_its_namespace_awaiting_backport() {
         let request = update(FLUX, "Deployment", "dep-uid", 5);
-        let written = WrittenObject::of(&request).unwrap();
+        let written = WrittenObject::of(&RequestFacts::new(&request)).unwrap();
         let now = at("2026-11-30T10:30:00Z");
         assert!(written.awaited_by(&awaiting("2026-11-30T10:00:00Z"), now));
         let mut elsewhere = BackportRequirement::clone(&awaiting("2026-11-30T10:00:00Z"));
@@ -435,7 +440,7 @@ mod tests {
         let mut request = request;
         request.object.as_mut().unwrap().metadata.uid = None;
         request.old_object.as_mut().unwrap().metadata.uid = None;
-        assert_eq!(WrittenObject::of(&request), None);
+        assert_eq!(WrittenObject::of(&RequestFacts::new(&request)), None);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::diff::changed_paths;
 use crate::fieldpath::FieldPath;
 use crate::ledger::record::{BackportRequirement, BackportStatus, Phase};
 use crate::policy::PolicySet;
+use crate::request::RequestFacts;
 use crate::timefmt::human_utc;
 
 pub const GROUP: &str = "driftgate.dev";
@@ -107,22 +108,23 @@ pub fn guards(request: &AdmissionRequest<DynamicObject>) -> bool {
 pub fn judge(
     policies: &PolicySet,
     guard: &LedgerGuard,
-    request: &AdmissionRequest<DynamicObject>,
+    facts: &RequestFacts<'_>,
     now: Timestamp,
 ) -> Option<PolicyVerdict> {
+    let request = facts.request();
     if request.operation == Operation::Connect {
         return None;
     }
     let resource = &request.resource;
     if resource.group == GROUP && resource.resource == RECORDS {
-        return Some(judge_record(policies, guard, request, now));
+        return Some(judge_record(policies, guard, facts, now));
     }
     if resource.group == "apiextensions.k8s.io"
         && resource.resource == "customresourcedefinitions"
         && request.name == RECORDS_CRD
         && request.operation != Operation::Create
     {
-        return Some(judge_crd(guard, request));
+        return Some(judge_crd(guard, facts));
     }
     None
 }
@@ -171,13 +173,14 @@ impl Subject<'_> {
 fn judge_record(
     policies: &PolicySet,
     guard: &LedgerGuard,
-    request: &AdmissionRequest<DynamicObject>,
+    facts: &RequestFacts<'_>,
     now: Timestamp,
 ) -> PolicyVerdict {
+    let request = facts.request();
     let old = parse(request.old_object.as_ref());
     let new = parse(request.object.as_ref());
-    let username = request.user_info.username.as_deref().unwrap_or("");
-    let namespace = request.namespace.as_deref().unwrap_or("");
+    let username = facts.username();
+    let namespace = facts.scope_namespace().unwrap_or("");
     // A DELETE of the collection is reviewed one record at a time, with no name: only the old
     // object names it.
     let name = match request.name.as_str() {
@@ -193,11 +196,7 @@ fn judge_record(
         _ => old.as_ref(),
     };
     let subject = Subject {
-        who: if username.is_empty() {
-            "an anonymous client"
-        } else {
-            username
-        },
+        who: facts.who(),
         username,
         user: &request.user_info,
         record: format!("BackportRequirement {namespace}/{name}"),
@@ -479,13 +478,9 @@ fn crd_update(old: &DynamicObject, new: &DynamicObject) -> Result<Rule, Vec<Stri
     }
 }
 
-fn judge_crd(guard: &LedgerGuard, request: &AdmissionRequest<DynamicObject>) -> PolicyVerdict {
-    let username = request.user_info.username.as_deref().unwrap_or("");
-    let who = if username.is_empty() {
-        "an anonymous client"
-    } else {
-        username
-    };
+fn judge_crd(guard: &LedgerGuard, facts: &RequestFacts<'_>) -> PolicyVerdict {
+    let request = facts.request();
+    let who = facts.who();
     // No policy guards the CRD: driftgate's own settings do.
     let verdict =
         |rule: Rule, message: Option<String>| PolicyVerdict::enforced(String::new(), rule, message);

@@ -6,10 +6,8 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::admission::Operation;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -24,6 +22,7 @@ use crate::ledger::record::{
 };
 use crate::ledger::upkeep::{Expiry, expiry_of};
 use crate::policy::{BreakGlassRules, PolicySet};
+use crate::request::RequestFacts;
 
 /// Labels on every record, so that the records of one object are one LIST away.
 pub const OBJECT_UID_LABEL: &str = "driftgate.dev/object-uid";
@@ -72,7 +71,7 @@ pub enum LedgerTask<'a> {
 /// with break-glass rules; a dry run records nothing (but a controller's dry run is judged,
 /// so that a controller that dry-runs first reports the refusal).
 pub fn ledger_tasks<'a>(
-    request: &AdmissionRequest<DynamicObject>,
+    facts: &RequestFacts<'_>,
     decision: &'a Decision,
     policies: &'a PolicySet,
 ) -> Vec<LedgerTask<'a>> {
@@ -88,7 +87,7 @@ pub fn ledger_tasks<'a>(
                 .and_then(|p| p.break_glass.as_ref())?;
             if verdict.rule == Rule::Controller {
                 Some(LedgerTask::JudgeControllerWrite { verdict, rules })
-            } else if request.dry_run || !is_break_glass_write(verdict.rule) {
+            } else if facts.request().dry_run || !is_break_glass_write(verdict.rule) {
                 None
             } else {
                 Some(LedgerTask::Record { verdict, rules })
@@ -98,16 +97,13 @@ pub fn ledger_tasks<'a>(
 }
 
 /// The warning for a break-glass change admitted where there is no ledger (no cluster).
-pub fn unrecorded_warning(
-    request: &AdmissionRequest<DynamicObject>,
-    decision: &Decision,
-) -> Option<&'static str> {
+pub fn unrecorded_warning(facts: &RequestFacts<'_>, decision: &Decision) -> Option<&'static str> {
     let break_glass = decision
         .record
         .verdicts
         .iter()
         .any(|v| is_break_glass_write(v.rule));
-    (!request.dry_run && break_glass).then_some(
+    (!facts.request().dry_run && break_glass).then_some(
         "driftgate runs without a cluster: this break-glass change is not recorded in a backport ledger.",
     )
 }
@@ -136,14 +132,10 @@ pub struct WindowKey {
 }
 
 impl WindowKey {
-    pub fn of(
-        request: &AdmissionRequest<DynamicObject>,
-        decision: &Decision,
-        verdict: &PolicyVerdict,
-    ) -> WindowKey {
+    pub fn of(facts: &RequestFacts<'_>, decision: &Decision, verdict: &PolicyVerdict) -> WindowKey {
         let object = &decision.record.object;
         let namespace = object.namespace.clone();
-        let is_namespace_object = object.group.is_empty() && object.kind == "Namespace";
+        let is_namespace_object = facts.is_namespace_object();
         let scope = match verdict.window.as_ref().or(verdict.new_window.as_ref()) {
             Some(w) if w.scope == WindowScope::Namespace => RecordScope::Namespace,
             _ if is_namespace_object => RecordScope::Namespace,
@@ -152,12 +144,12 @@ impl WindowKey {
         let (window_object, window_uid) = match scope {
             RecordScope::Object => (
                 RecordedObject {
-                    api_version: api_version(&object.group, &object.version),
+                    api_version: facts.api_version(),
                     kind: object.kind.clone(),
                     name: object.name.clone(),
-                    uid: object_uid(request),
+                    uid: object_uid(facts),
                 },
-                object_uid(request),
+                object_uid(facts),
             ),
             RecordScope::Namespace => (
                 RecordedObject {
@@ -166,7 +158,7 @@ impl WindowKey {
                     name: namespace.clone(),
                     // The Namespace's uid is known only when the Namespace itself is written.
                     uid: if is_namespace_object {
-                        object_uid(request)
+                        object_uid(facts)
                     } else {
                         String::new()
                     },
@@ -264,7 +256,7 @@ pub enum AppendTo<'a> {
 /// [`WindowKey::label_selector`]).
 pub fn plan_recording<'a>(
     key: &WindowKey,
-    request: &AdmissionRequest<DynamicObject>,
+    facts: &RequestFacts<'_>,
     decision: &Decision,
     verdict: &PolicyVerdict,
     rules: &BreakGlassRules,
@@ -313,7 +305,7 @@ pub fn plan_recording<'a>(
                         PhaseChange::window_found(user, window.expires_at),
                     ))),
                 },
-                change: recorded_change(request, decision, key.scope, rules, now),
+                change: recorded_change(facts, decision, key.scope, rules, now),
             },
         },
         _ => RecordWrite::Nothing,
@@ -410,34 +402,9 @@ fn unrecorded_message(record: &DecisionRecord, policy: &str, error: &str) -> Str
     )
 }
 
-/// The uid of the object written: from the object, or the old object for a DELETE.
-pub(crate) fn object_uid(request: &AdmissionRequest<DynamicObject>) -> String {
-    request
-        .object
-        .as_ref()
-        .or(request.old_object.as_ref())
-        .and_then(|o| o.metadata.uid.clone())
-        .unwrap_or_default()
-}
-
-pub(crate) fn api_version(group: &str, version: &str) -> String {
-    if group.is_empty() {
-        version.to_owned()
-    } else {
-        format!("{group}/{version}")
-    }
-}
-
-/// The Event's object for a controller's write: the object written.
-pub(crate) fn regarding_of(request: &AdmissionRequest<DynamicObject>) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(api_version(&request.kind.group, &request.kind.version)),
-        kind: Some(request.kind.kind.clone()),
-        name: Some(request.name.clone()),
-        namespace: request.namespace.clone(),
-        uid: Some(object_uid(request)).filter(|u| !u.is_empty()),
-        ..ObjectReference::default()
-    }
+/// The uid of the object written, as records name it ("" when it has none yet).
+fn object_uid(facts: &RequestFacts<'_>) -> String {
+    facts.object_uid().unwrap_or_default().to_owned()
 }
 
 /// Label values allow 63 characters of `[A-Za-z0-9._-]`; uids fit, namespace keys are trimmed.
@@ -471,13 +438,14 @@ fn same_write(a: &RecordedChange, b: &RecordedChange) -> bool {
 
 /// What one admitted change under a window did, with digests of the new values.
 fn recorded_change(
-    request: &AdmissionRequest<DynamicObject>,
+    facts: &RequestFacts<'_>,
     decision: &Decision,
     scope: RecordScope,
     rules: &BreakGlassRules,
     now: Timestamp,
 ) -> RecordedChange {
     let object = &decision.record.object;
+    let request = facts.request();
     let new = request
         .object
         .as_ref()
@@ -507,10 +475,10 @@ fn recorded_change(
         user: decision.record.user.clone(),
         operation: decision.record.operation.clone(),
         object: (scope == RecordScope::Namespace).then(|| RecordedObject {
-            api_version: api_version(&object.group, &object.version),
+            api_version: facts.api_version(),
             kind: object.kind.clone(),
             name: object.name.clone(),
-            uid: object_uid(request),
+            uid: object_uid(facts),
         }),
         subresource: object.subresource.clone(),
         request_uid: request.uid.clone(),
@@ -531,6 +499,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::decision::ObjectRef;
     use kube::ResourceExt;
+    use kube::core::DynamicObject;
+    use kube::core::admission::AdmissionRequest;
 
     pub(crate) const POLICY: &str = r#"
 apiVersion: driftgate.dev/v1alpha1
@@ -570,7 +540,7 @@ spec:
         };
         let object = |rv: &str, replicas: u32| {
             json!({
-                "apiVersion": api_version(group, version), "kind": kind,
+                "apiVersion": if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") }, "kind": kind,
                 "metadata": {"name": "api", "namespace": "prod-payments", "uid": uid, "resourceVersion": rv},
                 "spec": {"replicas": replicas},
             })
@@ -645,7 +615,11 @@ spec:
     pub(crate) fn open_record(name: &str, until: &str) -> BackportRequirement {
         let request = update("alice", "Deployment", "dep-uid", 5);
         let decision = decision(&request, Rule::BreakGlassOpened, None);
-        let key = WindowKey::of(&request, &decision, &decision.record.verdicts[0]);
+        let key = WindowKey::of(
+            &RequestFacts::new(&request),
+            &decision,
+            &decision.record.verdicts[0],
+        );
         let mut new = key.new_record(
             &window(WindowScope::Object, until),
             "production",
@@ -666,10 +640,11 @@ spec:
     ) -> RecordingPlan<'a> {
         let policies = policies();
         let verdict = &decision.record.verdicts[0];
-        let key = WindowKey::of(request, decision, verdict);
+        let facts = RequestFacts::new(request);
+        let key = WindowKey::of(&facts, decision, verdict);
         plan_recording(
             &key,
-            request,
+            &facts,
             decision,
             verdict,
             rules(&policies),
@@ -858,7 +833,11 @@ spec:
             Rule::BreakGlassWindow,
             Some(window(WindowScope::Namespace, "2026-11-30T10:00:00Z")),
         );
-        let key = WindowKey::of(&request, &decision, &decision.record.verdicts[0]);
+        let key = WindowKey::of(
+            &RequestFacts::new(&request),
+            &decision,
+            &decision.record.verdicts[0],
+        );
         assert_eq!(
             key,
             WindowKey {
@@ -913,7 +892,7 @@ spec:
             .verdicts
             .extend([controller, elsewhere, delegated]);
         let tasks = |request: &AdmissionRequest<DynamicObject>| -> Vec<(&'static str, Rule)> {
-            ledger_tasks(request, &decision, &policies)
+            ledger_tasks(&RequestFacts::new(request), &decision, &policies)
                 .into_iter()
                 .map(|task| match task {
                     LedgerTask::Record { verdict, .. } => ("record", verdict.rule),
@@ -931,10 +910,14 @@ spec:
         // A dry run records nothing, but a controller's dry run is judged.
         request.dry_run = true;
         assert_eq!(tasks(&request), [("judge", Rule::Controller)]);
-        assert_eq!(unrecorded_warning(&request, &decision), None);
+        assert_eq!(
+            unrecorded_warning(&RequestFacts::new(&request), &decision),
+            None
+        );
         request.dry_run = false;
         assert!(
-            unrecorded_warning(&request, &decision).is_some_and(|w| w.contains("not recorded"))
+            unrecorded_warning(&RequestFacts::new(&request), &decision)
+                .is_some_and(|w| w.contains("not recorded"))
         );
     }
 

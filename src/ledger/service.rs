@@ -17,8 +17,6 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
@@ -38,6 +36,7 @@ use crate::ledger::upkeep::{is_managed, plan_expiry, plan_retention, record_gaug
 use crate::ledger::writes::RecordWriter;
 use crate::metrics::Metrics;
 use crate::policy::{BreakGlassRules, PolicySet};
+use crate::request::RequestFacts;
 
 /// How often the expiry task looks at the records by default (`serve --expiry-check-interval`).
 /// Expiry is noticed within this time.
@@ -218,7 +217,7 @@ impl Ledger {
     /// refusal: when a record cannot be written, or when the policy refuses reverts.
     pub async fn apply(
         &self,
-        request: &AdmissionRequest<DynamicObject>,
+        facts: &RequestFacts<'_>,
         decision: &mut Decision,
         policies: &PolicySet,
         now: Timestamp,
@@ -227,12 +226,12 @@ impl Ledger {
             return;
         }
         let Some(inner) = &self.inner else {
-            if let Some(warning) = unrecorded_warning(request, decision) {
+            if let Some(warning) = unrecorded_warning(facts, decision) {
                 decision.warnings.push(warning.to_owned());
             }
             return;
         };
-        if let Some(refusal) = self.refusal(inner, request, decision, policies, now).await {
+        if let Some(refusal) = self.refusal(inner, facts, decision, policies, now).await {
             refusal.apply_to(decision);
         }
     }
@@ -242,18 +241,23 @@ impl Ledger {
     async fn refusal(
         &self,
         inner: &Arc<Connected>,
-        request: &AdmissionRequest<DynamicObject>,
+        facts: &RequestFacts<'_>,
         decision: &Decision,
         policies: &PolicySet,
         now: Timestamp,
     ) -> Option<Refusal> {
-        for task in ledger_tasks(request, decision, policies) {
+        for task in ledger_tasks(facts, decision, policies) {
             let refusal = match task {
-                LedgerTask::JudgeControllerWrite { verdict, rules } => {
-                    inner.judge_controller_write(request, verdict, rules, now)
-                }
+                LedgerTask::JudgeControllerWrite { verdict, rules } => inner
+                    .judge_controller_write(
+                        facts,
+                        &decision.record.object.kind,
+                        verdict,
+                        rules,
+                        now,
+                    ),
                 LedgerTask::Record { verdict, rules } => {
-                    self.record(inner, request, decision, verdict, rules, now)
+                    self.record(inner, facts, decision, verdict, rules, now)
                         .await
                 }
             };
@@ -268,7 +272,7 @@ impl Ledger {
     async fn record(
         &self,
         inner: &Connected,
-        request: &AdmissionRequest<DynamicObject>,
+        facts: &RequestFacts<'_>,
         decision: &Decision,
         verdict: &PolicyVerdict,
         rules: &BreakGlassRules,
@@ -276,7 +280,7 @@ impl Ledger {
     ) -> Option<Refusal> {
         let recorded = tokio::time::timeout(
             self.write_timeout,
-            inner.record(request, decision, verdict, rules, now),
+            inner.record(facts, decision, verdict, rules, now),
         )
         .await
         .map_err(|_| {
@@ -291,7 +295,7 @@ impl Ledger {
             return None;
         };
         Metrics::count_result(&self.metrics.ledger_writes, false);
-        tracing::warn!(%error, uid = %request.uid, "could not write the backport record; refusing the break-glass change");
+        tracing::warn!(%error, uid = %facts.request().uid, "could not write the backport record; refusing the break-glass change");
         Some(Refusal::unrecorded(
             &decision.record,
             &verdict.policy,
@@ -369,18 +373,18 @@ impl Connected {
     /// Lists the records of the verdict's window and writes what recording it takes.
     async fn record(
         &self,
-        request: &AdmissionRequest<DynamicObject>,
+        facts: &RequestFacts<'_>,
         decision: &Decision,
         verdict: &PolicyVerdict,
         rules: &BreakGlassRules,
         now: Timestamp,
     ) -> Result<(), kube::Error> {
-        let key = WindowKey::of(request, decision, verdict);
+        let key = WindowKey::of(facts, decision, verdict);
         let listed = self
             .writer
             .list(&key.namespace, &key.label_selector())
             .await?;
-        let plan = plan_recording(&key, request, decision, verdict, rules, &listed, now);
+        let plan = plan_recording(&key, facts, decision, verdict, rules, &listed, now);
         self.writer.record(&key.namespace, plan, now).await
     }
 
@@ -389,18 +393,19 @@ impl Connected {
     /// the policy refuses reverts and this write is one, is returned.
     fn judge_controller_write(
         self: &Arc<Self>,
-        request: &AdmissionRequest<DynamicObject>,
+        facts: &RequestFacts<'_>,
+        kind: &str,
         verdict: &PolicyVerdict,
         rules: &BreakGlassRules,
         now: Timestamp,
     ) -> Option<Refusal> {
-        let written = WrittenObject::of(request)?;
+        let written = WrittenObject::of(facts)?;
         // Filtered inside the store: every controller write asks, and few objects have records.
         let awaiting = self.store.state_filter(|r| written.awaited_by(r, now));
         if awaiting.is_empty() {
             return None;
         }
-        let plan = plan_controller_write(request, verdict, rules, &awaiting, now);
+        let plan = plan_controller_write(facts, kind, verdict, rules, &awaiting, now);
         for settlement in plan.settlements {
             let this = self.clone();
             tokio::spawn(async move { this.writer.settle(settlement, now).await });

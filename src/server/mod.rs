@@ -542,7 +542,7 @@ pub async fn review(state: &AppState, facts: &RequestFacts<'_>) -> Decision {
     let mut decision = decide_with_cluster(state, facts, &policies, now).await;
     state
         .ledger
-        .apply(facts.request(), &mut decision, &policies, now)
+        .apply(facts, &mut decision, &policies, now)
         .await;
     decision
 }
