@@ -631,6 +631,26 @@ fn bad_input_is_refused_before_connecting_with_exit_2() {
 }
 
 #[test]
+fn a_kubeconfig_variable_naming_no_file_is_named_in_the_error() {
+    // Not "no $KUBECONFIG": it is set, and the person must see what it points at.
+    let out = Command::new(env!("CARGO_BIN_EXE_driftgate"))
+        .args(["backlog"])
+        .env("KUBECONFIG", "/nonexistent/from-env")
+        .env("HOME", "/nonexistent/home")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("the driftgate binary runs");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "driftgate backlog: no cluster configuration found ($KUBECONFIG is /nonexistent/from-env, and no file it names can be read, not in a cluster)"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn help_lists_the_exit_codes() {
     let out = driftgate(&["--help"]);
     let help = text(&out.stdout);

@@ -72,7 +72,10 @@ pub async fn config(args: &ConnectionArgs) -> Result<kube::Config, CliError> {
             }),
         (None, None) => kube::Config::infer()
             .await
-            .map_err(|source| CliError::NoConfiguration { source }),
+            .map_err(|source| CliError::NoConfiguration {
+                tried: kubeconfig_tried(),
+                source,
+            }),
     }
 }
 
@@ -246,6 +249,18 @@ fn rbac_denial(message: &str) -> Option<RbacDenial> {
         verb: verb.to_owned(),
         resource: resource.to_owned(),
     })
+}
+
+/// Where kube looked for a kubeconfig: a set `$KUBECONFIG` names files that could not be read,
+/// which "no $KUBECONFIG" would hide.
+fn kubeconfig_tried() -> String {
+    match std::env::var_os("KUBECONFIG") {
+        Some(value) if !value.is_empty() => format!(
+            "$KUBECONFIG is {}, and no file it names can be read",
+            value.to_string_lossy()
+        ),
+        _ => "no $KUBECONFIG, no ~/.kube/config".to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -65,10 +65,10 @@ pub enum CliError {
         source_name: String,
         source: kube::config::KubeconfigError,
     },
-    #[error(
-        "no cluster configuration found (no $KUBECONFIG, no ~/.kube/config, not in a cluster): pass --kubeconfig FILE"
-    )]
+    #[error("no cluster configuration found ({tried}, not in a cluster): pass --kubeconfig FILE")]
     NoConfiguration {
+        /// What was looked at: `$KUBECONFIG` as set, or its absence and ~/.kube/config's.
+        tried: String,
         source: kube::config::InferConfigError,
     },
     #[error("cannot build a Kubernetes client for {server}: {source}")]
