@@ -10,6 +10,7 @@ pub mod admin;
 pub mod chart;
 pub mod control_plane;
 pub mod driftgate;
+pub mod flux;
 pub mod pki;
 pub mod process;
 pub mod proxy;

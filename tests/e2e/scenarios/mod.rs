@@ -16,6 +16,7 @@ mod gitops;
 mod ledger_guard;
 mod normal_day;
 mod quickstart;
+mod real_flux;
 mod rotation;
 mod scope;
 mod subresources;

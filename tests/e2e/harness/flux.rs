@@ -1,0 +1,285 @@
+//! Flux's real kustomize-controller, built by `tests/e2e/testenv/flux/build.sh`, one per test
+//! binary, writing as its service account (the example policy's `flux` controller).
+//!
+//! "Git" without a Git server: each [`Flux::publish`] writes the manifests into a gzip tarball
+//! served from loopback by [`ArtifactServer`], and sets an `ExternalArtifact`'s status to point
+//! at it (url, sha256 digest, revision), as a source controller would. The feature gate
+//! `ExternalArtifact=true` lets a Kustomization take it as its source. Both objects live in
+//! `flux-system`, which no policy guards; the manifests name the namespaces they go to.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::control_plane::{ADMIN, FLUX, control_plane, free_port};
+use super::process::Guarded;
+
+/// The namespace of the Kustomizations and their sources.
+pub const FLUX_NAMESPACE: &str = "flux-system";
+
+pub struct Flux {
+    process: Mutex<Guarded>,
+    artifacts: ArtifactServer,
+    log: PathBuf,
+    revisions: AtomicU32,
+}
+
+/// The one kustomize-controller of this test binary, started on first use.
+pub fn flux() -> &'static Flux {
+    static FLUX_CONTROLLER: OnceLock<Flux> = OnceLock::new();
+    FLUX_CONTROLLER.get_or_init(Flux::start)
+}
+
+impl Flux {
+    fn start() -> Flux {
+        let dir = build();
+        let plane = control_plane();
+        let crds = dir.join("crds");
+        plane
+            .kubectl(
+                ADMIN,
+                &[
+                    "apply",
+                    "--server-side",
+                    "-f",
+                    crds.to_str().expect("a UTF-8 path"),
+                ],
+            )
+            .ok();
+        plane
+            .kubectl(
+                ADMIN,
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    "crd/kustomizations.kustomize.toolkit.fluxcd.io",
+                    "crd/externalartifacts.source.toolkit.fluxcd.io",
+                ],
+            )
+            .ok();
+        plane
+            .apply(
+                ADMIN,
+                &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {FLUX_NAMESPACE}\n"),
+            )
+            .ok();
+        let log = plane.dir().join("kustomize-controller.log");
+        let mut command = Command::new(dir.join("kustomize-controller"));
+        command
+            .env("KUBECONFIG", plane.kubeconfig(FLUX))
+            .env("RUNTIME_NAMESPACE", FLUX_NAMESPACE)
+            .args([
+                "--watch-all-namespaces=true",
+                "--enable-leader-election=false",
+                "--feature-gates=ExternalArtifact=true",
+                "--log-level=debug",
+                "--log-encoding=console",
+            ])
+            .arg(format!("--metrics-addr=127.0.0.1:{}", free_port()))
+            .arg(format!("--health-addr=127.0.0.1:{}", free_port()));
+        let process = Guarded::spawn(
+            "kustomize-controller",
+            &command,
+            &log,
+            None,
+            Duration::from_secs(5),
+        );
+        Flux {
+            process: Mutex::new(process),
+            artifacts: ArtifactServer::start(plane.dir().join("artifacts")),
+            log,
+            revisions: AtomicU32::new(0),
+        }
+    }
+
+    /// The controller's log, for a failing test to show.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// Publishes `manifests` as the next revision of source `name` (an ExternalArtifact in
+    /// `flux-system`, created on first use), and returns the revision.
+    pub fn publish(&self, name: &str, manifests: &str) -> String {
+        let n = self.revisions.fetch_add(1, Ordering::Relaxed) + 1;
+        let revision = format!("main@sha1:{n:040x}");
+        let file = format!("{name}-{n}.tar.gz");
+        let digest = self.artifacts.tarball(&file, manifests);
+        let plane = control_plane();
+        plane
+            .apply(
+                ADMIN,
+                &format!(
+                    "apiVersion: source.toolkit.fluxcd.io/v1\nkind: ExternalArtifact\nmetadata:\n  name: {name}\n  namespace: {FLUX_NAMESPACE}\nspec: {{}}\n"
+                ),
+            )
+            .ok();
+        let now = jiff::Timestamp::now().round(jiff::Unit::Second).unwrap();
+        let status = serde_json::json!({"status": {
+            "artifact": {
+                "path": format!("externalartifact/{FLUX_NAMESPACE}/{name}/{file}"),
+                "url": format!("{}/{file}", self.artifacts.url),
+                "revision": revision,
+                "digest": digest,
+                "lastUpdateTime": now.to_string(),
+            },
+            "conditions": [{
+                "type": "Ready", "status": "True", "reason": "Succeeded",
+                "message": format!("stored artifact for revision '{revision}'"),
+                "lastTransitionTime": now.to_string(),
+            }],
+        }});
+        plane
+            .kubectl(
+                ADMIN,
+                &[
+                    "patch",
+                    "externalartifact",
+                    name,
+                    "-n",
+                    FLUX_NAMESPACE,
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    &status.to_string(),
+                ],
+            )
+            .ok();
+        revision
+    }
+
+    /// A Kustomization applying source `name` every `interval` (`5s`), pruning what leaves it.
+    pub fn kustomize(&self, name: &str, interval: &str) {
+        assert!(
+            !self.process_exited(),
+            "kustomize-controller exited: see {}",
+            self.log.display()
+        );
+        control_plane()
+            .apply(
+                ADMIN,
+                &format!(
+                    r#"apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata:
+  name: {name}
+  namespace: {FLUX_NAMESPACE}
+spec:
+  interval: {interval}
+  retryInterval: {interval}
+  prune: true
+  path: ./
+  sourceRef:
+    kind: ExternalArtifact
+    name: {name}
+"#
+                ),
+            )
+            .ok();
+    }
+
+    fn process_exited(&self) -> bool {
+        let mut process = self.process.lock().unwrap_or_else(|e| e.into_inner());
+        process.exited().is_some()
+    }
+}
+
+/// Runs `build.sh` for kustomize-controller and returns its directory.
+fn build() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/testenv/flux/build.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} failed ({}); its output is above",
+        script.display(),
+        out.status
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(
+        stdout
+            .lines()
+            .last()
+            .expect("build.sh prints its directory")
+            .trim(),
+    )
+}
+
+/// Files from one directory over plain HTTP on loopback, as source-controller serves artifacts.
+struct ArtifactServer {
+    dir: PathBuf,
+    url: String,
+}
+
+impl ArtifactServer {
+    fn start(dir: PathBuf) -> ArtifactServer {
+        std::fs::create_dir_all(&dir).expect("the artifacts directory is created");
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = dir.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let served = served.clone();
+                std::thread::spawn(move || serve_one(stream, &served));
+            }
+        });
+        ArtifactServer { dir, url }
+    }
+
+    /// Writes `manifests` as `file` (a gzip tarball holding `manifests.yaml`) and returns its
+    /// `sha256:` digest.
+    fn tarball(&self, file: &str, manifests: &str) -> String {
+        let source = self.dir.join(format!("{file}.src"));
+        std::fs::create_dir_all(&source).unwrap();
+        std::fs::write(source.join("manifests.yaml"), manifests).unwrap();
+        let status = Command::new("tar")
+            .arg("-czf")
+            .arg(self.dir.join(file))
+            .arg("-C")
+            .arg(&source)
+            .arg("manifests.yaml")
+            .status()
+            .expect("tar runs");
+        assert!(status.success(), "tar failed: {status}");
+        let bytes = std::fs::read(self.dir.join(file)).unwrap();
+        format!("sha256:{:x}", Sha256::digest(&bytes))
+    }
+}
+
+fn serve_one(mut stream: TcpStream, dir: &Path) {
+    let mut reader = BufReader::new(stream.try_clone().expect("the stream clones"));
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    // Headers are read and ignored; the file name is the path's last segment.
+    let mut header = String::new();
+    while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+        header.clear();
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/");
+    let name = path.rsplit('/').next().unwrap_or("");
+    let response = match std::fs::read(dir.join(name)) {
+        Ok(body) if !name.is_empty() && !name.starts_with('.') => {
+            let mut head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/gzip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            head.extend(body);
+            head
+        }
+        _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
+    };
+    let _ = stream.write_all(&response);
+}

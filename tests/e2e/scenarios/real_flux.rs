@@ -1,0 +1,122 @@
+//! The 3am story with Flux's real kustomize-controller (issue 13), not `kubectl apply` playing
+//! it: it dry-runs every object on every interval, applies with force what drifted, and writes
+//! as its own service account.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::flux::{FLUX_NAMESPACE, flux};
+use crate::harness::{ADMIN, BOB, control_plane, install_crypto_provider, shared};
+
+use super::{kubectl, namespace_with_api, wait_for_event};
+
+/// How long the first reconcile of a new Kustomization may take (the controller's caches start
+/// with the first test that uses it).
+const FIRST_APPLY: Duration = Duration::from_secs(120);
+/// Flux's interval in these tests; a revert must come within a few of them.
+const INTERVAL: &str = "5s";
+const REVERT: Duration = Duration::from_secs(60);
+
+fn replicas(namespace: &str) -> Option<u64> {
+    let out = control_plane().kubectl(
+        ADMIN,
+        &[
+            "get",
+            "deployment/api",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+    );
+    out.success()
+        .then(|| out.stdout.trim().parse().ok())
+        .flatten()
+}
+
+/// Polls the Deployment's replicas until they are `want`; the seconds it took, or a failure
+/// that shows the Kustomization and the controller's log.
+async fn wait_for_replicas(name: &str, namespace: &str, want: u64, within: Duration) -> f64 {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if replicas(namespace) == Some(want) {
+            return start.elapsed().as_secs_f64();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let kustomization = control_plane().kubectl(
+        ADMIN,
+        &[
+            "get",
+            "kustomization",
+            name,
+            "-n",
+            FLUX_NAMESPACE,
+            "-o",
+            "yaml",
+        ],
+    );
+    panic!(
+        "Deployment {namespace}/api did not reach {want} replicas within {within:?} (now {:?}).\n{}\nkustomize-controller log: {}",
+        replicas(namespace),
+        kustomization.stdout,
+        flux().log().display()
+    );
+}
+
+#[tokio::test]
+async fn under_audit_the_real_flux_reverts_a_manual_scale_and_driftgate_reports_it() {
+    install_crypto_provider();
+    shared();
+    let ns = "staging-flux-revert";
+    let name = "staging-flux-revert";
+    flux().publish(name, &namespace_with_api(ns));
+    flux().kustomize(name, INTERVAL);
+    let first = wait_for_replicas(name, ns, 2, FIRST_APPLY).await;
+    eprintln!("real Flux applied the first revision in {first:.1}s");
+    // It is Flux's own write: its field manager owns the replicas.
+    let shown = control_plane()
+        .kubectl(
+            ADMIN,
+            &[
+                "get",
+                "deployment/api",
+                "-n",
+                ns,
+                "-o",
+                "json",
+                "--show-managed-fields",
+            ],
+        )
+        .ok();
+    let deployment: serde_json::Value = serde_json::from_str(&shown.stdout).unwrap();
+    let managers = deployment["metadata"]["managedFields"].clone();
+    assert!(
+        managers
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["manager"] == "kustomize-controller" && m["operation"] == "Apply"),
+        "{managers}"
+    );
+
+    // 3am: bob scales by hand. The staging policy is Audit: admitted, with driftgate's warning.
+    let scale = kubectl(BOB, &["scale", "deployment/api", "-n", ns, "--replicas=5"]).ok();
+    assert!(
+        scale
+            .stderr
+            .contains("driftgate audit (policy \"staging\" would deny in Enforce mode)"),
+        "{}",
+        scale.stderr
+    );
+    wait_for_event(
+        ns,
+        "WouldDeny",
+        "Deployment",
+        "api",
+        &format!("bob may not update Deployment {ns}/api (scale)"),
+    )
+    .await;
+    // ... and the real controller undoes it at its next reconcile: the failure driftgate exists for.
+    let reverted = wait_for_replicas(name, ns, 2, REVERT).await;
+    eprintln!("real Flux reverted bob's scale in {reverted:.1}s (interval {INTERVAL})");
+}
