@@ -6,7 +6,7 @@
 # (GitRepository, OCIRepository, Bucket, ExternalArtifact) from source-controller at the version
 # of the source API it is built against. A binary and CRDs already there are kept.
 # Prints the directory on its last line of stdout; progress goes to stderr. Exits 3 when Go is
-# missing or too old. Cold: about 4 minutes on 2 cores, 86 MB.
+# missing or too old. Cold: 319 s on 2 cores with empty Go caches (module downloads included); 86 MB.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
