@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::harness::flux::{FLUX_NAMESPACE, flux};
-use crate::harness::{ADMIN, BOB, control_plane, install_crypto_provider, shared};
+use crate::harness::{ADMIN, ALICE, BOB, control_plane, install_crypto_provider, shared};
 
 use super::{kubectl, namespace_with_api, wait_for_event};
 
@@ -119,4 +119,136 @@ async fn under_audit_the_real_flux_reverts_a_manual_scale_and_driftgate_reports_
     // ... and the real controller undoes it at its next reconcile: the failure driftgate exists for.
     let reverted = wait_for_replicas(name, ns, 2, REVERT).await;
     eprintln!("real Flux reverted bob's scale in {reverted:.1}s (interval {INTERVAL})");
+}
+
+/// The Kustomization's Ready condition, as (status, message).
+fn ready(name: &str) -> (String, String) {
+    let out = control_plane()
+        .kubectl(
+            ADMIN,
+            &[
+                "get",
+                "kustomization",
+                name,
+                "-n",
+                FLUX_NAMESPACE,
+                "-o",
+                "json",
+            ],
+        )
+        .ok();
+    let kustomization: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let conditions = kustomization["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_owned(),
+                c["message"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+fn image(namespace: &str) -> String {
+    control_plane()
+        .kubectl(
+            ADMIN,
+            &[
+                "get",
+                "deployment/api",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].image}",
+            ],
+        )
+        .ok()
+        .stdout
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn under_enforce_the_fix_made_in_a_window_survives_the_real_flux() {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-flux-fix";
+    let name = "prod-flux-fix";
+    flux().publish(name, &namespace_with_api(ns));
+    flux().kustomize(name, INTERVAL);
+    wait_for_replicas(name, ns, 2, FIRST_APPLY).await;
+
+    // alice opens a window with the CLI and makes the 3am fix: more replicas, a hotfix image.
+    crate::harness::driftgate_cli(
+        ALICE,
+        &[
+            "break-glass",
+            "open",
+            "deployment/api",
+            "-n",
+            ns,
+            "--for",
+            "1h",
+            "--reason",
+            "INC-913: api OOM, hotfix image",
+        ],
+    )
+    .ok();
+    kubectl(
+        ALICE,
+        &["scale", "deployment/api", "-n", ns, "--replicas=5"],
+    )
+    .ok();
+    let hotfix = "registry.example/payments-api:1.4.3-hotfix";
+    kubectl(
+        ALICE,
+        &[
+            "set",
+            "image",
+            "deployment/api",
+            "-n",
+            ns,
+            &format!("api={hotfix}"),
+        ],
+    )
+    .ok();
+
+    // The real Flux's next reconcile is refused, and its Kustomization says driftgate's sentence.
+    let start = Instant::now();
+    let (status, message) = loop {
+        let (status, message) = ready(name);
+        if status == "False" && message.contains("denied the request") {
+            break (status, message);
+        }
+        assert!(
+            start.elapsed() < REVERT,
+            "the Kustomization never reported the refusal: {status} {message}; log: {}",
+            flux().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!(
+        "the real Flux reported the refusal after {:.1}s: {status}: {message}",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(
+        message.contains(&format!(
+            "Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not update Deployment {ns}/api while the break-glass window on the object (until "
+        )) && message.contains("reason \"INC-913: api OOM, hotfix image\") holds it (policy \"production\", rule ControllerHeld). Backport the emergency change to Git"),
+        "{message}"
+    );
+    // For three intervals the fix stays in place: Flux keeps trying and keeps being refused
+    // (between tries its Ready is Unknown, "reconciliation in progress"; never True).
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(15) {
+        assert_eq!(replicas(ns), Some(5));
+        assert_eq!(image(ns), hotfix);
+        assert_ne!(ready(name).0, "True", "{}", ready(name).1);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
