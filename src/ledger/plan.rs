@@ -386,7 +386,7 @@ fn new_record(
 fn unrecorded_message(record: &DecisionRecord, policy: &str, error: &str) -> String {
     let object = &record.object;
     let who = match record.user.as_str() {
-        "" => "an anonymous client",
+        "" => crate::request::ANONYMOUS,
         user => user,
     };
     let place = match object.namespace.as_str() {

@@ -10,7 +10,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::control_plane::{ADMIN, FLUX, control_plane, free_port};
 use super::process::Guarded;
+use super::testenv::run_build_script;
 
 /// The namespace of the Kustomizations and their sources.
 pub const FLUX_NAMESPACE: &str = "flux-system";
@@ -193,25 +194,9 @@ spec:
 /// Runs `build.sh` for kustomize-controller and returns its directory.
 fn build() -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/testenv/flux/build.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "{} failed ({}); its output is above",
-        script.display(),
-        out.status
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(
-        stdout
-            .lines()
-            .last()
-            .expect("build.sh prints its directory")
-            .trim(),
+    run_build_script(
+        &script,
+        "driftgate e2e: kustomize-controller needs Go >= 1.26 to build: install it from go.dev",
     )
 }
 

@@ -37,30 +37,7 @@ pub fn binaries() -> &'static Binaries {
 
 fn build() -> Binaries {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/testenv/build.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    // build.sh's exit code for "Go is missing or too old"; what it said is above.
-    if out.status.code() == Some(3) {
-        panic!("{GO_MISSING}");
-    }
-    assert!(
-        out.status.success(),
-        "{} failed ({}); its output is above",
-        script.display(),
-        out.status
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let dir = PathBuf::from(
-        stdout
-            .lines()
-            .last()
-            .unwrap_or_else(|| panic!("{} printed no directory", script.display()))
-            .trim(),
-    );
+    let dir = run_build_script(&script, GO_MISSING);
     let binaries = Binaries { dir };
     for binary in [
         binaries.etcd(),
@@ -71,4 +48,33 @@ fn build() -> Binaries {
         assert!(binary.is_file(), "{} was not built", binary.display());
     }
     binaries
+}
+
+/// Runs one of the testenv build scripts and returns the directory it prints on its last line.
+/// Its progress goes to stderr, uncaptured, so it shows while it runs; exit code 3 means Go is
+/// missing or too old (`go_missing` says what to install).
+pub fn run_build_script(script: &Path, go_missing: &str) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    if out.status.code() == Some(3) {
+        panic!("{go_missing}");
+    }
+    assert!(
+        out.status.success(),
+        "{} failed ({}); its output is above",
+        script.display(),
+        out.status
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(
+        stdout
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("{} printed no directory", script.display()))
+            .trim(),
+    )
 }

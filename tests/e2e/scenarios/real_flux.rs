@@ -16,7 +16,8 @@ const FIRST_APPLY: Duration = Duration::from_secs(120);
 const INTERVAL: &str = "5s";
 const REVERT: Duration = Duration::from_secs(60);
 
-fn replicas(namespace: &str) -> Option<u64> {
+/// A field of Deployment `api` in `namespace` (a kubectl jsonpath); None when it cannot be read.
+fn deployment_field(namespace: &str, jsonpath: &str) -> Option<String> {
     let out = control_plane().kubectl(
         ADMIN,
         &[
@@ -25,12 +26,14 @@ fn replicas(namespace: &str) -> Option<u64> {
             "-n",
             namespace,
             "-o",
-            "jsonpath={.spec.replicas}",
+            &format!("jsonpath={{{jsonpath}}}"),
         ],
     );
-    out.success()
-        .then(|| out.stdout.trim().parse().ok())
-        .flatten()
+    out.success().then(|| out.stdout.trim().to_owned())
+}
+
+fn replicas(namespace: &str) -> Option<u64> {
+    deployment_field(namespace, ".spec.replicas")?.parse().ok()
 }
 
 /// Polls the Deployment's replicas until they are `want`; the seconds it took, or a failure
@@ -155,22 +158,8 @@ fn ready(name: &str) -> (String, String) {
 }
 
 fn image(namespace: &str) -> String {
-    control_plane()
-        .kubectl(
-            ADMIN,
-            &[
-                "get",
-                "deployment/api",
-                "-n",
-                namespace,
-                "-o",
-                "jsonpath={.spec.template.spec.containers[0].image}",
-            ],
-        )
-        .ok()
-        .stdout
-        .trim()
-        .to_owned()
+    deployment_field(namespace, ".spec.template.spec.containers[0].image")
+        .expect("the Deployment can be read")
 }
 
 #[tokio::test]
