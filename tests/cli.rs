@@ -5,13 +5,9 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn driftgate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_driftgate"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the driftgate binary runs")
-}
+#[path = "common/binary.rs"]
+mod binary;
+use binary::driftgate;
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

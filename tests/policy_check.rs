@@ -4,17 +4,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
+use common::binary::driftgate;
 use common::scratch::scratch_dir;
-
-fn driftgate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_driftgate"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the driftgate binary runs")
-}
 
 fn check(paths: &[&Path]) -> (Option<i32>, String) {
     let mut args = vec!["policy", "check"];

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod binary;
 pub mod scratch;
 pub mod webhook;
 
