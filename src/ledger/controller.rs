@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::core::admission::Operation;
 use serde_json::Value;
@@ -14,7 +15,7 @@ use crate::events::{EventReason, PlannedEvent};
 use crate::ledger::evidence::{Evidence, judge};
 use crate::ledger::phase::{PhaseChange, awaiting_since, phase_of, window_ended};
 use crate::ledger::plan::Refusal;
-use crate::ledger::record::{BackportRequirement, Phase};
+use crate::ledger::record::{BackportRequirement, DryRunMatch, Phase};
 use crate::policy::BreakGlassRules;
 use crate::request::RequestFacts;
 
@@ -56,11 +57,20 @@ pub struct Settlement {
     pub event: PlannedEvent,
 }
 
+/// A record a controller's dry run half proves backported: the mark to write on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DryRunMark {
+    pub record: Arc<BackportRequirement>,
+    pub mark: DryRunMatch,
+}
+
 /// What a controller's write does to the records awaiting it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ControllerPlan {
     /// The records settled, in the background (they do not hold up the write).
     pub settlements: Vec<Settlement>,
+    /// The records a dry run carried the values of for the first time, in the background.
+    pub dry_run_marks: Vec<DryRunMark>,
     /// The policy refuses the write: it reverts a change its `refuseRevertsFor` still holds.
     /// A refused write never happens, so it settles nothing, not even records judged before.
     pub refusal: Option<Refusal>,
@@ -101,6 +111,7 @@ pub fn plan_controller_write(
         {
             return ControllerPlan {
                 settlements: Vec::new(),
+                dry_run_marks: Vec::new(),
                 refusal: Some(Refusal {
                     policy: verdict.policy.clone(),
                     rule: Rule::RevertRefused,
@@ -108,18 +119,81 @@ pub fn plan_controller_write(
                 }),
             };
         }
-        // A dry run writes nothing, so it settles nothing: Flux dry-runs every object on
-        // every reconcile, and its dry run of Git's values says nothing about what it
-        // will write (the webhook promises `sideEffects: NoneOnDryRun`, too). It is
-        // refused above like the real write, so that Flux reports the refusal.
+        // A dry run is refused above like the real write, so that Flux reports the refusal.
+        // Otherwise one dry run settles nothing: a real write of other values may follow it.
         if request.dry_run {
+            match dry_run_step(facts, kind, record, &written, &evidence, now) {
+                Some(DryRunStep::Confirm(settlement)) => plan.settlements.push(*settlement),
+                Some(DryRunStep::Mark(mark)) => plan.dry_run_marks.push(mark),
+                None => {}
+            }
             continue;
         }
-        if let Some(settlement) = settlement(facts, kind, record, evidence) {
+        if let Some(settlement) = settlement(facts, kind, record, evidence, Proof::Write) {
             plan.settlements.push(settlement);
         }
     }
     plan
+}
+
+/// How far apart two dry runs must be to be two: the API server calls every webhook
+/// configuration for one request, and separately registered replicas of driftgate see the same
+/// dry run within milliseconds, while a controller's reconciles are its interval apart.
+const DISTINCT_DRY_RUNS: jiff::SignedDuration = jiff::SignedDuration::from_secs(1);
+
+/// What a controller's dry run does to a record it is judged against.
+enum DryRunStep {
+    /// An earlier dry run carried the values too, and nothing was applied since.
+    Confirm(Box<Settlement>),
+    /// The first dry run carrying the values: remembered on the record.
+    Mark(DryRunMark),
+}
+
+/// Flux dry-runs every object on every reconcile and skips the apply when the dry run shows no
+/// change: once Git has the emergency values, only dry runs reach the webhook. Two dry runs by
+/// the controller that both carry every recorded value prove it, as the record still awaits
+/// backport: any real write between them was judged and would have settled it.
+fn dry_run_step(
+    facts: &RequestFacts<'_>,
+    kind: &str,
+    record: &Arc<BackportRequirement>,
+    written: &WrittenObject,
+    evidence: &Evidence,
+    now: Timestamp,
+) -> Option<DryRunStep> {
+    if *evidence != Evidence::Backported {
+        return None;
+    }
+    let earlier = record
+        .status
+        .as_ref()
+        .and_then(|s| s.dry_run_match.as_ref())
+        .filter(|m| m.object_uid == written.uid);
+    match earlier {
+        Some(mark) if now.duration_since(mark.time.0) >= DISTINCT_DRY_RUNS => {
+            settlement(facts, kind, record, Evidence::Backported, Proof::DryRuns)
+                .map(|settlement| DryRunStep::Confirm(Box::new(settlement)))
+        }
+        // The same dry run seen twice (two webhook configurations), or a dry run a moment after.
+        Some(_) => None,
+        None => Some(DryRunStep::Mark(DryRunMark {
+            record: record.clone(),
+            mark: DryRunMatch {
+                time: Time(now),
+                user: facts.username().to_owned(),
+                object_uid: written.uid.clone(),
+            },
+        })),
+    }
+}
+
+/// What a Backported settlement rests on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proof {
+    /// A real write carrying the values.
+    Write,
+    /// Two dry runs carrying them, nothing applied between.
+    DryRuns,
 }
 
 /// The controller's own field set: only what it manages is evidence of what Git holds.
@@ -182,12 +256,19 @@ fn settlement(
     kind: &str,
     record: &Arc<BackportRequirement>,
     evidence: Evidence,
+    proof: Proof,
 ) -> Option<Settlement> {
     let controller_user = facts.who();
     let opener = record.spec.window.opener_words();
     let reason = record.spec.window.reason_words();
     let name = record.name_any();
     let (reason, note) = match &evidence {
+        Evidence::Backported if proof == Proof::DryRuns => (
+            EventReason::BackportConfirmed,
+            format!(
+                "The GitOps controller ({controller_user}) dry-ran the values of the emergency change made under {opener}'s break-glass window (reason \"{reason}\") twice and applied nothing between: Git has caught up. Record {name}."
+            ),
+        ),
         Evidence::Backported => (
             EventReason::BackportConfirmed,
             format!(
@@ -205,9 +286,10 @@ fn settlement(
     };
     let event = PlannedEvent::new(reason, note, facts.regarding(kind).unwrap_or_default());
     // The transition says what its Event says.
-    let change = match evidence {
-        Evidence::Reverted(fields) => PhaseChange::reverted(fields, event.note.clone()),
-        _ => PhaseChange::backported(event.note.clone()),
+    let change = match (evidence, proof) {
+        (Evidence::Reverted(fields), _) => PhaseChange::reverted(fields, event.note.clone()),
+        (_, Proof::DryRuns) => PhaseChange::backported_by_dry_runs(event.note.clone()),
+        (_, Proof::Write) => PhaseChange::backported(event.note.clone()),
     };
     Some(Settlement {
         record: record.clone(),
@@ -280,13 +362,23 @@ mod tests {
 
     /// Flux writing Deployment api with `replicas`, judged `minutes` after the record began awaiting.
     fn judged(replicas: u32, dry_run: bool, minutes: i64) -> ControllerPlan {
+        judged_against(awaiting("2026-11-30T10:00:00Z"), replicas, dry_run, minutes)
+    }
+
+    /// [`judged`] against `record`.
+    fn judged_against(
+        record: Arc<BackportRequirement>,
+        replicas: u32,
+        dry_run: bool,
+        minutes: i64,
+    ) -> ControllerPlan {
         let mut request = update(FLUX, "Deployment", "dep-uid", replicas);
         request.dry_run = dry_run;
         let decision = decision(&request, Rule::Controller, None);
         let policies = policies();
         let since = at("2026-11-30T10:00:00Z");
         let now = since + jiff::SignedDuration::from_mins(minutes);
-        let records = [awaiting("2026-11-30T10:00:00Z")];
+        let records = [record];
         plan_controller_write(
             &RequestFacts::new(&request),
             &decision.record.object.kind,
@@ -388,9 +480,10 @@ mod tests {
     }
 
     #[test]
-    fn a_write_carrying_the_recorded_values_confirms_the_backport_and_a_dry_run_settles_nothing() {
+    fn a_write_carrying_the_recorded_values_confirms_the_backport() {
         let plan = judged(5, false, 5);
         assert_eq!(plan.refusal, None);
+        assert_eq!(plan.dry_run_marks, []);
         let [settlement] = &plan.settlements[..] else {
             panic!("{plan:?}")
         };
@@ -399,7 +492,89 @@ mod tests {
             (settlement.change.phase, settlement.change.reason),
             (Phase::Backported, "ControllerCarriedChange")
         );
-        assert_eq!(judged(5, true, 5), ControllerPlan::default());
+    }
+
+    /// `awaiting`'s record with a dry run of `object_uid` remembered at `time`.
+    fn marked(object_uid: &str, time: Timestamp) -> Arc<BackportRequirement> {
+        let mut record = BackportRequirement::clone(&awaiting("2026-11-30T10:00:00Z"));
+        let status = record.status.as_mut().unwrap();
+        status.dry_run_match = Some(DryRunMatch {
+            time: Time(time),
+            user: FLUX.into(),
+            object_uid: object_uid.into(),
+        });
+        Arc::new(record)
+    }
+
+    #[test]
+    fn a_first_dry_run_carrying_the_values_is_remembered_and_settles_nothing() {
+        let plan = judged(5, true, 5);
+        assert_eq!((plan.settlements, plan.refusal), (vec![], None));
+        let [mark] = &plan.dry_run_marks[..] else {
+            panic!("{:?}", plan.dry_run_marks)
+        };
+        assert_eq!(mark.record.name_any(), "deployment-api-1");
+        assert_eq!(
+            mark.mark,
+            DryRunMatch {
+                time: Time(at("2026-11-30T10:05:00Z")),
+                user: FLUX.into(),
+                object_uid: "dep-uid".into(),
+            }
+        );
+        // A mark of another object (a namespace-wide window) is replaced, not confirmed.
+        let other = judged_against(marked("other-uid", at("2026-11-30T10:01:00Z")), 5, true, 5);
+        assert_eq!(other.settlements, []);
+        assert_eq!(other.dry_run_marks.len(), 1);
+        // A dry run of other values proves nothing and is not remembered.
+        assert_eq!(judged(2, true, 60), ControllerPlan::default());
+    }
+
+    #[test]
+    fn a_second_dry_run_carrying_the_values_confirms_the_backport_with_its_own_words() {
+        let plan = judged_against(marked("dep-uid", at("2026-11-30T10:00:05Z")), 5, true, 5);
+        assert_eq!(plan.dry_run_marks, []);
+        let [settlement] = &plan.settlements[..] else {
+            panic!("{plan:?}")
+        };
+        assert_eq!(settlement.event.reason, EventReason::BackportConfirmed);
+        assert_eq!(
+            (settlement.change.phase, settlement.change.reason),
+            (Phase::Backported, "ControllerFoundNothingToApply")
+        );
+        assert_eq!(
+            settlement.event.note,
+            format!(
+                "The GitOps controller ({FLUX}) dry-ran the values of the emergency change made under alice's break-glass window \
+                 (reason \"INC-7\") twice and applied nothing between: Git has caught up. Record deployment-api-1."
+            )
+        );
+        assert_eq!(settlement.change.message, settlement.event.note);
+    }
+
+    #[test]
+    fn the_same_dry_run_seen_by_two_webhooks_is_not_two_dry_runs() {
+        // Remembered half a second before: another webhook configuration's call for the same
+        // dry run, not a reconcile later.
+        let record = marked("dep-uid", at("2026-11-30T10:04:59.5Z"));
+        assert_eq!(
+            judged_against(record, 5, true, 5),
+            ControllerPlan::default()
+        );
+    }
+
+    #[test]
+    fn a_dry_run_of_one_value_then_a_real_write_of_another_is_a_revert() {
+        // The race the ledger's e2e tests found: the dry run is remembered, and the real write
+        // that follows it with the old count reverts the change.
+        let first = judged(5, true, 60);
+        assert_eq!(first.dry_run_marks.len(), 1);
+        let record = marked("dep-uid", at("2026-11-30T11:00:00Z"));
+        let real = judged_against(record, 2, false, 60);
+        let [settlement] = &real.settlements[..] else {
+            panic!("{real:?}")
+        };
+        assert_eq!(settlement.change.phase, Phase::Reverted);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
-use crate::ledger::record::{BackportRequirement, BackportStatus, Phase, Transition};
+use crate::ledger::record::{BackportRequirement, BackportStatus, DryRunMatch, Phase, Transition};
 use crate::timefmt::human_utc;
 
 impl Phase {
@@ -142,6 +142,12 @@ impl PhaseChange {
         PhaseChange::new(Phase::Backported, "ControllerCarriedChange", message)
     }
 
+    /// Two of the controller's dry runs carried the recorded values with nothing applied between
+    /// them: it found nothing to apply (`message` as its Event says it).
+    pub fn backported_by_dry_runs(message: String) -> PhaseChange {
+        PhaseChange::new(Phase::Backported, "ControllerFoundNothingToApply", message)
+    }
+
     /// The controller's write undid the recorded values of `fields`.
     pub fn reverted(fields: Vec<String>, message: String) -> PhaseChange {
         PhaseChange {
@@ -174,6 +180,13 @@ pub fn transitioned(
     if !change.reverted_fields.is_empty() {
         status.reverted_fields = change.reverted_fields.clone();
     }
+    status
+}
+
+/// `status` with `mark` as its last matching dry run; the phase and transitions unchanged.
+pub fn dry_run_matched(status: Option<&BackportStatus>, mark: &DryRunMatch) -> BackportStatus {
+    let mut status = status.cloned().unwrap_or_default();
+    status.dry_run_match = Some(mark.clone());
     status
 }
 

@@ -166,6 +166,22 @@ pub struct BackportStatus {
     pub resolved_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    /// The controller's last dry run that carried every recorded value, while the record
+    /// awaited backport: half of the proof that Git has the change (a later dry run carrying
+    /// them too, with nothing applied between, is the other half).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run_match: Option<DryRunMatch>,
+}
+
+/// A controller's dry run that carried every recorded value of one object.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DryRunMatch {
+    pub time: Time,
+    /// The controller's username.
+    pub user: String,
+    /// The object dry-run (for a namespace-wide window, one of its objects).
+    pub object_uid: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

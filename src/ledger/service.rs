@@ -410,6 +410,10 @@ impl Connected {
             let this = self.clone();
             tokio::spawn(async move { this.writer.settle(settlement, now).await });
         }
+        for mark in plan.dry_run_marks {
+            let this = self.clone();
+            tokio::spawn(async move { this.writer.mark_dry_run(mark, now).await });
+        }
         plan.refusal
     }
 

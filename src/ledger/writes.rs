@@ -11,10 +11,12 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 
 use crate::events::EventSink;
-use crate::ledger::controller::{SettleStep, Settlement, settle_step};
-use crate::ledger::phase::{PhaseChange, has_transitions, status_patch, transitioned};
+use crate::ledger::controller::{DryRunMark, SettleStep, Settlement, settle_step};
+use crate::ledger::phase::{
+    PhaseChange, dry_run_matched, has_transitions, status_patch, transitioned,
+};
 use crate::ledger::plan::{AppendTo, NewRecord, RecordWrite, RecordingPlan, append_patch, holds};
-use crate::ledger::record::{BackportRequirement, Phase, RecordedChange};
+use crate::ledger::record::{BackportRequirement, BackportStatus, Phase, RecordedChange};
 use crate::ledger::upkeep::{Deletion, Expiry, expiry_of};
 use crate::metrics::Metrics;
 
@@ -184,7 +186,16 @@ impl RecordWriter {
         now: Timestamp,
     ) -> Result<Option<BackportRequirement>, kube::Error> {
         let status = transitioned(record.status.as_ref(), change, now);
-        let patch = status_patch(record.metadata.resource_version.as_deref(), &status);
+        self.write_status(record, &status).await
+    }
+
+    /// Writes `status` on `record`, conditioned on its resourceVersion: None on a conflict.
+    async fn write_status(
+        &self,
+        record: &BackportRequirement,
+        status: &BackportStatus,
+    ) -> Result<Option<BackportRequirement>, kube::Error> {
+        let patch = status_patch(record.metadata.resource_version.as_deref(), status);
         let namespace = record.metadata.namespace.clone().unwrap_or_default();
         match self
             .api(&namespace)
@@ -201,31 +212,60 @@ impl RecordWriter {
         }
     }
 
-    /// Makes a settlement's move. A record whose window ended since the last expiry check is
-    /// expired first (with its Event), then settled; each step is conditioned on the record's
-    /// resourceVersion, and a conflict is read again: another replica may have made the step.
+    /// Makes a settlement's move, with its Event (and for a revert, the metric).
     pub async fn settle(&self, settlement: Settlement, now: Timestamp) {
         let Settlement {
             record,
             change,
             event,
         } = settlement;
+        let settled = self
+            .step(
+                &record,
+                |latest| transitioned(latest.status.as_ref(), &change, now),
+                now,
+            )
+            .await;
+        if settled {
+            if change.phase == Phase::Reverted {
+                self.metrics.emergency_changes_reverted.inc();
+            }
+            self.events.publish(event);
+        }
+    }
+
+    /// Remembers a controller's dry run that carried the recorded values on the record.
+    pub async fn mark_dry_run(&self, mark: DryRunMark, now: Timestamp) {
+        let DryRunMark { record, mark } = mark;
+        self.step(
+            &record,
+            |latest| dry_run_matched(latest.status.as_ref(), &mark),
+            now,
+        )
+        .await;
+    }
+
+    /// Writes the status `status_of` builds from the record as last read, while it awaits
+    /// backport. A record whose window ended since the last expiry check is expired first
+    /// (with its Event); each step is conditioned on the record's resourceVersion, and a
+    /// conflict is read again: another replica may have made the step. True when this call
+    /// wrote the status.
+    async fn step(
+        &self,
+        record: &BackportRequirement,
+        status_of: impl Fn(&BackportRequirement) -> BackportStatus,
+        now: Timestamp,
+    ) -> bool {
         let api = self.api(record.metadata.namespace.as_deref().unwrap_or_default());
-        let mut record = BackportRequirement::clone(&record);
+        let mut record = record.clone();
         for _ in 0..4 {
             let step = match settle_step(&record, now) {
                 SettleStep::Expire => self.expire(&expiry_of(&record), now).await,
-                SettleStep::Settle => match self.transition(&record, &change, now).await {
-                    Ok(Some(_)) => {
-                        if change.phase == Phase::Reverted {
-                            self.metrics.emergency_changes_reverted.inc();
-                        }
-                        self.events.publish(event);
-                        return;
-                    }
+                SettleStep::Settle => match self.write_status(&record, &status_of(&record)).await {
+                    Ok(Some(_)) => return true,
                     other => other,
                 },
-                SettleStep::Done => return,
+                SettleStep::Done => return false,
             };
             record = match step {
                 Ok(Some(written)) => written,
@@ -233,15 +273,16 @@ impl RecordWriter {
                     Ok(latest) => latest,
                     Err(error) => {
                         tracing::warn!(%error, record = %record.name_any(), "could not read a record back");
-                        return;
+                        return false;
                     }
                 },
                 Err(error) => {
                     tracing::warn!(%error, record = %record.name_any(), "could not record the backport outcome");
-                    return;
+                    return false;
                 }
             };
         }
+        false
     }
 
     /// Moves an Open record whose window has ended to AwaitingBackport and publishes its

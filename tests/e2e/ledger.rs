@@ -517,10 +517,10 @@ fn refuse_reverts_for_refuses_flux_undoing_a_young_emergency_change() {
     scene.wait_for_phase("Backported", Duration::from_secs(15), dg);
 }
 
-/// A dry run under a window changes nothing, so nothing is recorded; a controller's dry run
-/// settles nothing either.
+/// A dry run under a window changes nothing, so nothing is recorded; a controller's one dry
+/// run settles nothing either, when a real write of another value follows it.
 #[test]
-fn dry_runs_record_and_settle_nothing() {
+fn dry_runs_record_nothing_and_a_real_write_after_a_dry_run_decides() {
     let scene = Scene::new("ledger-dry-run", &[]);
     let driftgate = scene.start("ledger-dry-run", TICK);
     let dg = &[&driftgate];
@@ -574,6 +574,63 @@ fn dry_runs_record_and_settle_nothing() {
     );
     scene.wait_for_event("EmergencyChangeReverted", dg);
     assert!(scene.events("BackportConfirmed").is_empty());
+}
+
+/// Flux skips the apply when its dry run shows no change: once Git has the emergency values,
+/// only its dry runs arrive. The second one carrying them confirms the backport.
+#[test]
+fn two_controller_dry_runs_carrying_the_values_confirm_the_backport() {
+    let scene = Scene::new("ledger-dry-runs", &[]);
+    let driftgate = scene.start("ledger-dry-runs", TICK);
+    let dg = &[&driftgate];
+    scene.flux_apply(2, &[]).ok();
+    scene.open_window(WINDOW, "INC-14: api saturated, scaling out");
+    scene.alice_scale(5, &[]).ok();
+    scene.wait_for_expiry(dg);
+
+    let dry_run = || {
+        scene
+            .flux_apply(5, &["--force-conflicts", "--dry-run=server"])
+            .ok();
+    };
+    dry_run();
+    // The first is remembered on the record, which still awaits backport.
+    let start = std::time::Instant::now();
+    while scene.record()["status"]["dryRunMatch"].is_null() {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the dry run was not remembered: {:#}",
+            scene.record()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let record = scene.record();
+    assert_eq!(record["status"]["phase"], "AwaitingBackport", "{record:#}");
+    assert_eq!(
+        record["status"]["dryRunMatch"]["user"],
+        "system:serviceaccount:flux-system:kustomize-controller"
+    );
+    // A reconcile later (more than a second), the next dry run confirms it.
+    std::thread::sleep(Duration::from_millis(1100));
+    dry_run();
+    let settled = scene.wait_for_phase("Backported", Duration::from_secs(15), dg);
+    assert_eq!(
+        transitions(&settled),
+        pairs(&[
+            ("Open", "Opened"),
+            ("AwaitingBackport", "Expired"),
+            ("Backported", "ControllerFoundNothingToApply")
+        ]),
+        "{settled:#}"
+    );
+    let event = scene.wait_for_event("BackportConfirmed", dg);
+    assert!(
+        event["note"]
+            .as_str()
+            .is_some_and(|note| note.contains("twice and applied nothing between")),
+        "{event:#}"
+    );
+    assert_eq!(scene.replicas(), "5", "dry runs change nothing");
 }
 
 /// The Events of `reason` about Deployment `api`, each once: one Event object, not a series.
