@@ -4,10 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::flux::{FLUX_NAMESPACE, flux};
-use crate::harness::{ADMIN, ALICE, BOB, control_plane, install_crypto_provider, shared};
+use driftgate::ledger::record::{BackportRequirement, Phase};
 
-use super::{kubectl, namespace_with_api, wait_for_event};
+use crate::harness::flux::{FLUX_NAMESPACE, flux};
+use crate::harness::{
+    ADMIN, ALICE, BOB, control_plane, driftgate_cli, install_crypto_provider, shared,
+};
+
+use super::{IMAGE, eventually, kubectl, namespace_with_api, records, wait_for_event};
 
 /// How long the first reconcile of a new Kustomization may take (the controller's caches start
 /// with the first test that uses it).
@@ -157,6 +161,66 @@ fn ready(name: &str) -> (String, String) {
         .unwrap_or_default()
 }
 
+/// Waits until Kustomization `name`'s Ready is False with driftgate's refusal: (status, message).
+async fn refused_by_the_window(name: &str) -> (String, String) {
+    let start = Instant::now();
+    loop {
+        let (status, message) = ready(name);
+        if status == "False" && message.contains("denied the request") {
+            return (status, message);
+        }
+        assert!(
+            start.elapsed() < REVERT,
+            "the Kustomization never reported the refusal: {status} {message}; log: {}",
+            flux().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The image of alice's 3am fix.
+const HOTFIX: &str = "registry.example/payments-api:1.4.3-hotfix";
+
+/// alice's 3am fix under her window: more replicas and a hotfix image.
+fn hotfix(namespace: &str) {
+    kubectl(
+        ALICE,
+        &["scale", "deployment/api", "-n", namespace, "--replicas=5"],
+    )
+    .ok();
+    kubectl(
+        ALICE,
+        &[
+            "set",
+            "image",
+            "deployment/api",
+            "-n",
+            namespace,
+            &format!("api={HOTFIX}"),
+        ],
+    )
+    .ok();
+}
+
+/// alice opens a window on Deployment `api` with the CLI, `for_` long.
+fn open_window(namespace: &str, for_: &str, reason: &str) {
+    driftgate_cli(
+        ALICE,
+        &[
+            "break-glass",
+            "open",
+            "deployment/api",
+            "-n",
+            namespace,
+            "--for",
+            for_,
+            "--reason",
+            reason,
+        ],
+    )
+    .ok();
+}
+
 fn image(namespace: &str) -> String {
     deployment_field(namespace, ".spec.template.spec.containers[0].image")
         .expect("the Deployment can be read")
@@ -173,54 +237,12 @@ async fn under_enforce_the_fix_made_in_a_window_survives_the_real_flux() {
     wait_for_replicas(name, ns, 2, FIRST_APPLY).await;
 
     // alice opens a window with the CLI and makes the 3am fix: more replicas, a hotfix image.
-    crate::harness::driftgate_cli(
-        ALICE,
-        &[
-            "break-glass",
-            "open",
-            "deployment/api",
-            "-n",
-            ns,
-            "--for",
-            "1h",
-            "--reason",
-            "INC-913: api OOM, hotfix image",
-        ],
-    )
-    .ok();
-    kubectl(
-        ALICE,
-        &["scale", "deployment/api", "-n", ns, "--replicas=5"],
-    )
-    .ok();
-    let hotfix = "registry.example/payments-api:1.4.3-hotfix";
-    kubectl(
-        ALICE,
-        &[
-            "set",
-            "image",
-            "deployment/api",
-            "-n",
-            ns,
-            &format!("api={hotfix}"),
-        ],
-    )
-    .ok();
+    open_window(ns, "1h", "INC-913: api OOM, hotfix image");
+    hotfix(ns);
 
     // The real Flux's next reconcile is refused, and its Kustomization says driftgate's sentence.
     let start = Instant::now();
-    let (status, message) = loop {
-        let (status, message) = ready(name);
-        if status == "False" && message.contains("denied the request") {
-            break (status, message);
-        }
-        assert!(
-            start.elapsed() < REVERT,
-            "the Kustomization never reported the refusal: {status} {message}; log: {}",
-            flux().log().display()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let (status, message) = refused_by_the_window(name).await;
     eprintln!(
         "the real Flux reported the refusal after {:.1}s: {status}: {message}",
         start.elapsed().as_secs_f64()
@@ -236,8 +258,226 @@ async fn under_enforce_the_fix_made_in_a_window_survives_the_real_flux() {
     let watched = Instant::now();
     while watched.elapsed() < Duration::from_secs(15) {
         assert_eq!(replicas(ns), Some(5));
-        assert_eq!(image(ns), hotfix);
+        assert_eq!(image(ns), HOTFIX);
         assert_ne!(ready(name).0, "True", "{}", ready(name).1);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The record of `namespace`'s window once it reached `phase`.
+async fn record_in_phase(namespace: &str, phase: Phase) -> BackportRequirement {
+    eventually(
+        &format!("the record in {namespace} to be {}", phase.word()),
+        || async {
+            records(namespace)
+                .await
+                .into_iter()
+                .find(|r| r.status.as_ref().is_some_and(|s| s.phase == phase))
+        },
+    )
+    .await
+}
+
+/// Each transition of `record` as (phase, reason).
+fn transitions(record: &BackportRequirement) -> Vec<(&'static str, String)> {
+    record
+        .status
+        .iter()
+        .flat_map(|s| &s.transitions)
+        .map(|t| (t.phase.word(), t.reason.clone()))
+        .collect()
+}
+
+/// alice's fix by `kubectl scale` alone: field manager `kubectl` through the `scale`
+/// subresource, which Flux's managedFields cleanup leaves alone.
+fn scale_only(namespace: &str) {
+    kubectl(
+        ALICE,
+        &["scale", "deployment/api", "-n", namespace, "--replicas=5"],
+    )
+    .ok();
+}
+
+/// The normal end of the 3am story with the real Flux: the fix (made by `fix`: 5 replicas and
+/// `image`) is put in Git, alice closes her window, and the record becomes Backported by the
+/// transition `reason`.
+async fn backported_by_the_real_flux(ns: &str, fix: fn(&str), image_fixed: &str, reason: &str) {
+    flux().publish(ns, &namespace_with_api(ns));
+    flux().kustomize(ns, INTERVAL);
+    wait_for_replicas(ns, ns, 2, FIRST_APPLY).await;
+    open_window(ns, "1h", "INC-914: api OOM, hotfix image");
+    fix(ns);
+    refused_by_the_window(ns).await;
+
+    // The on-call's pull request is merged: Git now says what the cluster has. Then she closes
+    // the window, and the real Flux reconciles again.
+    let git = namespace_with_api(ns)
+        .replace("replicas: 2", "replicas: 5")
+        .replace(IMAGE, image_fixed);
+    let revision = flux().publish(ns, &git);
+    // Held still: the new revision's dry run is refused too.
+    eventually("Flux to try the new revision", || async {
+        let (_, message) = ready(ns);
+        (message.contains(&revision) || message.contains("denied the request")).then_some(())
+    })
+    .await;
+    driftgate_cli(ALICE, &["break-glass", "close", "deployment/api", "-n", ns]).ok();
+    let start = Instant::now();
+    let record = record_in_phase(ns, Phase::Backported).await;
+    eprintln!(
+        "{ns}: the record was Backported ({reason}) {:.1}s after the window closed",
+        start.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        transitions(&record),
+        [
+            ("Open", "Opened".to_owned()),
+            ("AwaitingBackport", "Closed".to_owned()),
+            ("Backported", reason.to_owned()),
+        ],
+        "{record:#?}"
+    );
+    wait_for_event(
+        ns,
+        "BackportConfirmed",
+        "Deployment",
+        "api",
+        "(system:serviceaccount:flux-system:kustomize-controller) ",
+    )
+    .await;
+    assert_eq!((replicas(ns), image(ns)), (Some(5), image_fixed.to_owned()));
+    let (status, message) = eventually("the Kustomization to be Ready", || async {
+        let ready = ready(ns);
+        (ready.0 == "True").then_some(ready)
+    })
+    .await;
+    assert!(message.contains(&revision), "{status}: {message}");
+}
+
+/// Flux skips the apply when its dry run shows no change, so once Git has the fix only dry
+/// runs arrive: two of them carrying the values settle the record.
+#[tokio::test]
+async fn the_fix_put_in_git_is_backported_though_the_real_flux_only_dry_runs_it() {
+    install_crypto_provider();
+    shared();
+    backported_by_the_real_flux(
+        "prod-flux-backport",
+        scale_only,
+        IMAGE,
+        "ControllerFoundNothingToApply",
+    )
+    .await;
+}
+
+/// Flux takes back, with a real PATCH of managedFields before it applies, the fields of every
+/// field manager named `kubectl…` that wrote without a subresource (`kubectl set image` is
+/// `kubectl-set`): a real write carrying the values.
+#[tokio::test]
+async fn a_fix_made_with_kubectl_set_is_backported_by_the_real_flux_taking_its_fields_back() {
+    install_crypto_provider();
+    shared();
+    backported_by_the_real_flux(
+        "prod-flux-backport-set",
+        hotfix,
+        HOTFIX,
+        "ControllerCarriedChange",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_fix_never_put_in_git_is_reverted_by_the_real_flux_when_its_window_ends() {
+    install_crypto_provider();
+    let driftgate = shared();
+    let ns = "prod-flux-expire";
+    let name = "prod-flux-expire";
+    flux().publish(name, &namespace_with_api(ns));
+    flux().kustomize(name, INTERVAL);
+    wait_for_replicas(name, ns, 2, FIRST_APPLY).await;
+    const REVERTED: &str = "driftgate_emergency_changes_reverted_total";
+    let reverted_before = driftgate.counter(REVERTED, &[]);
+    open_window(ns, "20s", "INC-915: api saturated, scaling out");
+    kubectl(
+        ALICE,
+        &["scale", "deployment/api", "-n", ns, "--replicas=5"],
+    )
+    .ok();
+    // Nobody backports it. The window ends, the expiry check notices (within 10 s), and the
+    // real Flux's next reconcile is no longer held: it puts Git's 2 replicas back.
+    let start = Instant::now();
+    wait_for_replicas(name, ns, 2, Duration::from_secs(90)).await;
+    eprintln!(
+        "the real Flux reverted the fix {:.1}s after the scale (window 20s)",
+        start.elapsed().as_secs_f64()
+    );
+    let record = record_in_phase(ns, Phase::Reverted).await;
+    assert_eq!(
+        transitions(&record),
+        [
+            ("Open", "Opened".to_owned()),
+            ("AwaitingBackport", "Expired".to_owned()),
+            ("Reverted", "ControllerRevertedChange".to_owned()),
+        ],
+        "{record:#?}"
+    );
+    assert_eq!(
+        record.status.as_ref().unwrap().reverted_fields,
+        ["spec.replicas"]
+    );
+    wait_for_event(
+        ns,
+        "EmergencyChangeReverted",
+        "Deployment",
+        "api",
+        "reverted the emergency change to spec.replicas made under alice's break-glass window (reason \"INC-915: api saturated, scaling out\"): Git does not have it",
+    )
+    .await;
+    let reverted_after = eventually("the reverted-changes metric to count it", || async {
+        let now = driftgate.counter(REVERTED, &[]);
+        (now > reverted_before).then_some(now)
+    })
+    .await;
+    eprintln!("{REVERTED}: {reverted_before} -> {reverted_after}");
+}
+
+/// A ConfigMap `settings` in `namespace`, as Git declares it.
+fn settings_config_map(namespace: &str) -> String {
+    format!(
+        "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {namespace}\ndata:\n  mode: fast\n"
+    )
+}
+
+#[tokio::test]
+async fn a_config_map_removed_from_git_is_pruned_by_the_real_flux_and_driftgate_admits_it() {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-flux-prune";
+    let name = "prod-flux-prune";
+    let with_settings = namespace_with_api(ns) + &settings_config_map(ns);
+    flux().publish(name, &with_settings);
+    flux().kustomize(name, INTERVAL);
+    wait_for_replicas(name, ns, 2, FIRST_APPLY).await;
+    let exists = || {
+        control_plane()
+            .kubectl(ADMIN, &["get", "configmap/settings", "-n", ns])
+            .success()
+    };
+    assert!(exists(), "Flux applied the ConfigMap with the Deployment");
+    // Git drops it: Flux's prune deletes it, as its own service account, which driftgate
+    // admits as the controller's write (the webhook fails closed: a refusal would keep it).
+    flux().publish(name, &namespace_with_api(ns));
+    let start = Instant::now();
+    while exists() {
+        assert!(
+            start.elapsed() < REVERT,
+            "the real Flux did not prune ConfigMap {ns}/settings; log: {}",
+            flux().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "the real Flux pruned the ConfigMap {:.1}s after the revision",
+        start.elapsed().as_secs_f64()
+    );
+    assert_eq!(replicas(ns), Some(2), "the Deployment stays");
 }
