@@ -100,7 +100,11 @@ async fn the_reviews_the_real_flux_sends_match_the_fixtures_and_the_example_poli
     let capture = CaptureWebhook::register("driftgate-e2e-capture", LABEL, NAMESPACE);
 
     let configmap = configmap();
-    publish_and_wait(&revision(&[api_deployment(NAMESPACE, 2), configmap.clone()])).await;
+    publish_and_wait(&revision(&[
+        api_deployment(NAMESPACE, 2),
+        configmap.clone(),
+    ]))
+    .await;
     // A change to the Deployment: Flux's dry run shows it, and it applies.
     publish_and_wait(&revision(&[api_deployment(NAMESPACE, 3), configmap])).await;
     // The ConfigMap leaves "Git": Flux prunes it.
@@ -111,6 +115,8 @@ async fn the_reviews_the_real_flux_sends_match_the_fixtures_and_the_example_poli
         .into_iter()
         .filter(|r| r["request"]["userInfo"]["username"] == FLUX.user)
         .collect();
+    let seen: Vec<String> = reviews.iter().map(summary).collect();
+    eprintln!("the real Flux sent, in order:\n{}", seen.join("\n"));
     let picked = [
         (
             "flux-real-create.json",
@@ -140,9 +146,8 @@ async fn the_reviews_the_real_flux_sends_match_the_fixtures_and_the_example_poli
             eprintln!("wrote {}", path.display());
             continue;
         }
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!("{}: {e}; write it with {REFRESH}", path.display())
-        });
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; write it with {REFRESH}", path.display()));
         let committed: Value = serde_json::from_str(&text).expect("the fixture is JSON");
         mismatches.extend(
             differences(&what_matters(&committed), &what_matters(&normalised))
