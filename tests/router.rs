@@ -94,6 +94,11 @@ async fn answers_each_fixture_with_its_uid_and_decision() {
     for (name, allowed, rule) in [
         ("flux-ssa-update.json", true, "Controller"),
         ("flux-ssa-dryrun.json", true, "Controller"),
+        // Captured from the real kustomize-controller (tests/e2e/scenarios/real_flux_capture.rs).
+        ("flux-real-create.json", true, "Controller"),
+        ("flux-real-dryrun.json", true, "Controller"),
+        ("flux-real-apply.json", true, "Controller"),
+        ("flux-real-prune.json", true, "Controller"),
         ("kubectl-edit.json", false, "NotPermitted"),
         ("kubectl-scale.json", false, "NotPermitted"),
         ("spoofed-field-manager.json", false, "FieldManagerSpoofing"),
@@ -132,7 +137,7 @@ async fn answers_each_fixture_with_its_uid_and_decision() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("driftgate_admission_duration_seconds_count 11"),
+        metrics.contains("driftgate_admission_duration_seconds_count 15"),
         "{metrics}"
     );
     // Alice's edit under the window was seen: one window is known open.

@@ -1,5 +1,9 @@
 //! Flux's real kustomize-controller, built by `tests/e2e/testenv/flux/build.sh`, one per test
-//! binary, writing as its service account (the example policy's `flux` controller).
+//! binary, writing as its service account (the example policy's `flux` controller): a real
+//! ServiceAccount `flux-system/kustomize-controller` and a token the API server issued for it,
+//! so the userInfo it sends (username, uid, groups, `extra`'s credential id) is a real Flux's.
+//! RBAC binds that username to cluster-admin (see `control_plane.rs`), which a token's user
+//! matches as [`FLUX`]'s client certificate does.
 //!
 //! "Git" without a Git server: each [`Flux::publish`] writes the manifests into a gzip tarball
 //! served from loopback by [`ArtifactServer`], and sets an `ExternalArtifact`'s status to point
@@ -74,7 +78,7 @@ impl Flux {
         let log = plane.dir().join("kustomize-controller.log");
         let mut command = Command::new(dir.join("kustomize-controller"));
         command
-            .env("KUBECONFIG", plane.kubeconfig(FLUX))
+            .env("KUBECONFIG", service_account_kubeconfig())
             .env("RUNTIME_NAMESPACE", FLUX_NAMESPACE)
             .args([
                 "--watch-all-namespaces=true",
@@ -189,6 +193,68 @@ spec:
         let mut process = self.process.lock().unwrap_or_else(|e| e.into_inner());
         process.exited().is_some()
     }
+}
+
+/// The ServiceAccount kustomize-controller runs as in a cluster Flux installs.
+const SERVICE_ACCOUNT: &str = "kustomize-controller";
+
+/// Creates [`SERVICE_ACCOUNT`] in [`FLUX_NAMESPACE`] and writes a kubeconfig holding a token
+/// the API server issues for it (TokenRequest, through `kubectl create token`), whose user is
+/// [`FLUX`]'s username; returns the kubeconfig's path.
+fn service_account_kubeconfig() -> PathBuf {
+    let plane = control_plane();
+    plane
+        .apply(
+            ADMIN,
+            &format!(
+                "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {SERVICE_ACCOUNT}\n  namespace: {FLUX_NAMESPACE}\n"
+            ),
+        )
+        .ok();
+    assert_eq!(
+        FLUX.user,
+        format!("system:serviceaccount:{FLUX_NAMESPACE}:{SERVICE_ACCOUNT}"),
+        "the RBAC binding names FLUX's user"
+    );
+    // Longer than any test run; the controller does not refresh a token from a kubeconfig.
+    let token = plane
+        .kubectl(
+            ADMIN,
+            &[
+                "create",
+                "token",
+                SERVICE_ACCOUNT,
+                "-n",
+                FLUX_NAMESPACE,
+                "--duration=24h",
+            ],
+        )
+        .ok()
+        .stdout;
+    let kubeconfig = format!(
+        r#"apiVersion: v1
+kind: Config
+clusters:
+  - name: e2e
+    cluster:
+      server: {url}
+      certificate-authority: {ca}
+users:
+  - name: {SERVICE_ACCOUNT}
+    user:
+      token: {token}
+contexts:
+  - name: e2e
+    context: {{cluster: e2e, user: {SERVICE_ACCOUNT}}}
+current-context: e2e
+"#,
+        url = plane.url(),
+        ca = plane.dir().join("ca.crt").display(),
+        token = token.trim(),
+    );
+    let path = plane.dir().join("kustomize-controller.kubeconfig");
+    std::fs::write(&path, kubeconfig).expect("the controller's kubeconfig is written");
+    path
 }
 
 /// Runs `build.sh` for kustomize-controller and returns its directory.

@@ -7,6 +7,7 @@
 
 #[path = "../../common/admin.rs"]
 pub mod admin;
+pub mod capture;
 pub mod chart;
 pub mod control_plane;
 pub mod driftgate;

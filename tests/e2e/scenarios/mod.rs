@@ -17,6 +17,7 @@ mod ledger_guard;
 mod normal_day;
 mod quickstart;
 mod real_flux;
+mod real_flux_capture;
 mod rotation;
 mod scope;
 mod subresources;
