@@ -15,12 +15,15 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde::Serialize;
 
+use crate::deletions::{RecentDeletes, within};
 use crate::diff::{changed_paths, changed_status_paths};
 use crate::fieldpath::FieldPath;
 use crate::ledger::guard::LedgerGuard;
 use crate::ownership::forged_ownership;
 use crate::policy::document::GuardedOperation;
-use crate::policy::{BreakGlassRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet};
+use crate::policy::{
+    BreakGlassRules, DeletionRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet,
+};
 use crate::request::{RequestFacts, is_namespace_object};
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
 use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
@@ -39,6 +42,11 @@ pub const REASON_PLACEHOLDER: &str = "INC-…: what and why";
 pub enum Rule {
     /// No policy guards this write (namespace, kind, operation or subresource), or CONNECT.
     OutOfScope,
+    /// A delete of a kind the policy's `deletions` protect, without the allow annotation or
+    /// an open window for an opener: refused whoever asks, the controllers included.
+    DeletionProtected,
+    /// A controller's delete beyond the policy's `deletions.controllerLimit` in the namespace.
+    DeletionLimit,
     /// The request names a controller's field manager but is not that controller.
     FieldManagerSpoofing,
     /// The controller's write is the desired state.
@@ -101,6 +109,8 @@ impl Rule {
     pub fn as_str(self) -> &'static str {
         match self {
             Rule::OutOfScope => "OutOfScope",
+            Rule::DeletionProtected => "DeletionProtected",
+            Rule::DeletionLimit => "DeletionLimit",
             Rule::FieldManagerSpoofing => "FieldManagerSpoofing",
             Rule::Controller => "Controller",
             Rule::ControllerHeld => "ControllerHeld",
@@ -395,6 +405,9 @@ pub struct DecisionInput<'a> {
     /// resource discovery has not seen), which fails closed: a subresource of an unknown kind
     /// is in scope, and `status` is judged.
     pub resource: Option<&'a DiscoveredResource>,
+    /// For a DELETE: the controllers' recent deletes in its namespace, by policy. `None` (no
+    /// tally, as in `eval`): no `controllerLimit` applies.
+    pub recent_deletes: Option<&'a RecentDeletes>,
     pub now: Timestamp,
 }
 
@@ -876,6 +889,17 @@ fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
     let Some(operation) = facts.operation else {
         return false;
     };
+    policy.guards_operation(operation)
+        && policy.guards_subresource(facts.subresource)
+        && guards_namespace(policy, facts)
+        && if facts.kind_known {
+            policy.guards_resource(facts.group(), &facts.kind, &facts.request.resource.resource)
+        } else {
+            policy.guards_unresolved_resource(facts.group(), &facts.request.resource.resource)
+        }
+}
+
+fn guards_namespace(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
     let Some(namespace) = facts.namespace else {
         return false;
     };
@@ -886,14 +910,7 @@ fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
         },
         None => NamespaceLabels::Unknown,
     };
-    policy.guards_operation(operation)
-        && policy.guards_subresource(facts.subresource)
-        && policy.guards_namespace(namespace, labels)
-        && if facts.kind_known {
-            policy.guards_resource(facts.group(), &facts.kind, &facts.request.resource.resource)
-        } else {
-            policy.guards_unresolved_resource(facts.group(), &facts.request.resource.resource)
-        }
+    policy.guards_namespace(namespace, labels)
 }
 
 fn empty_labels() -> &'static BTreeMap<String, String> {
@@ -903,6 +920,10 @@ fn empty_labels() -> &'static BTreeMap<String, String> {
 
 /// The rules for one policy, in order. `None`: the policy does not guard this write.
 fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+    // 1. Destructive deletes, whatever `resources` and `operations` guard.
+    if let Some(refusal) = refuse_deletion(policy, facts) {
+        return Some(refusal);
+    }
     if !in_scope(policy, facts) {
         return None;
     }
@@ -1158,6 +1179,140 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
         ));
     }
     Some(outcome)
+}
+
+/// The refusal of a delete the policy's `deletions` stop, if this is one: a protected kind
+/// without the allow annotation or an opener's open window, or a controller's delete beyond
+/// the limit. Otherwise the other rules judge it.
+fn refuse_deletion(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+    let rules = policy.deletions.as_ref()?;
+    if facts.request.operation != Operation::Delete
+        || !facts.subresource.is_empty()
+        || !guards_namespace(policy, facts)
+    {
+        return None;
+    }
+    let protected = rules.protects(facts.group(), &facts.kind, &facts.request.resource.resource)
+        && !rules.exempt.matches(facts.user)
+        && !allowed_by_annotation(facts, rules)
+        && !opener_under_window(policy, facts);
+    if protected {
+        return Some(deletion_protected(policy, facts, rules));
+    }
+    deletion_over_limit(policy, facts, rules)
+}
+
+fn allowed_by_annotation(facts: &Facts<'_>, rules: &DeletionRules) -> bool {
+    facts
+        .stored_meta()
+        .and_then(|meta| meta.annotations.as_ref())
+        .and_then(|annotations| annotations.get(&rules.allow_annotation))
+        .is_some_and(|value| value == "true")
+}
+
+/// Whether the deleter is an opener of the policy's windows and one is open on the object or
+/// its namespace: a deletion window.
+fn opener_under_window(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
+    policy.break_glass.as_ref().is_some_and(|rules| {
+        rules.openers.matches(facts.user) && open_window(&windows(facts, rules)).is_some()
+    })
+}
+
+fn deletion_protected(
+    policy: &GatePolicy,
+    facts: &Facts<'_>,
+    rules: &DeletionRules,
+) -> RuleOutcome {
+    let name = echo(&facts.request.name, MAX_NAME_CHARS);
+    let annotate = if facts.is_namespace_object() {
+        format!(
+            "kubectl annotate namespace/{name} {}=true",
+            rules.allow_annotation
+        )
+    } else {
+        format!(
+            "kubectl annotate {}/{name} -n {} {}=true",
+            facts.target_type(),
+            facts.namespace.unwrap_or("default"),
+            rules.allow_annotation
+        )
+    };
+    let window = match &policy.break_glass {
+        Some(rules) => format!(
+            ", or delete it under a break-glass window ({} may open one: {})",
+            rules.openers.describe(),
+            facts.open_command()
+        ),
+        None => String::new(),
+    };
+    let controller = controller_of(policy, facts);
+    let subject = match controller {
+        Some(controller) => format!(
+            "Controller {} ({}) may not delete {}",
+            controller.name,
+            facts.about.who(),
+            facts.object_words()
+        ),
+        None => facts.may_not(),
+    };
+    let words = RefusalWords {
+        subject,
+        why: format!(
+            "the policy protects every {} from deletion by anyone, the GitOps controller included, unless deleting it is a deliberate act",
+            facts.kind
+        ),
+        next: format!(
+            "If it is meant, mark it first, in Git or with {annotate}{window}; if the controller is pruning it, check the last change in Git"
+        ),
+        owner: owner_suffix(policy),
+    };
+    let mut outcome = RuleOutcome::refuse(Rule::DeletionProtected, policy, words, "");
+    outcome.matched = controller.map(|c| c.name.clone());
+    outcome
+}
+
+/// A controller's delete beyond `controllerLimit` deletes within its period in the namespace.
+fn deletion_over_limit(
+    policy: &GatePolicy,
+    facts: &Facts<'_>,
+    rules: &DeletionRules,
+) -> Option<RuleOutcome> {
+    let limit = rules.controller_limit?;
+    let controller = controller_of(policy, facts)?;
+    let recent = facts.input.recent_deletes?.get(&policy.name)?;
+    let count = within(recent, limit.per.as_signed(), facts.input.now);
+    if count < limit.deletes as usize {
+        return None;
+    }
+    let namespace = facts.namespace.unwrap_or_default();
+    let words = RefusalWords {
+        subject: format!(
+            "Controller {} ({}) may not delete {}",
+            controller.name,
+            facts.about.who(),
+            facts.object_words()
+        ),
+        why: format!(
+            "it deleted {count} objects in {namespace} within {}, the policy's limit (spec.deletions.controllerLimit: {} per {})",
+            limit.per, limit.deletes, limit.per
+        ),
+        next: "A prune this large is stopped in case a change in Git removed more than it meant to: check the last revision; if the deletes are meant, they go on once the period has passed, or raise the limit".to_owned(),
+        owner: owner_suffix(policy),
+    };
+    let mut outcome = RuleOutcome::refuse(Rule::DeletionLimit, policy, words, "");
+    outcome.matched = Some(controller.name.clone());
+    Some(outcome)
+}
+
+/// The policy's controller this request comes from, by identity (a delete has no field manager).
+fn controller_of<'p>(
+    policy: &'p GatePolicy,
+    facts: &Facts<'_>,
+) -> Option<&'p crate::policy::Controller> {
+    policy
+        .controllers
+        .iter()
+        .find(|c| c.identity.matches(facts.user))
 }
 
 /// Which side of an UPDATE the review lacks, if any.
@@ -1570,7 +1725,8 @@ fn may_guard_with(
         Operation::Delete => GuardedOperation::Delete,
         Operation::Connect => return false,
     };
-    if !policy.guards_operation(operation) {
+    let deletion = deletion_guards(policy, request);
+    if !deletion && !policy.guards_operation(operation) {
         return false;
     }
     if is_namespace_object(request) {
@@ -1586,6 +1742,9 @@ fn may_guard_with(
     if !policy.guards_namespace(name, labels) {
         return false;
     }
+    if deletion {
+        return true;
+    }
     let resource = &request.resource;
     match request.sub_resource.as_deref().unwrap_or("") {
         "" => {
@@ -1594,6 +1753,21 @@ fn may_guard_with(
         }
         _ => true,
     }
+}
+
+/// Whether the policy's `deletions` may stop this delete, whatever else it guards: its kind
+/// from the envelope, its namespace guarded or not known yet (labels may select it).
+fn deletion_guards(policy: &GatePolicy, request: &AdmissionRequest<DynamicObject>) -> bool {
+    let Some(rules) = &policy.deletions else {
+        return false;
+    };
+    request.operation == Operation::Delete
+        && request.sub_resource.as_deref().unwrap_or("").is_empty()
+        && rules.protects(
+            &request.kind.group,
+            &request.kind.kind,
+            &request.resource.resource,
+        )
 }
 
 /// The decision for a write that [`may_guard`] but whose object could not be read (`problem`

@@ -8,6 +8,7 @@ pub mod blast_radius;
 pub mod certs;
 pub mod cli;
 pub mod decision;
+pub mod deletions;
 pub mod diff;
 pub mod error;
 pub mod events;

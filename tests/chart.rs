@@ -1544,6 +1544,8 @@ fn schema_differences(
             "object"
         } else if ty.contains("bool") {
             "boolean"
+        } else if ty.contains("u32") {
+            "integer"
         } else {
             "string"
         };

@@ -1429,6 +1429,7 @@ fn kubernetes_controllers_are_never_held() {
                 resource: None,
                 namespace: namespace.as_ref(),
                 parent: None,
+                recent_deletes: None,
                 now: case.now,
             },
         );
@@ -1521,6 +1522,7 @@ fn every_rule_in_order() {
                 resource: case.discovered.as_ref(),
                 namespace: namespace.as_ref(),
                 parent: parent.as_ref(),
+                recent_deletes: None,
                 now: case.now,
             },
             &ledger_guard(),
@@ -1593,6 +1595,7 @@ fn warnings_and_records_for_break_glass_use() {
             resource: None,
             namespace: None,
             parent: None,
+            recent_deletes: None,
             now: now(),
         },
     );
@@ -1641,6 +1644,7 @@ fn a_close_records_the_window_it_closed() {
             resource: None,
             namespace: None,
             parent: None,
+            recent_deletes: None,
             now: now(),
         },
     );
@@ -1667,6 +1671,7 @@ fn denial_response_is_forbidden_with_the_message() {
             resource: None,
             namespace: None,
             parent: None,
+            recent_deletes: None,
             now: now(),
         },
     );
@@ -1715,6 +1720,7 @@ fn every_matching_policy_must_admit_and_audit_only_warns() {
                 resource: None,
                 namespace: None,
                 parent: None,
+                recent_deletes: None,
                 now: now(),
             },
         )
@@ -1758,6 +1764,7 @@ fn label_selected_namespaces_fail_closed_when_labels_are_unknown() {
                 resource: None,
                 namespace: ns,
                 parent: None,
+                recent_deletes: None,
                 now: now(),
             },
         )
@@ -1800,6 +1807,7 @@ fn namespace_objects_are_scoped_by_their_own_name() {
                 resource: None,
                 namespace: None,
                 parent: None,
+                recent_deletes: None,
                 now: now(),
             },
         )
@@ -1834,6 +1842,7 @@ fn a_policy_can_require_a_reason_pattern() {
                 resource: None,
                 namespace: None,
                 parent: None,
+                recent_deletes: None,
                 now: now(),
             },
         )
@@ -1889,6 +1898,7 @@ fn a_long_reason_gives_way_in_the_warning() {
             resource: None,
             namespace: None,
             parent: None,
+            recent_deletes: None,
             now: now(),
         },
     );
@@ -1916,6 +1926,7 @@ fn kubernetes_controllers_never_need_the_parent_of_a_subresource() {
                 resource: None,
                 namespace: None,
                 parent: None,
+                recent_deletes: None,
                 now: now(),
             },
         );
@@ -2084,6 +2095,7 @@ fn the_records_crd_changes_only_by_its_admins() {
                 resource: None,
                 namespace: None,
                 parent: None,
+                recent_deletes: None,
                 now: now(),
             },
             &ledger_guard(),
@@ -2199,6 +2211,7 @@ fn without_a_known_identity_nobody_writes_records() {
             resource: None,
             namespace: None,
             parent: None,
+            recent_deletes: None,
             now: now(),
         },
     );
@@ -2233,6 +2246,7 @@ fn a_record_whose_policy_is_gone_is_resolved_only_by_the_crds_admins() {
                 resource: None,
                 namespace: None,
                 parent: None,
+                recent_deletes: None,
                 now: now(),
             },
             &ledger_guard(),
@@ -2252,5 +2266,297 @@ fn a_record_whose_policy_is_gone_is_resolved_only_by_the_crds_admins() {
     assert_eq!(
         (admin.allowed, admin.record.rule),
         (true, Rule::RecordResolved)
+    );
+}
+
+/// [`POLICY`] with `deletions` (the default kinds, a limit of 3 per minute), PVCs left out of
+/// `resources` as the example policy leaves them.
+fn deletions_policies(mode: &str) -> PolicySet {
+    let text = POLICY
+        .replace(
+            r#"resources: {exclude: ["core/Event"]}"#,
+            r#"resources: {exclude: ["core/Event", "core/PersistentVolumeClaim"]}"#,
+        )
+        .replace("  owner:", &format!("  mode: {mode}\n  owner:"))
+        + "  deletions:\n    controllerLimit: {deletes: 3, per: 1m}\n";
+    PolicySet::from_yaml("inline", &text).unwrap()
+}
+
+/// PersistentVolumeClaim prod-payments/data with `labels` and `annotations`.
+fn pvc(labels: Value, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "prod-payments", "uid": "pvc-1",
+            "labels": labels, "annotations": annotations},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+}
+
+impl Req {
+    /// A DELETE of `old` by `user` (no field manager: a DELETE carries none).
+    fn delete(user: &'static str, old: Value) -> Self {
+        let mut req = Req::update(user, old, Value::Null).fm(None).op("DELETE");
+        req.new = None;
+        req
+    }
+
+    fn pvc(mut self) -> Self {
+        self.kind = ("", "PersistentVolumeClaim");
+        self.resource = ("", "persistentvolumeclaims");
+        self.name = "data";
+        self
+    }
+
+    fn namespace_object(mut self, name: &'static str) -> Self {
+        self.kind = ("", "Namespace");
+        self.resource = ("", "namespaces");
+        self.namespace = "";
+        self.name = name;
+        self
+    }
+}
+
+/// Decides `case` under `policies` with `recent` as the controllers' recent deletes.
+fn decided(
+    policies: &PolicySet,
+    case: &Case,
+    recent: Option<&driftgate::deletions::RecentDeletes>,
+) -> driftgate::decision::Decision {
+    let request = case.req.build();
+    let namespace: Option<ObjectMeta> = case
+        .namespace
+        .clone()
+        .map(|v| serde_json::from_value(v).unwrap());
+    decide(
+        policies,
+        &DecisionInput {
+            request: &RequestFacts::new(&request),
+            resource: case.discovered.as_ref(),
+            namespace: namespace.as_ref(),
+            parent: None,
+            recent_deletes: recent,
+            now: case.now,
+        },
+    )
+}
+
+fn check(
+    policies: &PolicySet,
+    cases: Vec<Case>,
+    recent: Option<&driftgate::deletions::RecentDeletes>,
+) {
+    let mut failures = Vec::new();
+    for case in cases {
+        let decision = decided(policies, &case, recent);
+        // An Audit policy's refusal is a warning.
+        let said = format!("{} {}", decision.message, decision.warnings.join(" "));
+        if decision.allowed != case.allowed
+            || decision.record.rule != case.rule
+            || !said.contains(case.message)
+        {
+            failures.push(format!(
+                "{}: expected allowed={} rule={} saying {:?}; got allowed={} rule={} message={:?}",
+                case.name,
+                case.allowed,
+                case.rule,
+                case.message,
+                decision.allowed,
+                decision.record.rule,
+                said
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn protected_deletes_need_a_deliberate_act_whoever_asks() {
+    let allow = json!({"driftgate.dev/allow-deletion": "true"});
+    let window = json!({LABEL: "20261130T1000Z"});
+    let cases = vec![
+        case(
+            "Flux prunes a PVC",
+            Req::delete(FLUX, pvc(json!({}), json!({}))).pvc(),
+            false,
+            Rule::DeletionProtected,
+        )
+        .says("Controller flux"),
+        case(
+            "bob deletes a PVC",
+            Req::delete("bob", pvc(json!({}), json!({}))).pvc(),
+            false,
+            Rule::DeletionProtected,
+        )
+        .says("bob may not delete PersistentVolumeClaim prod-payments/data: the policy protects every PersistentVolumeClaim from deletion by anyone, the GitOps controller included, unless deleting it is a deliberate act (policy \"prod\", rule DeletionProtected). If it is meant, mark it first, in Git or with kubectl annotate persistentvolumeclaim/data -n prod-payments driftgate.dev/allow-deletion=true, or delete it under a break-glass window (user carol; group sre-oncall may open one: driftgate break-glass open persistentvolumeclaim/data -n prod-payments --for 1h"),
+        case(
+            "Flux prunes a PVC marked for deletion (PVCs are otherwise out of scope)",
+            Req::delete(FLUX, pvc(json!({}), allow.clone())).pvc(),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "a mark other than \"true\" is no mark",
+            Req::delete(FLUX, pvc(json!({}), json!({"driftgate.dev/allow-deletion": "yes"}))).pvc(),
+            false,
+            Rule::DeletionProtected,
+        ),
+        case(
+            "an opener deletes a PVC under a window on it",
+            Req::delete("alice", pvc(window.clone(), json!({REASON: "INC-9: disk full"}))).pvc(),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "Flux under that window is refused still",
+            Req::delete(FLUX, pvc(window.clone(), json!({REASON: "INC-9: disk full"}))).pvc(),
+            false,
+            Rule::DeletionProtected,
+        ),
+        case(
+            "bob under that window is no opener",
+            Req::delete("bob", pvc(window, json!({REASON: "INC-9: disk full"}))).pvc(),
+            false,
+            Rule::DeletionProtected,
+        ),
+        case(
+            "an opener under a namespace-wide window",
+            Req::delete("alice", pvc(json!({}), json!({}))).pvc(),
+            true,
+            Rule::OutOfScope,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"})),
+        case(
+            "the namespace controller empties a namespace being deleted",
+            Req::delete(NAMESPACE_CONTROLLER, pvc(json!({}), json!({}))).pvc(),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "the garbage collector deletes what a deleted owner held",
+            Req::delete(GARBAGE_COLLECTOR, pvc(json!({}), json!({}))).pvc(),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "a PVC outside the policy's namespaces",
+            Req::delete(FLUX, pvc(json!({}), json!({}))).pvc().ns("prod-sandbox"),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "Flux prunes a Deployment: not a protected kind",
+            Req::delete(FLUX, plain()),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "Flux deletes a Namespace",
+            Req::delete(FLUX, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod-payments"}}))
+                .namespace_object("prod-payments"),
+            false,
+            Rule::DeletionProtected,
+        )
+        .says("kubectl annotate namespace/prod-payments driftgate.dev/allow-deletion=true"),
+        case(
+            "Flux deletes a Namespace that Git marked for deletion",
+            Req::delete(FLUX, json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "prod-payments", "annotations": allow}}))
+                .namespace_object("prod-payments"),
+            true,
+            Rule::Controller,
+        ),
+    ];
+    check(&deletions_policies("Enforce"), cases, None);
+
+    // Audit only warns, with the same words.
+    let audit = vec![
+        case(
+            "Flux prunes a PVC under Audit",
+            Req::delete(FLUX, pvc(json!({}), json!({}))).pvc(),
+            true,
+            Rule::DeletionProtected,
+        )
+        .says("would deny in Enforce mode"),
+    ];
+    check(&deletions_policies("Audit"), audit, None);
+    // Without a `deletions` section nothing is protected.
+    check(
+        &policies(),
+        vec![case(
+            "Flux prunes a PVC where deletions are not configured",
+            Req::delete(FLUX, pvc(json!({}), json!({}))).pvc(),
+            true,
+            Rule::Controller,
+        )],
+        None,
+    );
+}
+
+#[test]
+fn the_controllers_deletes_stop_at_the_limit_in_the_namespace() {
+    let policies = deletions_policies("Enforce");
+    let configmap = || {
+        Req::delete(
+            FLUX,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "namespace": "prod-payments"}}),
+        )
+        .configmap("settings")
+    };
+    let ago = |seconds: i64| now() - jiff::SignedDuration::from_secs(seconds);
+    let recent = |times: Vec<Timestamp>| -> driftgate::deletions::RecentDeletes {
+        [("prod".to_owned(), times)].into()
+    };
+    check(
+        &policies,
+        vec![case(
+            "two deletes in the last minute",
+            configmap(),
+            true,
+            Rule::Controller,
+        )],
+        Some(&recent(vec![ago(50), ago(10)])),
+    );
+    check(
+        &policies,
+        vec![case("three in the last minute", configmap(), false, Rule::DeletionLimit).says(
+            "Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not delete ConfigMap prod-payments/settings: \
+             it deleted 3 objects in prod-payments within 1m, the policy's limit (spec.deletions.controllerLimit: 3 per 1m) (policy \"prod\", rule DeletionLimit). \
+             A prune this large is stopped",
+        )],
+        Some(&recent(vec![ago(50), ago(30), ago(10)])),
+    );
+    check(
+        &policies,
+        vec![case(
+            "three, one of them over a minute ago",
+            configmap(),
+            true,
+            Rule::Controller,
+        )],
+        Some(&recent(vec![ago(61), ago(30), ago(10)])),
+    );
+    // The limit is the controllers': anybody else is judged by the other rules.
+    let mut bobs = configmap();
+    bobs.user = "bob";
+    bobs.groups = groups_of("bob");
+    check(
+        &policies,
+        vec![case(
+            "bob, after three of Flux's",
+            bobs,
+            false,
+            Rule::NotPermitted,
+        )],
+        Some(&recent(vec![ago(50), ago(30), ago(10)])),
+    );
+    // Another policy's tally does not count.
+    check(
+        &policies,
+        vec![case(
+            "another policy's deletes",
+            configmap(),
+            true,
+            Rule::Controller,
+        )],
+        Some(&[("staging".to_owned(), vec![ago(50), ago(30), ago(10)])].into()),
     );
 }

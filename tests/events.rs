@@ -293,6 +293,7 @@ fn a_change_under_a_namespace_window_says_so() {
             resource: None,
             namespace: Some(&namespace.metadata),
             parent: None,
+            recent_deletes: None,
             now: NOW.parse().unwrap(),
         },
     );
@@ -1042,6 +1043,24 @@ fn edited_review(
     parse_review(&serde_json::to_vec(&review).unwrap()).unwrap()
 }
 
+/// Makes a captured review of a ConfigMap one of PersistentVolumeClaim prod-payments/data.
+fn pvc_in_prod_payments(request: &mut serde_json::Value) {
+    request["namespace"] = json!("prod-payments");
+    request["name"] = json!("data");
+    request["kind"] = json!({"group": "", "version": "v1", "kind": "PersistentVolumeClaim"});
+    request["resource"] =
+        json!({"group": "", "version": "v1", "resource": "persistentvolumeclaims"});
+    request["requestKind"] = request["kind"].clone();
+    request["requestResource"] = request["resource"].clone();
+    let old = &mut request["oldObject"];
+    old["kind"] = json!("PersistentVolumeClaim");
+    old["metadata"]["name"] = json!("data");
+    old["metadata"]["namespace"] = json!("prod-payments");
+    old["spec"] =
+        json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}});
+    old.as_object_mut().unwrap().remove("data");
+}
+
 /// How to bring about a refusal by `rule`; None for a rule that admits. Exhaustive, so that a
 /// new rule cannot go untested.
 fn refusal_by(rule: Rule) -> Option<Refused> {
@@ -1098,6 +1117,46 @@ fn refusal_by(rule: Rule) -> Option<Refused> {
             "more than the policy's maxDuration of 4h from now",
             "Close it and open a new window with driftgate break-glass open deployment/api",
         ),
+        Rule::DeletionProtected => {
+            // Flux's prune, as the real one sends it, of a PersistentVolumeClaim.
+            let request = edited_review("flux-real-prune.json", pvc_in_prod_payments);
+            let decision = decide_with(&policies(), &request, None, NOW);
+            refused(
+                request,
+                decision,
+                "the policy protects every PersistentVolumeClaim from deletion by anyone, the GitOps controller included",
+                "If it is meant, mark it first, in Git or with kubectl annotate persistentvolumeclaim/data -n prod-payments driftgate.dev/allow-deletion=true",
+            )
+        }
+        Rule::DeletionLimit => {
+            // Flux's prune of a ConfigMap, after 20 deletes in the last minute.
+            let request = edited_review("flux-real-prune.json", |r| {
+                r["namespace"] = json!("prod-payments");
+                r["oldObject"]["metadata"]["namespace"] = json!("prod-payments");
+            });
+            let facts = RequestFacts::new(&request);
+            let now: jiff::Timestamp = NOW.parse().unwrap();
+            let recent = [(
+                "production".to_owned(),
+                vec![now - jiff::SignedDuration::from_secs(30); 20],
+            )]
+            .into();
+            let input = DecisionInput {
+                request: &facts,
+                resource: None,
+                namespace: None,
+                parent: None,
+                recent_deletes: Some(&recent),
+                now,
+            };
+            let decision = driftgate::decision::decide(&policies(), &input);
+            refused(
+                request,
+                decision,
+                "it deleted 20 objects in prod-payments within 1m, the policy's limit",
+                "check the last revision",
+            )
+        }
         Rule::Unreadable => {
             let request = review("kubectl-edit.json");
             let facts = RequestFacts::new(&request);
@@ -1106,6 +1165,7 @@ fn refusal_by(rule: Rule) -> Option<Refused> {
                 resource: None,
                 namespace: None,
                 parent: None,
+                recent_deletes: None,
                 now: NOW.parse().unwrap(),
             };
             let decision = driftgate::decision::unreadable(

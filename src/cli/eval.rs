@@ -82,6 +82,7 @@ pub fn eval(args: &EvalArgs, out: &mut impl Write) -> ExitCode {
                 resource: None,
                 namespace: namespace_for(&namespaces, request.namespace.as_deref()),
                 parent: parent.as_ref(),
+                recent_deletes: None,
                 now,
             },
         );

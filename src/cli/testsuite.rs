@@ -227,6 +227,7 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
                 resource: None,
                 namespace,
                 parent: parent.as_ref(),
+                recent_deletes: None,
                 now,
             },
         );

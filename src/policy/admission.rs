@@ -100,6 +100,7 @@ mod tests {
             resource: None,
             namespace: None,
             parent: None,
+            recent_deletes: None,
             now: "2026-12-01T11:00:00Z".parse().unwrap(),
         };
         decide_with_ledger(&PolicySet::default(), &input, &LedgerGuard::default())

@@ -59,6 +59,9 @@ pub struct GatePolicySpec {
     pub delegations: Vec<DelegationSpec>,
     #[serde(default)]
     pub break_glass: Option<Spanned<BreakGlassSpec>>,
+    /// Kinds nobody deletes, the controllers included, without a deliberate act.
+    #[serde(default)]
+    pub deletions: Option<Spanned<DeletionsSpec>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,7 +142,7 @@ pub struct BreakGlassSpec {
     #[serde(default)]
     pub require_reason: Option<bool>,
     pub max_duration: Spanned<String>,
-    pub openers: Spanned<OpenersSpec>,
+    pub openers: Spanned<IdentitySpec>,
     #[serde(default)]
     pub hold_controller: Option<bool>,
     #[serde(default)]
@@ -157,11 +160,40 @@ pub struct BreakGlassSpec {
     pub reason_pattern: Option<Spanned<String>>,
 }
 
+/// Destructive deletes: which kinds need a deliberate act to delete, and how many deletes a
+/// controller may make in a namespace at once.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct OpenersSpec {
+pub struct DeletionsSpec {
+    /// `group/Kind` globs (default: PersistentVolumeClaims and Namespaces), whatever
+    /// `resources` says.
+    #[serde(default)]
+    pub kinds: Option<Vec<Spanned<String>>>,
+    /// The annotation (value `"true"`) that allows deleting one object.
+    #[serde(default)]
+    pub allow_annotation: Option<Spanned<String>>,
+    /// Whose deletes follow a deliberate one (default: Kubernetes' namespace controller and
+    /// garbage collector, which delete what a deleted namespace or owner held).
+    #[serde(default)]
+    pub exempt: Option<Spanned<IdentitySpec>>,
+    #[serde(default)]
+    pub controller_limit: Option<Spanned<DeletionLimitSpec>>,
+}
+
+/// Users and groups (globs).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct IdentitySpec {
     #[serde(default)]
     pub usernames: Vec<Spanned<String>>,
     #[serde(default)]
     pub groups: Vec<Spanned<String>>,
+}
+
+/// At most `deletes` deletes by the controllers in one namespace within `per`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeletionLimitSpec {
+    pub deletes: Spanned<u32>,
+    pub per: Spanned<String>,
 }

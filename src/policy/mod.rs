@@ -19,8 +19,8 @@ use serde_saphyr::{Location, Spanned};
 
 pub use document::PolicyMode;
 use document::{
-    API_VERSION, BreakGlassSpec, ControllerSpec, DelegationSpec, GatePolicyDocument,
-    GuardedOperation, KIND,
+    API_VERSION, BreakGlassSpec, ControllerSpec, DelegationSpec, DeletionLimitSpec, DeletionsSpec,
+    GatePolicyDocument, GuardedOperation, KIND,
 };
 
 use reading::Node;
@@ -88,6 +88,21 @@ pub struct IdentityMatcher {
 }
 
 impl IdentityMatcher {
+    /// Exactly these usernames (literal names, never globs: defaults the code gives).
+    fn usernames(names: &[&str]) -> IdentityMatcher {
+        let mut builder = GlobSetBuilder::new();
+        for name in names {
+            let literal = globset::escape(name);
+            builder.add(globset::Glob::new(&literal).expect("an escaped name is a valid glob"));
+        }
+        IdentityMatcher {
+            usernames: builder.build().expect("literal globs build"),
+            groups: GlobSet::empty(),
+            username_patterns: names.iter().map(|n| n.to_string()).collect(),
+            group_patterns: Vec::new(),
+        }
+    }
+
     pub fn matches(&self, user: &UserInfo) -> bool {
         user.username
             .as_deref()
@@ -163,6 +178,43 @@ pub struct BreakGlassRules {
     pub reason_pattern: Option<regex::Regex>,
 }
 
+/// Which deletes need a deliberate act, under one policy.
+#[derive(Clone, Debug)]
+pub struct DeletionRules {
+    kinds: GlobSet,
+    pub kind_patterns: Vec<String>,
+    pub allow_annotation: String,
+    pub exempt: IdentityMatcher,
+    pub controller_limit: Option<DeletionLimit>,
+}
+
+/// At most `deletes` deletes by the controllers in one namespace within `per`.
+#[derive(Clone, Copy, Debug)]
+pub struct DeletionLimit {
+    pub deletes: u32,
+    pub per: WindowDuration,
+}
+
+impl DeletionRules {
+    /// Whether deleting an object of `group/kind` (or `group/resource`) needs a deliberate act.
+    pub fn protects(&self, group: &str, kind: &str, resource: &str) -> bool {
+        let group = if group.is_empty() { "core" } else { group };
+        self.kinds.is_match(format!("{group}/{kind}"))
+            || self.kinds.is_match(format!("{group}/{resource}"))
+    }
+}
+
+/// The kinds protected from deletion when `deletions.kinds` is not given.
+pub const DEFAULT_PROTECTED_KINDS: &[&str] = &["core/PersistentVolumeClaim", "core/Namespace"];
+/// The annotation that allows deleting one protected object.
+pub const DEFAULT_ALLOW_DELETION_ANNOTATION: &str = "driftgate.dev/allow-deletion";
+/// Kubernetes' controllers whose deletes follow a deliberate deletion (of the namespace, of the
+/// owner), exempt when `deletions.exempt` is not given.
+pub const DEFAULT_DELETION_EXEMPT: &[&str] = &[
+    "system:serviceaccount:kube-system:namespace-controller",
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+];
+
 /// A validated policy, ready for decisions.
 #[derive(Clone, Debug)]
 pub struct GatePolicy {
@@ -180,6 +232,7 @@ pub struct GatePolicy {
     pub controllers: Vec<Controller>,
     pub delegations: Vec<Delegation>,
     pub break_glass: Option<BreakGlassRules>,
+    pub deletions: Option<DeletionRules>,
 }
 
 /// Whether the labels of a namespace are known to the caller.
@@ -730,6 +783,16 @@ impl Checker<'_> {
                 "names no identity: list at least one entry in usernames or groups",
             );
         }
+        self.identity_matcher(field, usernames, groups)
+    }
+
+    /// [`Checker::identity`] that accepts an empty list (which matches nobody).
+    fn identity_matcher(
+        &mut self,
+        field: &str,
+        usernames: &[Spanned<String>],
+        groups: &[Spanned<String>],
+    ) -> IdentityMatcher {
         IdentityMatcher {
             usernames: self.globs(&format!("{field}.usernames"), usernames),
             groups: self.globs(&format!("{field}.groups"), groups),
@@ -859,6 +922,7 @@ impl Checker<'_> {
         let controllers = self.controllers(&spec.controllers, holds);
         let delegations = self.delegations(&spec.delegations, &subresources);
         let break_glass = spec.break_glass.map(|bg| self.break_glass(bg.value));
+        let deletions = spec.deletions.map(|d| self.deletions(d.value));
 
         if self.errors.len() > errors_before {
             return None;
@@ -878,6 +942,7 @@ impl Checker<'_> {
             controllers,
             delegations,
             break_glass: break_glass.flatten(),
+            deletions: deletions.flatten(),
         })
     }
 
@@ -1024,6 +1089,84 @@ impl Checker<'_> {
             });
         }
         out
+    }
+
+    fn deletions(&mut self, spec: DeletionsSpec) -> Option<DeletionRules> {
+        let kind_patterns: Vec<String> = match &spec.kinds {
+            None => DEFAULT_PROTECTED_KINDS
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
+            Some(list) => {
+                self.resource_patterns("spec.deletions.kinds", list);
+                list.iter().map(|k| k.value.clone()).collect()
+            }
+        };
+        let kinds = match &spec.kinds {
+            None => compile_globs(DEFAULT_PROTECTED_KINDS).unwrap_or_default(),
+            Some(list) => self.globs("spec.deletions.kinds", list),
+        };
+        let allow_annotation = match spec.allow_annotation {
+            None => DEFAULT_ALLOW_DELETION_ANNOTATION.to_owned(),
+            Some(key) => {
+                if !is_qualified_name(&key.value) {
+                    self.error(
+                        key.referenced,
+                        "spec.deletions.allowAnnotation",
+                        format!(
+                            "\"{}\" is not a valid annotation key (optional DNS prefix and '/', then up to 63 of [A-Za-z0-9._-])",
+                            key.value
+                        ),
+                    );
+                }
+                key.value
+            }
+        };
+        // Exempting nobody is a choice, not a mistake: an empty list is accepted here.
+        let exempt = match &spec.exempt {
+            None => IdentityMatcher::usernames(DEFAULT_DELETION_EXEMPT),
+            Some(exempt) => self.identity_matcher(
+                "spec.deletions.exempt",
+                &exempt.value.usernames,
+                &exempt.value.groups,
+            ),
+        };
+        let controller_limit = match spec.controller_limit {
+            None => None,
+            Some(limit) => self.deletion_limit(limit.value),
+        };
+        Some(DeletionRules {
+            kinds,
+            kind_patterns,
+            allow_annotation,
+            exempt,
+            controller_limit,
+        })
+    }
+
+    fn deletion_limit(&mut self, spec: DeletionLimitSpec) -> Option<DeletionLimit> {
+        if spec.deletes.value == 0 {
+            self.error(
+                spec.deletes.referenced,
+                "spec.deletions.controllerLimit.deletes",
+                "must be at least 1 (to refuse every delete, protect the kinds instead)",
+            );
+        }
+        let per = match WindowDuration::parse(&spec.per.value) {
+            Ok(per) => Some(per),
+            Err(error) => {
+                self.error(
+                    spec.per.referenced,
+                    "spec.deletions.controllerLimit.per",
+                    error.to_string(),
+                );
+                None
+            }
+        };
+        Some(DeletionLimit {
+            deletes: spec.deletes.value,
+            per: per?,
+        })
     }
 
     fn break_glass(&mut self, spec: BreakGlassSpec) -> Option<BreakGlassRules> {

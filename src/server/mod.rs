@@ -24,12 +24,13 @@ use axum::routing::{get, post};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
+use kube::core::admission::{AdmissionRequest, Operation};
 use tower_http::timeout::TimeoutLayer;
 
 use crate::decision::{
     Decision, DecisionInput, decide_with_ledger, may_guard, needs_parent, unreadable,
 };
+use crate::deletions::DeletionTally;
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog};
 use crate::ledger::service::Ledger;
@@ -80,6 +81,9 @@ pub struct AppState {
     pub body_budget: BodyBudget,
     /// The GatePolicy source, when `serve --gatepolicies` reads one.
     pub gatepolicies: Option<Arc<gatepolicies::GatePolicyHealth>>,
+    /// The controllers' recent deletes, for `deletions.controllerLimit`. Each replica counts
+    /// the deletes it reviews.
+    pub deletions: std::sync::Mutex<DeletionTally>,
 }
 
 impl AppState {
@@ -108,6 +112,7 @@ impl AppState {
             clock: Arc::new(Timestamp::now),
             accepting: AtomicBool::new(true),
             gatepolicies: None,
+            deletions: std::sync::Mutex::default(),
         }
     }
 
@@ -484,6 +489,7 @@ async fn judge(
             resource: None,
             namespace: read.namespace.as_ref().map(|ns| &ns.metadata),
             parent: None,
+            recent_deletes: None,
             now: (state.clock)(),
         };
         return unreadable(policies, &input, problem);
@@ -544,6 +550,11 @@ pub async fn review(state: &AppState, facts: &RequestFacts<'_>) -> Decision {
         .ledger
         .apply(facts, &mut decision, &policies, now)
         .await;
+    state
+        .deletions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .observe(facts, &decision, &policies, now);
     decision
 }
 
@@ -562,11 +573,23 @@ async fn decide_with_cluster(
         .resources
         .lookup(&request.resource.group, &request.resource.resource)
         .await;
+    // Copied out, so that the lock is not held while deciding.
+    let recent_deletes = (request.operation == Operation::Delete)
+        .then(|| facts.scope_namespace())
+        .flatten()
+        .map(|namespace| {
+            state
+                .deletions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .recent(namespace)
+        });
     let input = DecisionInput {
         request: facts,
         resource: resource.as_ref(),
         namespace: namespace_meta,
         parent: None,
+        recent_deletes: recent_deletes.as_ref(),
         now,
     };
     let decision = decide_with_ledger(policies, &input, &state.ledger.guard());

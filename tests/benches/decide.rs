@@ -41,6 +41,7 @@ fn decide_at(
         resource: None,
         namespace: None,
         parent: None,
+        recent_deletes: None,
         now,
     };
     decide(policies, &input)

@@ -61,6 +61,7 @@ pub fn decide_with(
             resource: None,
             namespace: None,
             parent,
+            recent_deletes: None,
             now: now.parse().expect("an RFC 3339 time"),
         },
     )

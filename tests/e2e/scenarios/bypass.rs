@@ -419,8 +419,8 @@ async fn a_collection_delete_stops_at_its_first_refusal_and_is_recorded_per_obje
     let namespace = kubectl(BOB, &["delete", "namespace", ns, "--wait=false"]);
     assert_denied(
         &namespace,
-        "bob may not delete Namespace prod-b3:",
-        "NotPermitted",
+        "bob may not delete Namespace prod-b3: the policy protects every Namespace from deletion",
+        "DeletionProtected",
     );
     assert_eq!(
         get_json("namespace/prod-b3", ns)["status"]["phase"],

@@ -461,6 +461,12 @@ async fn noon(driftgate: &Driftgate) -> f64 {
 /// the tokens controller delete what they own, and the service controller removes its finalizer
 /// once the Service is being deleted (as it does after deleting the balancer); it goes.
 async fn evening() {
+    // Git first marks the namespace for deletion (the policy protects Namespaces from deletion
+    // without a deliberate act), then removes it.
+    show(flux_apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n  labels: {{{SCENARIO_LABEL}: normal-day}}\n  annotations: {{driftgate.dev/allow-deletion: \"true\"}}\n"
+    )))
+    .ok();
     show(control_plane().kubectl(FLUX, &["delete", "namespace", NS, "--wait=false"])).ok();
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut finalizer_removed = false;

@@ -481,3 +481,130 @@ async fn a_config_map_removed_from_git_is_pruned_by_the_real_flux_and_driftgate_
     );
     assert_eq!(replicas(ns), Some(2), "the Deployment stays");
 }
+
+/// PersistentVolumeClaim `data` in `namespace`, as Git declares it.
+fn data_claim(namespace: &str) -> String {
+    format!(
+        "\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\n  namespace: {namespace}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n"
+    )
+}
+
+/// Waits until Kustomization `name`'s Ready is False saying `words`: its message.
+async fn not_ready_saying(name: &str, words: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let (status, message) = ready(name);
+        if status == "False" && message.contains(words) {
+            return message;
+        }
+        assert!(
+            start.elapsed() < REVERT,
+            "the Kustomization never said {words:?}: {status} {message}; log: {}",
+            flux().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_claim_removed_from_git_is_not_pruned_until_someone_marks_it() {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-flux-prune-pvc";
+    flux().publish(ns, &(namespace_with_api(ns) + &data_claim(ns)));
+    flux().kustomize(ns, INTERVAL);
+    wait_for_replicas(ns, ns, 2, FIRST_APPLY).await;
+    let claim = || {
+        let out = control_plane().kubectl(ADMIN, &["get", "pvc/data", "-n", ns, "-o", "json"]);
+        out.success()
+            .then(|| serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap())
+    };
+    assert!(claim().is_some(), "Flux applied the claim");
+
+    // A change in Git drops the claim (a chart renamed it, a path moved): the real Flux prunes
+    // it, and driftgate refuses the delete; the Kustomization says why.
+    flux().publish(ns, &namespace_with_api(ns));
+    let message = not_ready_saying(ns, "rule DeletionProtected").await;
+    eprintln!("the real Flux reported the refused prune: {message}");
+    assert!(
+        message.contains(&format!(
+            "Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not delete PersistentVolumeClaim {ns}/data: the policy protects every PersistentVolumeClaim from deletion"
+        )),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let kept = claim().expect("the claim is still there");
+    assert!(
+        kept["metadata"]["deletionTimestamp"].is_null(),
+        "not being deleted: {kept:#}"
+    );
+
+    // The deliberate act: someone marks it (or Git declares the mark), and the next prune goes.
+    kubectl(
+        ALICE,
+        &[
+            "annotate",
+            "pvc/data",
+            "-n",
+            ns,
+            "driftgate.dev/allow-deletion=true",
+        ],
+    )
+    .ok();
+    let start = Instant::now();
+    while let Some(claim) = claim() {
+        assert!(
+            start.elapsed() < REVERT,
+            "the marked claim was not pruned: {claim:#}; log: {}",
+            flux().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!(
+        "the real Flux pruned the marked claim {:.1}s after the mark",
+        start.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test]
+async fn a_mass_prune_by_the_real_flux_stops_at_the_policys_limit() {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-flux-mass-prune";
+    // The example policy's limit: 20 deletes by the controllers in a namespace within a minute.
+    const LIMIT: usize = 20;
+    let config_maps: String = (0..LIMIT + 5)
+        .map(|i| {
+            format!(
+                "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings-{i}\n  namespace: {ns}\ndata: {{n: \"{i}\"}}\n"
+            )
+        })
+        .collect();
+    flux().publish(ns, &(namespace_with_api(ns) + &config_maps));
+    flux().kustomize(ns, INTERVAL);
+    wait_for_replicas(ns, ns, 2, FIRST_APPLY).await;
+    let settings = || {
+        let out = control_plane().kubectl(ADMIN, &["get", "configmaps", "-n", ns, "-o", "name"]);
+        out.stdout
+            .lines()
+            .filter(|l| l.starts_with("configmap/settings-"))
+            .count()
+    };
+    eventually("Flux to apply every ConfigMap", || async {
+        (settings() == LIMIT + 5).then_some(())
+    })
+    .await;
+
+    // A revision that drops them all: the first 20 deletes are admitted, the rest refused.
+    flux().publish(ns, &namespace_with_api(ns));
+    let message = not_ready_saying(ns, "rule DeletionLimit").await;
+    eprintln!("the real Flux reported the stopped prune: {message}");
+    assert!(
+        message.contains(&format!(
+            "it deleted {LIMIT} objects in {ns} within 1m, the policy's limit"
+        )),
+        "{message}"
+    );
+    let left = settings();
+    assert_eq!(left, 5, "20 deleted, 5 kept for now");
+}

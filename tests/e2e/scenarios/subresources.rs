@@ -1532,8 +1532,13 @@ subjects:
         "192.0.2.10"
     );
 
-    // Flux deletes the namespace; the real namespace controller empties it, then removes the
-    // `kubernetes` finalizer through finalize: sent (it changes spec), and admitted.
+    // Git marks the namespace for deletion, and Flux deletes it; the real namespace controller
+    // empties it, then removes the `kubernetes` finalizer through finalize: sent (it changes
+    // spec), and admitted.
+    show(flux_apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  annotations: {{driftgate.dev/allow-deletion: \"true\"}}\n"
+    )))
+    .ok();
     show(control_plane().kubectl(FLUX, &["delete", "namespace", ns, "--wait=false"])).ok();
     // No kubelet confirms the Pod's end: force it, as an administrator would.
     show(control_plane().kubectl(

@@ -301,6 +301,7 @@ fn decide_with_cluster(policies: &PolicySet, request: &AdmissionRequest<DynamicO
         resource: None,
         namespace: namespace.map(|ns| &ns.metadata),
         parent: None,
+        recent_deletes: None,
         now: now(),
     };
     let mut decision = decide(policies, &input);
