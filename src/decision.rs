@@ -1199,7 +1199,7 @@ fn refuse_deletion(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome
     if protected {
         return Some(deletion_protected(policy, facts, rules));
     }
-    deletion_over_limit(policy, facts, rules)
+    deletion_over_limit(policy, facts)
 }
 
 fn allowed_by_annotation(facts: &Facts<'_>, rules: &DeletionRules) -> bool {
@@ -1272,13 +1272,8 @@ fn deletion_protected(
 }
 
 /// A controller's delete beyond `controllerLimit` deletes within its period in the namespace.
-fn deletion_over_limit(
-    policy: &GatePolicy,
-    facts: &Facts<'_>,
-    rules: &DeletionRules,
-) -> Option<RuleOutcome> {
-    let limit = rules.controller_limit?;
-    let controller = controller_of(policy, facts)?;
+fn deletion_over_limit(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+    let (controller, limit) = policy.deletion_limit_for(facts.user)?;
     let recent = facts.input.recent_deletes?.get(&policy.name)?;
     let count = within(recent, limit.per.as_signed(), facts.input.now);
     if count < limit.deletes as usize {

@@ -2272,14 +2272,17 @@ fn a_record_whose_policy_is_gone_is_resolved_only_by_the_crds_admins() {
 /// [`POLICY`] with `deletions` (the default kinds, a limit of 3 per minute), PVCs left out of
 /// `resources` as the example policy leaves them.
 fn deletions_policies(mode: &str) -> PolicySet {
-    let text = POLICY
+    PolicySet::from_yaml("inline", &deletions_text(mode)).unwrap()
+}
+
+fn deletions_text(mode: &str) -> String {
+    POLICY
         .replace(
             r#"resources: {exclude: ["core/Event"]}"#,
             r#"resources: {exclude: ["core/Event", "core/PersistentVolumeClaim"]}"#,
         )
         .replace("  owner:", &format!("  mode: {mode}\n  owner:"))
-        + "  deletions:\n    controllerLimit: {deletes: 3, per: 1m}\n";
-    PolicySet::from_yaml("inline", &text).unwrap()
+        + "  deletions:\n    controllerLimit: {deletes: 3, per: 1m}\n"
 }
 
 /// PersistentVolumeClaim prod-payments/data with `labels` and `annotations`.
@@ -2545,6 +2548,32 @@ fn the_controllers_deletes_stop_at_the_limit_in_the_namespace() {
             bobs,
             false,
             Rule::NotPermitted,
+        )],
+        Some(&recent(vec![ago(50), ago(30), ago(10)])),
+    );
+    // Kubernetes' own controllers (`heldByWindows: false`) are never limited: the namespace
+    // controller empties a namespace being deleted, whatever it holds.
+    let with_kubernetes = PolicySet::from_yaml(
+        "inline",
+        &deletions_text("Enforce").replacen(
+            "  delegations:\n",
+            &format!(
+                "    - name: kubernetes\n      usernames: [\"{ROOT_CA_PUBLISHER}\"]\n      heldByWindows: false\n  delegations:\n"
+            ),
+            1,
+        ),
+    )
+    .unwrap();
+    let mut publishers = configmap();
+    publishers.user = ROOT_CA_PUBLISHER;
+    publishers.groups = groups_of(ROOT_CA_PUBLISHER);
+    check(
+        &with_kubernetes,
+        vec![case(
+            "Kubernetes' controller, after three deletes",
+            publishers,
+            true,
+            Rule::Controller,
         )],
         Some(&recent(vec![ago(50), ago(30), ago(10)])),
     );
