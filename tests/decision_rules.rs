@@ -1430,6 +1430,7 @@ fn kubernetes_controllers_are_never_held() {
                 namespace: namespace.as_ref(),
                 parent: None,
                 now: case.now,
+                silence: None,
             },
         );
         if decision.allowed != case.allowed || decision.record.rule != case.rule {
@@ -1522,6 +1523,7 @@ fn every_rule_in_order() {
                 namespace: namespace.as_ref(),
                 parent: parent.as_ref(),
                 now: case.now,
+                silence: None,
             },
             &ledger_guard(),
         );
@@ -1594,6 +1596,7 @@ fn warnings_and_records_for_break_glass_use() {
             namespace: None,
             parent: None,
             now: now(),
+            silence: None,
         },
     );
     assert!(decision.allowed);
@@ -1642,6 +1645,7 @@ fn a_close_records_the_window_it_closed() {
             namespace: None,
             parent: None,
             now: now(),
+            silence: None,
         },
     );
     assert_eq!(decision.record.rule, Rule::BreakGlassClosed);
@@ -1668,6 +1672,7 @@ fn denial_response_is_forbidden_with_the_message() {
             namespace: None,
             parent: None,
             now: now(),
+            silence: None,
         },
     );
     let review = serde_json::to_value(decision.to_response(&request).into_review()).unwrap();
@@ -1716,6 +1721,7 @@ fn every_matching_policy_must_admit_and_audit_only_warns() {
                 namespace: None,
                 parent: None,
                 now: now(),
+                silence: None,
             },
         )
     };
@@ -1759,6 +1765,7 @@ fn label_selected_namespaces_fail_closed_when_labels_are_unknown() {
                 namespace: ns,
                 parent: None,
                 now: now(),
+                silence: None,
             },
         )
     };
@@ -1801,6 +1808,7 @@ fn namespace_objects_are_scoped_by_their_own_name() {
                 namespace: None,
                 parent: None,
                 now: now(),
+                silence: None,
             },
         )
     };
@@ -1835,6 +1843,7 @@ fn a_policy_can_require_a_reason_pattern() {
                 namespace: None,
                 parent: None,
                 now: now(),
+                silence: None,
             },
         )
     };
@@ -1890,6 +1899,7 @@ fn a_long_reason_gives_way_in_the_warning() {
             namespace: None,
             parent: None,
             now: now(),
+            silence: None,
         },
     );
     let warning = &decision.warnings[0];
@@ -1917,6 +1927,7 @@ fn kubernetes_controllers_never_need_the_parent_of_a_subresource() {
                 namespace: None,
                 parent: None,
                 now: now(),
+                silence: None,
             },
         );
         assert_eq!(decision.record.rule, Rule::Controller, "{user}");
@@ -2085,6 +2096,7 @@ fn the_records_crd_changes_only_by_its_admins() {
                 namespace: None,
                 parent: None,
                 now: now(),
+                silence: None,
             },
             &ledger_guard(),
         )
@@ -2200,6 +2212,7 @@ fn without_a_known_identity_nobody_writes_records() {
             namespace: None,
             parent: None,
             now: now(),
+            silence: None,
         },
     );
     assert_eq!(
@@ -2234,6 +2247,7 @@ fn a_record_whose_policy_is_gone_is_resolved_only_by_the_crds_admins() {
                 namespace: None,
                 parent: None,
                 now: now(),
+                silence: None,
             },
             &ledger_guard(),
         )

@@ -294,6 +294,7 @@ fn a_change_under_a_namespace_window_says_so() {
             namespace: Some(&namespace.metadata),
             parent: None,
             now: NOW.parse().unwrap(),
+            silence: None,
         },
     );
     let event = only_event(&request, &decision);
@@ -1107,6 +1108,7 @@ fn refusal_by(rule: Rule) -> Option<Refused> {
                 namespace: None,
                 parent: None,
                 now: NOW.parse().unwrap(),
+                silence: None,
             };
             let decision = driftgate::decision::unreadable(
                 &policies(),

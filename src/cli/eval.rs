@@ -83,6 +83,7 @@ pub fn eval(args: &EvalArgs, out: &mut impl Write) -> ExitCode {
                 namespace: namespace_for(&namespaces, request.namespace.as_deref()),
                 parent: parent.as_ref(),
                 now,
+                silence: None,
             },
         );
         let review = decision.to_response(&request).into_review();

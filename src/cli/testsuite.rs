@@ -228,6 +228,7 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
                 namespace,
                 parent: parent.as_ref(),
                 now,
+                silence: None,
             },
         );
         results.push(CaseResult {

@@ -101,6 +101,7 @@ mod tests {
             namespace: None,
             parent: None,
             now: "2026-12-01T11:00:00Z".parse().unwrap(),
+            silence: None,
         };
         decide_with_ledger(&PolicySet::default(), &input, &LedgerGuard::default())
     }

@@ -42,6 +42,7 @@ fn decide_at(
         namespace: None,
         parent: None,
         now,
+        silence: None,
     };
     decide(policies, &input)
 }

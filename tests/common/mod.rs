@@ -62,6 +62,7 @@ pub fn decide_with(
             namespace: None,
             parent,
             now: now.parse().expect("an RFC 3339 time"),
+            silence: None,
         },
     )
 }

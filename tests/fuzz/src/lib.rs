@@ -302,6 +302,7 @@ fn decide_with_cluster(policies: &PolicySet, request: &AdmissionRequest<DynamicO
         namespace: namespace.map(|ns| &ns.metadata),
         parent: None,
         now: now(),
+        silence: None,
     };
     let mut decision = decide(policies, &input);
     // The server reads objects only when the envelope says a policy may guard the write: it
