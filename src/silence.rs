@@ -146,7 +146,7 @@ impl ControllerSilence {
                 })
             })
             .collect();
-        silences.sort_by(|a, b| b.silent_for.cmp(&a.silent_for));
+        silences.sort_by_key(|s| std::cmp::Reverse(s.silent_for));
         silences
     }
 
@@ -319,13 +319,22 @@ spec:
         for rule in [Rule::ControllerHeld, Rule::RevertRefused] {
             silence.last_write.clear();
             silence.observe(&policies(), &flux_wrote(rule), now);
-            assert_eq!(silence.last_write("production", "flux"), Some(now), "{rule}");
+            assert_eq!(
+                silence.last_write("production", "flux"),
+                Some(now),
+                "{rule}"
+            );
         }
         silence.last_write.clear();
         let hpa = decision(vec![verdict("production", Rule::Delegation, Some("hpa"))]);
         assert!(silence.observe(&policies(), &hpa, now).written.is_empty());
         let person = decision(vec![verdict("production", Rule::NotPermitted, None)]);
-        assert!(silence.observe(&policies(), &person, now).written.is_empty());
+        assert!(
+            silence
+                .observe(&policies(), &person, now)
+                .written
+                .is_empty()
+        );
     }
 
     #[test]
@@ -337,7 +346,12 @@ spec:
             verdict("production", Rule::Controller, Some("argocd")),
             verdict("elsewhere", Rule::Controller, Some("flux")),
         ]);
-        assert!(silence.observe(&policies(), &others, now).written.is_empty());
+        assert!(
+            silence
+                .observe(&policies(), &others, now)
+                .written
+                .is_empty()
+        );
         assert!(silence.last_write.is_empty());
     }
 
@@ -346,8 +360,8 @@ spec:
         let mut silence = silence_after_30m();
         let now = at("2026-12-01T03:00:00Z");
         silence.observe(&policies(), &flux_wrote(Rule::Controller), now);
-        let renamed = PolicySet::from_yaml("inline", &POLICY.replace("name: flux", "name: argo"))
-            .unwrap();
+        let renamed =
+            PolicySet::from_yaml("inline", &POLICY.replace("name: flux", "name: argo")).unwrap();
         let changes = silence.observe(&renamed, &decision(Vec::new()), now);
         assert_eq!(changes.forgotten.len(), 1);
         assert_eq!(silence.last_write("production", "flux"), None);
@@ -365,8 +379,8 @@ spec:
         assert!(silence.would_change(&policies, &flux, at("2026-12-01T03:00:01Z")));
         let person = decision(vec![verdict("production", Rule::NotPermitted, None)]);
         assert!(!silence.would_change(&policies, &person, at("2026-12-01T04:00:00Z")));
-        let renamed = PolicySet::from_yaml("inline", &POLICY.replace("name: flux", "name: argo"))
-            .unwrap();
+        let renamed =
+            PolicySet::from_yaml("inline", &POLICY.replace("name: flux", "name: argo")).unwrap();
         assert!(silence.would_change(&renamed, &person, now));
     }
 
@@ -401,7 +415,9 @@ spec:
             at("2026-12-01T03:00:00Z"),
         );
         assert_eq!(silence.sentence(policy, at("2026-12-01T03:30:00Z")), None);
-        let sentence = silence.sentence(policy, at("2026-12-01T06:12:30Z")).unwrap();
+        let sentence = silence
+            .sentence(policy, at("2026-12-01T06:12:30Z"))
+            .unwrap();
         assert_eq!(
             sentence,
             "flux has not written in policy \"production\"'s namespaces for 3h 12m (since 2026-12-01 03:00 UTC); it may be down, and then a change in Git does not reach the cluster until it is back."
@@ -414,7 +430,11 @@ spec:
         let mut silence = silence_after_30m();
         let mut audit = verdict("production", Rule::Controller, Some("flux"));
         audit.mode = PolicyMode::Audit;
-        silence.observe(&policies, &decision(vec![audit]), at("2026-12-01T03:00:00Z"));
+        silence.observe(
+            &policies,
+            &decision(vec![audit]),
+            at("2026-12-01T03:00:00Z"),
+        );
         assert!(silence.last_write("production", "flux").is_some());
     }
 

@@ -1484,7 +1484,10 @@ fn the_controller_silence_threshold_reaches_both_the_flag_and_the_alert() {
         .iter()
         .find(|r| r["alert"] == "DriftgateControllerSilent")
         .expect("the alert is shipped");
-    assert!(str(&silent["expr"]).trim_end().ends_with("> 600"), "{silent}");
+    assert!(
+        str(&silent["expr"]).trim_end().ends_with("> 600"),
+        "{silent}"
+    );
 }
 
 /// `driftgate crd`'s output.

@@ -54,7 +54,11 @@ fn a_stopped_flux_is_named_in_bobs_refusal_once_silent_past_the_threshold() {
     let scene = Scene::new(ns, &[]);
     let driftgate = scene.start("silence", &["--controller-silence-after", "3s"]);
     // The registration probe is the admin's: a fresh driftgate has seen nothing of Flux.
-    assert_eq!(flux_last_write(&driftgate, ns), None, "no write from flux yet");
+    assert_eq!(
+        flux_last_write(&driftgate, ns),
+        None,
+        "no write from flux yet"
+    );
 
     let before = unix_now();
     scene.flux_apply(1, &[]).ok();
@@ -90,7 +94,10 @@ fn a_stopped_flux_is_named_in_bobs_refusal_once_silent_past_the_threshold() {
         unix_now() - last,
         message.trim()
     );
-    assert_eq!(last, wrote, "nothing from flux since, bob's write is not flux's");
+    assert_eq!(
+        last, wrote,
+        "nothing from flux since, bob's write is not flux's"
+    );
     assert!(
         unix_now() - last > THRESHOLD_SECONDS,
         "the gauge ({last}) is older than the threshold"
