@@ -12,13 +12,19 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use driftgate::decision::{Decision, DecisionInput, decide};
 use driftgate::events::EventSink;
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;
+use driftgate::request::RequestFacts;
+use driftgate::review::read_review;
 use driftgate::server::{AppState, admin_router, router};
+use driftgate::silence::ControllerSilence;
 use http_body_util::BodyExt;
 use jiff::Timestamp;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -196,4 +202,75 @@ async fn kubernetes_own_controllers_are_not_tracked() {
         true
     );
     assert_eq!(h.gauge().await, Vec::new());
+}
+
+/// `request` decided by the example policy at `seconds_after_flux`, with `silence`.
+fn decide_at(
+    request: &AdmissionRequest<DynamicObject>,
+    silence: &ControllerSilence,
+    seconds_after_flux: i64,
+) -> Decision {
+    let policies = PolicySet::load(Path::new("policies/example.yaml")).unwrap();
+    decide(
+        &policies,
+        &DecisionInput {
+            request: &RequestFacts::new(request),
+            resource: None,
+            namespace: None,
+            parent: None,
+            now: Timestamp::from_second(FLUX_WROTE + seconds_after_flux).unwrap(),
+            silence: Some(silence),
+        },
+    )
+}
+
+fn fixture(name: &str) -> AdmissionRequest<DynamicObject> {
+    read_review(&Path::new("tests/fixtures").join(name)).unwrap()
+}
+
+#[test]
+fn the_sentence_is_in_the_message_only_never_in_the_event_nor_an_audit_warning() {
+    let policies = PolicySet::load(Path::new("policies/example.yaml")).unwrap();
+    let mut silence = ControllerSilence::new(Duration::from_secs(30 * 60));
+    // Flux's dry run in production's prod-payments, and the same in staging's staging-web.
+    let production = fixture("flux-ssa-dryrun.json");
+    let mut staging = production.clone();
+    staging.namespace = Some("staging-web".into());
+    for object in [&mut staging.object, &mut staging.old_object]
+        .into_iter()
+        .flatten()
+    {
+        object.metadata.namespace = Some("staging-web".into());
+    }
+    for request in [&production, &staging] {
+        let flux = decide_at(request, &silence, 0);
+        silence.observe(
+            &policies,
+            &flux,
+            Timestamp::from_second(FLUX_WROTE).unwrap(),
+        );
+    }
+    assert!(silence.last_write("staging", "flux").is_some());
+
+    let refused = decide_at(&fixture("kubectl-edit.json"), &silence, 4 * 3600);
+    assert!(refused.message.contains(SILENT), "{}", refused.message);
+    let verdict = &refused.record.verdicts[0];
+    let event = verdict
+        .refusal
+        .as_ref()
+        .unwrap()
+        .sentence(&verdict.policy, verdict.rule);
+    assert!(!event.contains("has not written"), "{event}");
+    // Staging is Audit: admitted, its warning as short as ever.
+    let audit = decide_at(&fixture("audit-staging-edit.json"), &silence, 4 * 3600);
+    assert!(audit.allowed);
+    assert!(!audit.warnings.is_empty());
+    assert!(
+        audit
+            .warnings
+            .iter()
+            .all(|w| !w.contains("has not written")),
+        "{:?}",
+        audit.warnings
+    );
 }
