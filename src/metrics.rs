@@ -2,6 +2,7 @@
 
 use std::sync::atomic::AtomicU64;
 
+use jiff::Timestamp;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -10,7 +11,6 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::silence::ControllerKey;
-use jiff::Timestamp;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReviewLabels {
