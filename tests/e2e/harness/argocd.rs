@@ -89,7 +89,10 @@ impl ArgoCd {
         let bare = self.repository(name);
         let work = self.git.join(format!("{name}.work"));
         if !work.exists() {
-            git(&self.git, &["clone", "--quiet", &url(&bare), &path_str(&work)]);
+            git(
+                &self.git,
+                &["clone", "--quiet", &url(&bare), &path_str(&work)],
+            );
             git(&work, &["checkout", "--quiet", "-B", "main"]);
         }
         std::fs::create_dir_all(work.join("app")).unwrap();
@@ -319,10 +322,11 @@ fn start_repo_server(dir: &Path, redis: &str, address: &str, scratch: &Path) -> 
     let (host, port) = address.rsplit_once(':').unwrap();
     let tmp = scratch.join("repo-server-tmp");
     std::fs::create_dir_all(&tmp).unwrap();
+    let socket_dir = short_socket_dir();
     let mut command = Command::new(dir.join("argocd-repo-server"));
     command
         .env("TMPDIR", &tmp)
-        .env("ARGOCD_ASK_PASS_SOCK", short_socket_path())
+        .env("ARGOCD_ASK_PASS_SOCK", socket_dir.join("askpass.sock"))
         .env("ARGOCD_GPG_ENABLED", "false")
         .env("ARGOCD_GNUPGHOME", tmp.join("gpg"))
         .env("ARGOCD_SSH_DATA_PATH", tmp.join("ssh"))
@@ -335,16 +339,19 @@ fn start_repo_server(dir: &Path, redis: &str, address: &str, scratch: &Path) -> 
         "argocd-repo-server",
         &command,
         &scratch.join("argocd-repo-server.log"),
-        None,
+        Some(&socket_dir),
         Duration::from_secs(5),
     );
     wait_listening(address, "argocd-repo-server", process)
 }
 
-/// A unix socket path under the 108 bytes a socket address holds (the scratch directory's may
-/// be longer), one per test binary.
-fn short_socket_path() -> PathBuf {
-    std::env::temp_dir().join(format!("driftgate-e2e-askpass-{}.sock", std::process::id()))
+/// A directory for the askpass socket, one per test binary, whose path stays under the 108
+/// bytes a socket address holds (the scratch directory's may not); removed with the
+/// repo-server.
+fn short_socket_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("driftgate-e2e-argocd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("the askpass socket's directory is created");
+    dir
 }
 
 /// The application-controller, reconciling Applications every 5 s (its default is 3 min)

@@ -32,9 +32,13 @@ pub fn compare_or_write(picked: &[(&str, Value)], sender: &str, refresh: &str) {
             .unwrap_or_else(|e| panic!("{}: {e}; write it with {refresh}", path.display()));
         let committed: Value = serde_json::from_str(&text).expect("the fixture is JSON");
         mismatches.extend(
-            differences(&what_matters(&committed), &what_matters(&normalised), sender)
-                .into_iter()
-                .map(|d| format!("{file}: {d}")),
+            differences(
+                &what_matters(&committed),
+                &what_matters(&normalised),
+                sender,
+            )
+            .into_iter()
+            .map(|d| format!("{file}: {d}")),
         );
     }
     assert!(
