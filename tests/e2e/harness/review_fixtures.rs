@@ -16,7 +16,7 @@ const TIME: &str = "2026-11-30T08:58:00Z";
 /// `DRIFTGATE_WRITE_FIXTURES=1`; otherwise compares it with the committed fixture and fails
 /// naming every field that differs. `sender` says whose reviews they are; `refresh` how to
 /// rewrite them.
-pub fn compare_or_write(picked: &[(&str, Value)], sender: &str, refresh: &str) {
+pub fn compare_or_write(picked: &[(String, Value)], sender: &str, refresh: &str) {
     let write = std::env::var("DRIFTGATE_WRITE_FIXTURES").is_ok_and(|v| v == "1");
     let mut mismatches = Vec::new();
     for (file, review) in picked {
