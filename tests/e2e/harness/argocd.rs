@@ -442,11 +442,14 @@ fn wait_listening(address: &str, what: &str, mut process: Guarded) -> Guarded {
     process
 }
 
-/// Runs git in `dir`, which must succeed; returns its trimmed stdout.
+/// Runs git in `dir`, which must succeed; returns its trimmed stdout. The developer's git
+/// configuration (signing, hooks, default branch) is left out.
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(args)
         .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("git cannot run (is it installed?): {e}"));
