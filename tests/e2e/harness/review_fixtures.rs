@@ -1,6 +1,5 @@
 //! Captured AdmissionReviews as fixtures: what varies per run normalised, and compared with the
-//! committed fixture on what driftgate decides by. The same rules as
-//! `scenarios/real_flux_capture.rs` (which keeps its own copy), for the Argo CD capture.
+//! committed fixture on what driftgate decides by: the Flux and the Argo CD captures.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
