@@ -230,7 +230,16 @@ fn resource_name(resource: &ApiResource) -> String {
     }
 }
 
+/// The cluster's resources from aggregated discovery, as kubectl reads them: two requests, one
+/// consistent answer. Discovery group by group (for an API server without it) fails as a whole
+/// when one group's document is not served yet, as for a CRD being established.
 async fn discover(cluster: &Cluster) -> Result<Discovery, CliError> {
+    let aggregated = Discovery::new(cluster.client.clone())
+        .run_aggregated()
+        .await;
+    if let Ok(discovery) = aggregated {
+        return Ok(discovery);
+    }
     Discovery::new(cluster.client.clone())
         .run()
         .await
