@@ -1351,7 +1351,8 @@ fn judge_suspension(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcom
     let (Some(old), Some(new)) = (&facts.request.old_object, &facts.request.object) else {
         return None;
     };
-    let guarded = guards_namespace(policy, facts);
+    // In the policy's own scope, or where the GitOps objects are.
+    let guarded = in_scope(policy, facts);
     if !guarded && !rules.holds_namespace(facts.namespace?) {
         return None;
     }
@@ -1934,6 +1935,9 @@ fn may_guard_with(
         Operation::Delete => GuardedOperation::Delete,
         Operation::Connect => return false,
     };
+    if suspension_guards(policy, request) {
+        return true;
+    }
     let deletion = deletion_guards(policy, request);
     if !deletion && !policy.guards_operation(operation) {
         return false;
@@ -1962,6 +1966,23 @@ fn may_guard_with(
         }
         _ => true,
     }
+}
+
+/// Whether the policy's `suspensions` may judge this write beyond what it guards: an UPDATE of
+/// an object itself in a namespace that holds GitOps objects. Not Leases (controllers renew
+/// theirs there every few seconds) nor Events, which carry no suspension.
+fn suspension_guards(policy: &GatePolicy, request: &AdmissionRequest<DynamicObject>) -> bool {
+    let (Some(rules), Some(name)) = (&policy.suspensions, request.namespace.as_deref()) else {
+        return false;
+    };
+    let kind = (request.kind.group.as_str(), request.kind.kind.as_str());
+    request.operation == Operation::Update
+        && request.sub_resource.as_deref().unwrap_or("").is_empty()
+        && !matches!(
+            kind,
+            ("coordination.k8s.io", "Lease") | ("", "Event") | ("events.k8s.io", "Event")
+        )
+        && rules.holds_namespace(name)
 }
 
 /// Whether the policy's `deletions` may stop this delete, whatever else it guards: its kind

@@ -673,11 +673,23 @@ fn suspend_and_resume_refuse_bad_input_before_connecting_with_exit_2() {
     // Without --for or --reason it is a usage error, exit 2 as well.
     let out = driftgate(&SUSPEND[..4]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("--for <DURATION>"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--for <DURATION>"),
+        "{}",
+        text(&out.stderr)
+    );
     // A well-formed suspend does try the cluster: the dead one, exit 3.
-    for args in [SUSPEND, &["resume", "kustomization/apps", "-n", "flux-system"]] {
+    for args in [
+        SUSPEND,
+        &["resume", "kustomization/apps", "-n", "flux-system"],
+    ] {
         let out = driftgate(&[args, &["--kubeconfig", kubeconfig]].concat());
-        assert_eq!(out.status.code(), Some(3), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

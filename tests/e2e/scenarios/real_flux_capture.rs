@@ -198,7 +198,7 @@ async fn the_reviews_the_real_flux_sends_match_the_fixtures_and_the_example_poli
     assert_example_policy_names(&picked.map(|(_, review)| review));
 }
 
-fn fixture_path(file: &str) -> PathBuf {
+pub(super) fn fixture_path(file: &str) -> PathBuf {
     repo_path("tests/fixtures").join(file)
 }
 
@@ -242,7 +242,7 @@ const TIME: &str = "2026-11-30T08:58:00Z";
 /// The review with what varies per run replaced by fixed values: every `uid`, `resourceVersion`,
 /// `generation` and `observedGeneration`, every RFC 3339 timestamp (creationTimestamp,
 /// managedFields' times, conditions), and `userInfo.extra`'s values (the token's id).
-fn normalise(review: &Value) -> Value {
+pub(super) fn normalise(review: &Value) -> Value {
     let mut review = review.clone();
     normalise_values(&mut review);
     if let Some(extra) = review["request"]["userInfo"]["extra"].as_object_mut() {
@@ -275,7 +275,7 @@ fn normalise_values(value: &mut Value) {
 /// (username, groups; uid and `extra`'s keys after [`normalise`]), the options (kind, field
 /// manager, force, dry run) and the manager entries of the object's and old object's
 /// managedFields.
-fn what_matters(review: &Value) -> BTreeMap<String, Value> {
+pub(super) fn what_matters(review: &Value) -> BTreeMap<String, Value> {
     let request = &review["request"];
     let mut fields = BTreeMap::new();
     for pointer in [
@@ -316,7 +316,7 @@ fn what_matters(review: &Value) -> BTreeMap<String, Value> {
 }
 
 /// "FIELD: the fixture has A, Flux sent B" for each field that differs.
-fn differences(
+pub(super) fn differences(
     committed: &BTreeMap<String, Value>,
     captured: &BTreeMap<String, Value>,
 ) -> Vec<String> {
