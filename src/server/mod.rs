@@ -5,6 +5,7 @@
 pub mod connections;
 pub mod gatepolicies;
 pub mod reload;
+pub mod suspensions;
 pub mod tls;
 pub mod windows;
 
