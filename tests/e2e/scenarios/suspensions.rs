@@ -32,6 +32,8 @@ const INTERVAL: &str = "5s";
 const APPLIED: Duration = Duration::from_secs(120);
 /// While suspended, this many intervals pass with nothing reconciled.
 const SUSPENDED_FOR: Duration = Duration::from_secs(20);
+/// A 20 s suspension is past its expiry, and counted so, within this (expiry checks every 10 s).
+const EXPIRED_WITHIN: Duration = Duration::from_secs(90);
 const REASON: &str = "INC-1414: flux keeps reverting the hotfix, suspending while we backport";
 /// The capture webhook's namespaceSelector, set on flux-system for this test.
 const CAPTURE_LABEL: (&str, &str) = ("driftgate-e2e-capture-suspend", "yes");
@@ -351,4 +353,84 @@ async fn suspending_the_real_flux_needs_an_expiry_and_it_reconciles_again_once_r
         "the API server no longer sends what the fixtures say:\n{}\nRefresh them with {REFRESH} and review the diff.",
         mismatches.join("\n")
     );
+}
+
+/// `driftgate_suspensions{policy="production",state}` on the shared driftgate's `/metrics`.
+fn suspensions_gauge(state: &str) -> Option<i64> {
+    let series = format!("driftgate_suspensions{{policy=\"production\",state=\"{state}\"}} ");
+    shared()
+        .metrics()
+        .lines()
+        .find_map(|line| line.strip_prefix(&series)?.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn a_suspension_past_its_expiry_is_counted_for_the_alert_until_it_is_resumed() {
+    install_crypto_provider();
+    shared();
+    let name = "suspend-e2e-expiry";
+    let first = flux().publish(
+        name,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: suspend-e2e-expiry-apps\n",
+    );
+    flux().kustomize(name, INTERVAL);
+    let start = Instant::now();
+    while kustomization_named(name)["status"]["lastAppliedRevision"] != first.as_str() {
+        assert!(
+            start.elapsed() < APPLIED,
+            "Flux did not apply {first}; log: {}",
+            flux().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let target = format!("kustomization/{name}");
+    driftgate_cli(
+        ALICE,
+        &[
+            "suspend",
+            &target,
+            "-n",
+            FLUX_NAMESPACE,
+            "--for",
+            "20s",
+            "--reason",
+            REASON,
+        ],
+    )
+    .ok();
+    // Counted at each expiry check (10 s on the shared driftgate): past its expiry, it is
+    // `expired` (the alert's series) until somebody resumes it.
+    let start = Instant::now();
+    while suspensions_gauge("expired") != Some(1) {
+        assert!(
+            start.elapsed() < EXPIRED_WITHIN,
+            "the suspension was not counted as expired within {EXPIRED_WITHIN:?}: {:?}",
+            suspensions_gauge("expired")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(kustomization_named(name)["spec"]["suspend"], true);
+    driftgate_cli(ALICE, &["resume", &target, "-n", FLUX_NAMESPACE]).ok();
+    super::eventually("the resumed suspension no longer counted", || async {
+        suspensions_gauge("expired").filter(|n| *n == 0)
+    })
+    .await;
+}
+
+fn kustomization_named(name: &str) -> Value {
+    let out = control_plane()
+        .kubectl(
+            ADMIN,
+            &[
+                "get",
+                "kustomization",
+                name,
+                "-n",
+                FLUX_NAMESPACE,
+                "-o",
+                "json",
+            ],
+        )
+        .ok();
+    serde_json::from_str(&out.stdout).expect("kubectl prints JSON")
 }
