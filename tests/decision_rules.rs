@@ -2855,3 +2855,39 @@ fn suspensions_need_break_glass_rules_and_valid_definitions() {
         + "  suspensions:\n    namespaces: [gitops]\n    fields:\n      - {kinds: [\"example.dev/*\"], path: spec.paused, suspendedWhen: isTrue}\n    annotations: []\n";
     PolicySet::from_yaml("inline", &custom).unwrap();
 }
+
+#[test]
+fn the_suspension_namespaces_are_read_from_the_envelope_but_not_their_leases() {
+    let policies = suspensions_policies("Enforce");
+    let running = kustomization(None, json!({}), json!({}));
+    let update = Req::update("alice", running.clone(), running).kustomization();
+    assert!(driftgate::decision::may_guard(
+        &policies,
+        &update.build(),
+        None
+    ));
+    let mut lease = Req::update("alice", json!({}), json!({})).kustomization();
+    lease.kind = ("coordination.k8s.io", "Lease");
+    lease.resource = ("coordination.k8s.io", "leases");
+    assert!(!driftgate::decision::may_guard(
+        &policies,
+        &lease.build(),
+        None
+    ));
+    // Flux's status writes carry no suspension.
+    let status = Req::update(FLUX, json!({}), json!({}))
+        .kustomization()
+        .status();
+    assert!(!driftgate::decision::may_guard(
+        &policies,
+        &status.build(),
+        None
+    ));
+    // Without a suspensions section, flux-system is not read at all.
+    let update = Req::update("alice", json!({}), json!({})).kustomization();
+    assert!(!driftgate::decision::may_guard(
+        &self::policies(),
+        &update.build(),
+        None
+    ));
+}

@@ -266,6 +266,14 @@ async fn suspending_the_real_flux_needs_an_expiry_and_it_reconciles_again_once_r
         "alice suspended the GitOps controller's reconciliation of Kustomization",
     )
     .await;
+    // Listed with the other windows.
+    let list = driftgate_cli(ALICE, &["break-glass", "list", "-n", FLUX_NAMESPACE]).ok();
+    let row = list
+        .stdout
+        .lines()
+        .find(|line| line.contains(&format!("kustomization/{NAME} ")))
+        .unwrap_or_else(|| panic!("break-glass list lacks the suspension:\n{}", list.stdout));
+    assert!(row.contains(" open ") && row.contains("INC-1414"), "{row}");
     let note = event.note.unwrap_or_default();
     assert!(
         note.contains(&format!("label {expiry}, reason \"{REASON}\"")),
