@@ -328,7 +328,12 @@ async fn suspending_the_real_flux_needs_an_expiry_and_it_reconciles_again_once_r
             .is_none(),
         "{live}"
     );
+    let resumed = Instant::now();
     wait_applied(&second, APPLIED).await;
+    eprintln!(
+        "after the resume, the real Flux applied the waiting revision in {:.1} s",
+        resumed.elapsed().as_secs_f64()
+    );
     let data = settings();
     assert_eq!(
         (&data["LOG_LEVEL"], &data["FEATURE"]),
@@ -417,6 +422,10 @@ async fn a_suspension_past_its_expiry_is_counted_for_the_alert_until_it_is_resum
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    eprintln!(
+        "a 20 s suspension was counted expired {:.1} s after driftgate suspend",
+        start.elapsed().as_secs_f64()
+    );
     assert_eq!(kustomization_named(name)["spec"]["suspend"], true);
     driftgate_cli(ALICE, &["resume", &target, "-n", FLUX_NAMESPACE]).ok();
     super::eventually("the resumed suspension no longer counted", || async {
