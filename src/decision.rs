@@ -25,6 +25,7 @@ use crate::policy::{
     BreakGlassRules, DeletionRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet,
 };
 use crate::request::{RequestFacts, is_namespace_object};
+use crate::silence::{ControllerSilence, refusal_points_to_git};
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
 use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
 
@@ -419,6 +420,9 @@ pub struct DecisionInput<'a> {
     /// tally, as in `eval`): no `controllerLimit` applies.
     pub recent_deletes: Option<&'a RecentDeletes>,
     pub now: Timestamp,
+    /// When the policies' GitOps controllers last wrote, as the server saw it; `None`: not
+    /// known (`eval`, tests), and refusals say nothing about a stopped controller.
+    pub silence: Option<&'a ControllerSilence>,
 }
 
 /// What every policy looks at, computed once per request.
@@ -889,10 +893,32 @@ pub fn decide_with_ledger(
     let mut verdicts = Vec::new();
     for policy in policies.policies() {
         if let Some(outcome) = evaluate(policy, &facts) {
-            verdicts.push(apply_mode(policy, outcome));
+            verdicts.push(with_silence(apply_mode(policy, outcome), policy, input));
         }
     }
     assemble(&facts, verdicts)
+}
+
+/// A person told to change the object in Git is also told when the policy's GitOps controller
+/// looks stopped, because then Git does not reach the cluster (see `silence`). The message only:
+/// the Event's words stay the same for every repeat of the write.
+fn with_silence(
+    mut verdict: PolicyVerdict,
+    policy: &GatePolicy,
+    input: &DecisionInput<'_>,
+) -> PolicyVerdict {
+    let Some(silence) = input.silence.filter(|_| !verdict.allowed) else {
+        return verdict;
+    };
+    if let (true, Some(message), Some(sentence)) = (
+        refusal_points_to_git(verdict.rule),
+        verdict.message.as_mut(),
+        silence.sentence(policy, input.now),
+    ) {
+        message.push(' ');
+        message.push_str(&sentence);
+    }
+    verdict
 }
 
 fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
@@ -1214,7 +1240,7 @@ fn refuse_deletion(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome
     if protected {
         return Some(deletion_protected(policy, facts, rules));
     }
-    deletion_over_limit(policy, facts, rules)
+    deletion_over_limit(policy, facts)
 }
 
 fn allowed_by_annotation(facts: &Facts<'_>, rules: &DeletionRules) -> bool {
@@ -1287,13 +1313,8 @@ fn deletion_protected(
 }
 
 /// A controller's delete beyond `controllerLimit` deletes within its period in the namespace.
-fn deletion_over_limit(
-    policy: &GatePolicy,
-    facts: &Facts<'_>,
-    rules: &DeletionRules,
-) -> Option<RuleOutcome> {
-    let limit = rules.controller_limit?;
-    let controller = controller_of(policy, facts)?;
+fn deletion_over_limit(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+    let (controller, limit) = policy.deletion_limit_for(facts.user)?;
     let recent = facts.input.recent_deletes?.get(&policy.name)?;
     let count = within(recent, limit.per.as_signed(), facts.input.now);
     if count < limit.deletes as usize {

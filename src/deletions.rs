@@ -52,17 +52,21 @@ impl DeletionTally {
         let Some(namespace) = facts.scope_namespace() else {
             return;
         };
-        for verdict in &decision.record.verdicts {
+        let user = &request.user_info;
+        for verdict in decision
+            .record
+            .verdicts
+            .iter()
+            .filter(|v| v.rule == Rule::Controller)
+        {
             let limit = policies
                 .policies()
                 .iter()
                 .find(|p| p.name == verdict.policy)
-                .and_then(|p| p.deletions.as_ref())
-                .and_then(|d| d.controller_limit);
-            let (Some(limit), Rule::Controller) = (limit, verdict.rule) else {
-                continue;
-            };
-            self.count(namespace, &verdict.policy, limit.per.as_signed(), now);
+                .and_then(|p| p.deletion_limit_for(user));
+            if let Some((_, limit)) = limit {
+                self.count(namespace, &verdict.policy, limit.per.as_signed(), now);
+            }
         }
     }
 

@@ -23,6 +23,7 @@ pub mod request;
 pub mod review;
 pub mod serve;
 pub mod server;
+pub mod silence;
 pub mod suspensions;
 pub mod text;
 mod throttle;

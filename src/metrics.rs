@@ -2,12 +2,15 @@
 
 use std::sync::atomic::AtomicU64;
 
+use jiff::Timestamp;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::silence::ControllerKey;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReviewLabels {
@@ -40,6 +43,13 @@ pub struct SourceLabels {
 pub const FILE_SOURCE: &str = "file";
 /// The `source` of GatePolicy objects (`serve --gatepolicies`) in `driftgate_policy_valid`.
 pub const GATEPOLICIES_SOURCE: &str = "gatepolicies";
+
+/// One policy's controller; bounded by the policies (see `silence`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub policy: String,
+    pub controller: String,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SuspensionLabels {
@@ -100,6 +110,9 @@ pub struct Metrics {
     pub webhook_selector_writes: Family<ResultLabels, Counter>,
     /// 1 while this replica holds the leader Lease.
     pub leader: Gauge,
+    /// When each policy's GitOps controller last wrote (Unix time), as this replica saw it;
+    /// absent until its first write since start.
+    pub controller_last_write: Family<ControllerLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -283,6 +296,12 @@ impl Metrics {
             "1 while this replica holds the leader Lease (only the leader writes the webhook configuration)",
             leader.clone(),
         );
+        let controller_last_write = Family::<ControllerLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "controller_last_write_timestamp_seconds",
+            "Unix time of the last write (dry runs included) this replica saw from each policy's GitOps controller; absent until its first since start",
+            controller_last_write.clone(),
+        );
         // Series that alerts read exist from the start, at zero, rather than appearing on first use.
         for family in [
             &ca_bundle_writes,
@@ -332,6 +351,7 @@ impl Metrics {
             webhook_selector_excluded_namespaces,
             webhook_selector_writes,
             leader,
+            controller_last_write,
         }
     }
 
@@ -352,6 +372,18 @@ impl Metrics {
             .set(i64::from(valid));
     }
 
+    /// Sets `driftgate_controller_last_write_timestamp_seconds{policy, controller}`.
+    pub fn set_controller_last_write(&self, key: &ControllerKey, at: Timestamp) {
+        self.controller_last_write
+            .get_or_create(&controller_labels(key))
+            .set(at.as_millisecond() as f64 / 1000.0);
+    }
+
+    /// Removes the series of a controller no longer configured.
+    pub fn forget_controller(&self, key: &ControllerKey) {
+        self.controller_last_write.remove(&controller_labels(key));
+    }
+
     pub fn count_result(family: &Family<ResultLabels, Counter>, ok: bool) {
         let result = if ok { "success" } else { "failure" };
         family
@@ -359,6 +391,13 @@ impl Metrics {
                 result: result.to_owned(),
             })
             .inc();
+    }
+}
+
+fn controller_labels(key: &ControllerKey) -> ControllerLabels {
+    ControllerLabels {
+        policy: key.policy.clone(),
+        controller: key.controller.clone(),
     }
 }
 

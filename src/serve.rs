@@ -106,6 +106,12 @@ pub struct ServeArgs {
     /// expiry is noticed (record AwaitingBackport, BreakGlassExpired Event) within this time.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_flag_duration)]
     pub expiry_check_interval: Duration,
+    /// How long a GitOps controller (one that break-glass windows hold) may go without a write
+    /// in a policy's namespaces, dry runs included, before a refusal that points to Git adds that
+    /// it may be down. Set it to a few of its reconcile intervals, and to the same as the
+    /// DriftgateControllerSilent alert (the chart passes controllerSilence.afterSeconds to both).
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = positive_flag_duration)]
+    pub controller_silence_after: Duration,
     /// Close new connections to the webhook port at once while this many are open (each costs
     /// ~12 KiB before its handshake, ~60 KiB kept alive after a review; the API server keeps a
     /// few per replica). Counted in driftgate_webhook_connections_refused_total.
@@ -520,7 +526,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .with_gatepolicies(gatepolicies)
         .with_ledger(ledger)
         .with_resources(resources)
-        .with_body_budget(args.max_body_bytes_in_flight),
+        .with_body_budget(args.max_body_bytes_in_flight)
+        .with_silence_after(args.controller_silence_after),
     );
 
     let force_reload = Arc::new(Notify::new());

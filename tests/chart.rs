@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use driftgate::metrics::{Metrics, ReasonLabels, ReviewLabels, SuspensionLabels};
+use driftgate::silence::ControllerKey;
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -1329,6 +1330,13 @@ fn exported_metrics() -> BTreeSet<String> {
             reason: "WriteDenied".into(),
         })
         .inc();
+    metrics.set_controller_last_write(
+        &ControllerKey {
+            policy: "production".into(),
+            controller: "flux".into(),
+        },
+        jiff::Timestamp::UNIX_EPOCH,
+    );
     metrics
         .suspensions
         .get_or_create(&SuspensionLabels {
@@ -1399,6 +1407,7 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
             "DriftgateBackportPendingTooLong",
             "DriftgateBreakGlassWindowOpenTooLong",
             "DriftgateCertificateNearExpiry",
+            "DriftgateControllerSilent",
             "DriftgateDenialsSpiking",
             "DriftgateEmergencyChangeReverted",
             "DriftgatePolicyReloadFailed",
@@ -1422,6 +1431,12 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
     assert!(
         expr_of(&alerts, "DriftgateWindowBeyondMaxDuration").contains("rule=\"WindowTooLong\"")
     );
+    let silent = expr_of(&alerts, "DriftgateControllerSilent");
+    assert!(
+        silent.contains("time() - max by (policy, controller) (driftgate_controller_last_write_timestamp_seconds{"),
+        "{silent}"
+    );
+    assert!(silent.trim_end().ends_with("> 1800"), "{silent}");
     for (name, alert) in &alerts {
         let expr = str(&alert["expr"]);
         for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
@@ -1469,6 +1484,33 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
     let manifests = render(&["default-values.yaml"], &[]);
     assert!(manifests.all("ServiceMonitor").is_empty());
     assert!(manifests.all("PrometheusRule").is_empty());
+}
+
+#[test]
+fn the_controller_silence_threshold_reaches_both_the_flag_and_the_alert() {
+    let manifests = render(
+        &[],
+        &[
+            "metrics.prometheusRule.enabled=true",
+            "controllerSilence.afterSeconds=600",
+        ],
+    );
+    let args = strings(&manifests.container()["args"]);
+    let at = args
+        .iter()
+        .position(|a| *a == "--controller-silence-after")
+        .expect("the flag is passed");
+    assert_eq!(args[at + 1], "600s");
+    let silent = manifests.one("PrometheusRule")["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alert"] == "DriftgateControllerSilent")
+        .expect("the alert is shipped");
+    assert!(
+        str(&silent["expr"]).trim_end().ends_with("> 600"),
+        "{silent}"
+    );
 }
 
 /// `driftgate crd`'s output.

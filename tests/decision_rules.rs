@@ -1431,6 +1431,7 @@ fn kubernetes_controllers_are_never_held() {
                 parent: None,
                 recent_deletes: None,
                 now: case.now,
+                silence: None,
             },
         );
         if decision.allowed != case.allowed || decision.record.rule != case.rule {
@@ -1524,6 +1525,7 @@ fn every_rule_in_order() {
                 parent: parent.as_ref(),
                 recent_deletes: None,
                 now: case.now,
+                silence: None,
             },
             &ledger_guard(),
         );
@@ -1597,6 +1599,7 @@ fn warnings_and_records_for_break_glass_use() {
             parent: None,
             recent_deletes: None,
             now: now(),
+            silence: None,
         },
     );
     assert!(decision.allowed);
@@ -1646,6 +1649,7 @@ fn a_close_records_the_window_it_closed() {
             parent: None,
             recent_deletes: None,
             now: now(),
+            silence: None,
         },
     );
     assert_eq!(decision.record.rule, Rule::BreakGlassClosed);
@@ -1673,6 +1677,7 @@ fn denial_response_is_forbidden_with_the_message() {
             parent: None,
             recent_deletes: None,
             now: now(),
+            silence: None,
         },
     );
     let review = serde_json::to_value(decision.to_response(&request).into_review()).unwrap();
@@ -1722,6 +1727,7 @@ fn every_matching_policy_must_admit_and_audit_only_warns() {
                 parent: None,
                 recent_deletes: None,
                 now: now(),
+                silence: None,
             },
         )
     };
@@ -1766,6 +1772,7 @@ fn label_selected_namespaces_fail_closed_when_labels_are_unknown() {
                 parent: None,
                 recent_deletes: None,
                 now: now(),
+                silence: None,
             },
         )
     };
@@ -1809,6 +1816,7 @@ fn namespace_objects_are_scoped_by_their_own_name() {
                 parent: None,
                 recent_deletes: None,
                 now: now(),
+                silence: None,
             },
         )
     };
@@ -1844,6 +1852,7 @@ fn a_policy_can_require_a_reason_pattern() {
                 parent: None,
                 recent_deletes: None,
                 now: now(),
+                silence: None,
             },
         )
     };
@@ -1900,6 +1909,7 @@ fn a_long_reason_gives_way_in_the_warning() {
             parent: None,
             recent_deletes: None,
             now: now(),
+            silence: None,
         },
     );
     let warning = &decision.warnings[0];
@@ -1928,6 +1938,7 @@ fn kubernetes_controllers_never_need_the_parent_of_a_subresource() {
                 parent: None,
                 recent_deletes: None,
                 now: now(),
+                silence: None,
             },
         );
         assert_eq!(decision.record.rule, Rule::Controller, "{user}");
@@ -2097,6 +2108,7 @@ fn the_records_crd_changes_only_by_its_admins() {
                 parent: None,
                 recent_deletes: None,
                 now: now(),
+                silence: None,
             },
             &ledger_guard(),
         )
@@ -2213,6 +2225,7 @@ fn without_a_known_identity_nobody_writes_records() {
             parent: None,
             recent_deletes: None,
             now: now(),
+            silence: None,
         },
     );
     assert_eq!(
@@ -2248,6 +2261,7 @@ fn a_record_whose_policy_is_gone_is_resolved_only_by_the_crds_admins() {
                 parent: None,
                 recent_deletes: None,
                 now: now(),
+                silence: None,
             },
             &ledger_guard(),
         )
@@ -2272,14 +2286,17 @@ fn a_record_whose_policy_is_gone_is_resolved_only_by_the_crds_admins() {
 /// [`POLICY`] with `deletions` (the default kinds, a limit of 3 per minute), PVCs left out of
 /// `resources` as the example policy leaves them.
 fn deletions_policies(mode: &str) -> PolicySet {
-    let text = POLICY
+    PolicySet::from_yaml("inline", &deletions_text(mode)).unwrap()
+}
+
+fn deletions_text(mode: &str) -> String {
+    POLICY
         .replace(
             r#"resources: {exclude: ["core/Event"]}"#,
             r#"resources: {exclude: ["core/Event", "core/PersistentVolumeClaim"]}"#,
         )
         .replace("  owner:", &format!("  mode: {mode}\n  owner:"))
-        + "  deletions:\n    controllerLimit: {deletes: 3, per: 1m}\n";
-    PolicySet::from_yaml("inline", &text).unwrap()
+        + "  deletions:\n    controllerLimit: {deletes: 3, per: 1m}\n"
 }
 
 /// PersistentVolumeClaim prod-payments/data with `labels` and `annotations`.
@@ -2333,6 +2350,7 @@ fn decided(
             namespace: namespace.as_ref(),
             parent: None,
             recent_deletes: recent,
+            silence: None,
             now: case.now,
         },
     )
@@ -2545,6 +2563,32 @@ fn the_controllers_deletes_stop_at_the_limit_in_the_namespace() {
             bobs,
             false,
             Rule::NotPermitted,
+        )],
+        Some(&recent(vec![ago(50), ago(30), ago(10)])),
+    );
+    // Kubernetes' own controllers (`heldByWindows: false`) are never limited: the namespace
+    // controller empties a namespace being deleted, whatever it holds.
+    let with_kubernetes = PolicySet::from_yaml(
+        "inline",
+        &deletions_text("Enforce").replacen(
+            "  delegations:\n",
+            &format!(
+                "    - name: kubernetes\n      usernames: [\"{ROOT_CA_PUBLISHER}\"]\n      heldByWindows: false\n  delegations:\n"
+            ),
+            1,
+        ),
+    )
+    .unwrap();
+    let mut publishers = configmap();
+    publishers.user = ROOT_CA_PUBLISHER;
+    publishers.groups = groups_of(ROOT_CA_PUBLISHER);
+    check(
+        &with_kubernetes,
+        vec![case(
+            "Kubernetes' controller, after three deletes",
+            publishers,
+            true,
+            Rule::Controller,
         )],
         Some(&recent(vec![ago(50), ago(30), ago(10)])),
     );

@@ -295,6 +295,7 @@ fn a_change_under_a_namespace_window_says_so() {
             parent: None,
             recent_deletes: None,
             now: NOW.parse().unwrap(),
+            silence: None,
         },
     );
     let event = only_event(&request, &decision);
@@ -1162,6 +1163,7 @@ fn refusal_by(rule: Rule) -> Option<Refused> {
                 namespace: None,
                 parent: None,
                 recent_deletes: Some(&recent),
+                silence: None,
                 now,
             };
             let decision = driftgate::decision::decide(&policies(), &input);
@@ -1182,6 +1184,7 @@ fn refusal_by(rule: Rule) -> Option<Refused> {
                 parent: None,
                 recent_deletes: None,
                 now: NOW.parse().unwrap(),
+                silence: None,
             };
             let decision = driftgate::decision::unreadable(
                 &policies(),

@@ -84,6 +84,7 @@ pub fn eval(args: &EvalArgs, out: &mut impl Write) -> ExitCode {
                 parent: parent.as_ref(),
                 recent_deletes: None,
                 now,
+                silence: None,
             },
         );
         let review = decision.to_response(&request).into_review();

@@ -229,6 +229,7 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
                 parent: parent.as_ref(),
                 recent_deletes: None,
                 now,
+                silence: None,
             },
         );
         results.push(CaseResult {

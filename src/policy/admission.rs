@@ -102,6 +102,7 @@ mod tests {
             parent: None,
             recent_deletes: None,
             now: "2026-12-01T11:00:00Z".parse().unwrap(),
+            silence: None,
         };
         decide_with_ledger(&PolicySet::default(), &input, &LedgerGuard::default())
     }

@@ -332,6 +332,22 @@ impl GatePolicy {
             .is_match(format!("{group}/{resource}"))
     }
 
+    /// The GitOps controller `user` is, and the limit on its deletes, when the policy limits
+    /// them: not Kubernetes' own controllers (`heldByWindows: false`) nor `deletions.exempt`,
+    /// whose deletes follow a deliberate one (a namespace controller emptying a namespace
+    /// deletes everything in it).
+    pub fn deletion_limit_for(&self, user: &UserInfo) -> Option<(&Controller, DeletionLimit)> {
+        let rules = self.deletions.as_ref()?;
+        let limit = rules.controller_limit?;
+        if rules.exempt.matches(user) {
+            return None;
+        }
+        self.controllers
+            .iter()
+            .find(|c| c.held_by_windows && c.identity.matches(user))
+            .map(|c| (c, limit))
+    }
+
     pub fn guards_operation(&self, operation: GuardedOperation) -> bool {
         self.operations.contains(&operation)
     }

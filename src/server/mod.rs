@@ -5,6 +5,7 @@
 pub mod connections;
 pub mod gatepolicies;
 pub mod reload;
+pub mod silence;
 pub mod suspensions;
 pub mod tls;
 pub mod windows;
@@ -39,9 +40,11 @@ use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
 use crate::request::{RequestFacts, scope_namespace};
 use crate::review::{Envelope, Review, SHALLOW_DEPTH, Unreadable, parse_envelope, stack_for};
+use crate::silence::DEFAULT_SILENCE_AFTER;
 use crate::text::{MAX_NAME_CHARS, echo};
 use connections::BodyBudget;
 use reload::PolicyStatus;
+use silence::SilenceTracker;
 use windows::WindowTracker;
 
 /// Large enough for a review carrying two objects (old and new) at the API server's limit for
@@ -75,6 +78,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Approximate open windows, used only when the ledger (which counts them exactly) is off.
     pub windows: WindowTracker,
+    /// When each policy's GitOps controller last wrote, for the gauge and for refusals.
+    pub silence: SilenceTracker,
     pub clock: Clock,
     /// Cleared when shutdown starts, so the API server's endpoints drop this pod first.
     pub accepting: AtomicBool,
@@ -109,6 +114,7 @@ impl AppState {
             events,
             ledger: Ledger::disabled(metrics.clone()),
             windows: WindowTracker::new(metrics.clone()),
+            silence: SilenceTracker::new(DEFAULT_SILENCE_AFTER, metrics.clone()),
             metrics,
             clock: Arc::new(Timestamp::now),
             accepting: AtomicBool::new(true),
@@ -145,6 +151,12 @@ impl AppState {
     pub fn with_body_budget(mut self, bytes: usize) -> Self {
         self.body_budget =
             BodyBudget::new(bytes, self.metrics.webhook_body_bytes_in_flight.clone());
+        self
+    }
+
+    /// How long a GitOps controller may be silent before refusals say it may be down.
+    pub fn with_silence_after(mut self, silent_after: Duration) -> Self {
+        self.silence = SilenceTracker::new(silent_after, self.metrics.clone());
         self
     }
 
@@ -430,9 +442,12 @@ async fn validate(
     let decision = judge(&state, &policies, &read, &facts).await;
     // Side effects never delay the answer: `record` only queues.
     state.events.record(&facts, &decision);
+    let now = (state.clock)();
     if !read.request.dry_run && !state.ledger.is_connected() {
-        state.windows.observe(&decision, (state.clock)());
+        state.windows.observe(&decision, now);
     }
+    // Dry runs count: Flux dry-runs every object on every interval.
+    state.silence.observe(&policies, &decision, now);
     let response = decision.to_response(&read.request).into_review();
     let elapsed = started.elapsed();
     observe(&state, &facts, &decision, elapsed);
@@ -492,6 +507,7 @@ async fn judge(
             parent: None,
             recent_deletes: None,
             now: (state.clock)(),
+            silence: None,
         };
         return unreadable(policies, &input, problem);
     }
@@ -585,6 +601,7 @@ async fn decide_with_cluster(
                 .unwrap_or_else(|e| e.into_inner())
                 .recent(namespace)
         });
+    let silence = state.silence.snapshot();
     let input = DecisionInput {
         request: facts,
         resource: resource.as_ref(),
@@ -592,6 +609,7 @@ async fn decide_with_cluster(
         parent: None,
         recent_deletes: recent_deletes.as_ref(),
         now,
+        silence: Some(&silence),
     };
     let decision = decide_with_ledger(policies, &input, &state.ledger.guard());
     if !needs_parent(policies, &decision) {

@@ -43,6 +43,7 @@ fn decide_at(
         parent: None,
         recent_deletes: None,
         now,
+        silence: None,
     };
     decide(policies, &input)
 }

@@ -63,6 +63,7 @@ pub fn decide_with(
             parent,
             recent_deletes: None,
             now: now.parse().expect("an RFC 3339 time"),
+            silence: None,
         },
     )
 }

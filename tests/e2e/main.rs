@@ -9,5 +9,6 @@ mod ledger;
 mod plugin;
 mod restart;
 mod scenarios;
+mod silence;
 mod smoke;
 mod wiring;

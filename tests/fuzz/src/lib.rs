@@ -303,6 +303,7 @@ fn decide_with_cluster(policies: &PolicySet, request: &AdmissionRequest<DynamicO
         parent: None,
         recent_deletes: None,
         now: now(),
+        silence: None,
     };
     let mut decision = decide(policies, &input);
     // The server reads objects only when the envelope says a policy may guard the write: it
