@@ -147,6 +147,36 @@ async fn answers_each_fixture_with_its_uid_and_decision() {
     );
 }
 
+/// What the real Argo CD application-controller sends (tests/e2e/scenarios/argocd_capture.rs),
+/// with its default client-side apply and with server-side apply, decided by a policy whose
+/// `argocd` controller names the identity and field manager captured.
+#[tokio::test]
+async fn the_real_argocd_reviews_are_decided_as_the_controller_by_an_argocd_policy() {
+    let h = harness_with(Path::new("tests/fixtures/policies/argocd-capture.yaml"));
+    for name in [
+        "argocd-real-create.json",
+        "argocd-real-apply.json",
+        "argocd-real-prune.json",
+        "argocd-real-ssa-create.json",
+        "argocd-real-ssa-apply.json",
+        "argocd-real-ssa-prune.json",
+    ] {
+        let body = fixture(name);
+        let input: Value = serde_json::from_slice(&body).unwrap();
+        let (status, answer) = post(&h.webhook, body).await;
+        assert_eq!(status, StatusCode::OK, "{name}");
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        let response = &answer["response"];
+        assert_eq!(response["uid"], input["request"]["uid"], "{name}");
+        assert_eq!(response["allowed"], true, "{name}: {response}");
+        assert_eq!(response["auditAnnotations"]["rule"], "Controller", "{name}");
+        assert_eq!(
+            response["auditAnnotations"]["policy"], "argocd-capture",
+            "{name}: {response}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn malformed_reviews_get_a_400_that_says_why() {
     let h = harness();

@@ -7,6 +7,7 @@
 
 #[path = "../../common/admin.rs"]
 pub mod admin;
+pub mod argocd;
 pub mod capture;
 pub mod chart;
 pub mod control_plane;
@@ -15,6 +16,7 @@ pub mod flux;
 pub mod pki;
 pub mod process;
 pub mod proxy;
+pub mod review_fixtures;
 pub mod testenv;
 
 #[allow(unused_imports)]

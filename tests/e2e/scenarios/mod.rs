@@ -6,6 +6,7 @@
 //! control plane and the shared driftgate. Anything asynchronous (Events, caches) is polled with
 //! a deadline.
 
+mod argocd_capture;
 mod blast_radius;
 mod break_glass;
 mod bypass;

@@ -15,11 +15,11 @@ use serde_json::{Value, json};
 
 use crate::harness::capture::CaptureWebhook;
 use crate::harness::flux::{FLUX_NAMESPACE, flux};
+use crate::harness::review_fixtures::{compare_or_write, normalise};
 use crate::harness::{
     ADMIN, ALICE, BOB, control_plane, driftgate_cli, install_crypto_provider, shared,
 };
 
-use super::real_flux_capture::{differences, fixture_path, normalise, what_matters};
 use super::{assert_denied, kubectl, wait_for_event};
 
 /// The Kustomization and its source.
@@ -126,31 +126,6 @@ fn fixture_of(review: &Value) -> Value {
         labels["driftgate.dev/break-glass"] = json!("20261130T1000Z");
     }
     review
-}
-
-/// Writes (with [`REFRESH`]) or compares the fixtures; the mismatches found.
-fn check_fixtures(picked: &[(&str, Value)]) -> Vec<String> {
-    let write = std::env::var("DRIFTGATE_WRITE_FIXTURES").is_ok_and(|v| v == "1");
-    let mut mismatches = Vec::new();
-    for (file, review) in picked {
-        let fixture = fixture_of(review);
-        let path = fixture_path(file);
-        if write {
-            let text = serde_json::to_string_pretty(&fixture).unwrap() + "\n";
-            std::fs::write(&path, text).expect("the fixture is written");
-            eprintln!("wrote {}", path.display());
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}; write it with {REFRESH}", path.display()));
-        let committed: Value = serde_json::from_str(&text).expect("the fixture is JSON");
-        mismatches.extend(
-            differences(&what_matters(&committed), &what_matters(&fixture))
-                .into_iter()
-                .map(|d| format!("{file}: {d}")),
-        );
-    }
-    mismatches
 }
 
 #[tokio::test]
@@ -351,21 +326,16 @@ async fn suspending_the_real_flux_needs_an_expiry_and_it_reconciles_again_once_r
 
     let picked = [
         (
-            "flux-kustomization-suspend-by-alice.json",
-            captured(&capture, "kubectl-patch"),
+            "flux-kustomization-suspend-by-alice.json".to_owned(),
+            fixture_of(&captured(&capture, "kubectl-patch")),
         ),
         (
-            "flux-kustomization-suspend-with-driftgate.json",
-            captured(&capture, "driftgate-break-glass"),
+            "flux-kustomization-suspend-with-driftgate.json".to_owned(),
+            fixture_of(&captured(&capture, "driftgate-break-glass")),
         ),
     ];
     drop(capture);
-    let mismatches = check_fixtures(&picked);
-    assert!(
-        mismatches.is_empty(),
-        "the API server no longer sends what the fixtures say:\n{}\nRefresh them with {REFRESH} and review the diff.",
-        mismatches.join("\n")
-    );
+    compare_or_write(&picked, "The API server", REFRESH);
 }
 
 /// `driftgate_suspensions{policy="production",state}` on the shared driftgate's `/metrics`.

@@ -1,0 +1,161 @@
+//! Captured AdmissionReviews as fixtures: what varies per run normalised, and compared with the
+//! committed fixture on what driftgate decides by: the Flux and the Argo CD captures.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use super::driftgate::repo_path;
+
+const UID: &str = "00000000-0000-4000-8000-000000000000";
+const TIME: &str = "2026-11-30T08:58:00Z";
+
+/// Writes each `(file, review)` normalised to `tests/fixtures/file` when
+/// `DRIFTGATE_WRITE_FIXTURES=1`; otherwise compares it with the committed fixture and fails
+/// naming every field that differs. `sender` says whose reviews they are; `refresh` how to
+/// rewrite them.
+pub fn compare_or_write(picked: &[(String, Value)], sender: &str, refresh: &str) {
+    let write = std::env::var("DRIFTGATE_WRITE_FIXTURES").is_ok_and(|v| v == "1");
+    let mut mismatches = Vec::new();
+    for (file, review) in picked {
+        let normalised = normalise(review);
+        let path = fixture_path(file);
+        if write {
+            let text = serde_json::to_string_pretty(&normalised).unwrap() + "\n";
+            std::fs::write(&path, text).expect("the fixture is written");
+            eprintln!("wrote {}", path.display());
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; write it with {refresh}", path.display()));
+        let committed: Value = serde_json::from_str(&text).expect("the fixture is JSON");
+        mismatches.extend(
+            differences(
+                &what_matters(&committed),
+                &what_matters(&normalised),
+                sender,
+            )
+            .into_iter()
+            .map(|d| format!("{file}: {d}")),
+        );
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{sender} no longer sends what the fixtures say:\n{}\nIf that is {sender}'s (or \
+         Kubernetes') doing, refresh them with {refresh} and review the diff.",
+        mismatches.join("\n")
+    );
+}
+
+fn fixture_path(file: &str) -> PathBuf {
+    repo_path("tests/fixtures").join(file)
+}
+
+/// One line per review: operation, kind, name, dry run, subresource and field manager.
+pub fn summary(review: &Value) -> String {
+    let request = &review["request"];
+    format!(
+        "{} {} {} dryRun={} subResource={} options={}",
+        request["operation"],
+        request["kind"]["kind"],
+        request["name"],
+        request["dryRun"],
+        request["subResource"],
+        request["options"]
+    )
+}
+
+/// The review with what varies per run replaced by fixed values: every `uid`, `resourceVersion`,
+/// `generation` and `observedGeneration`, every RFC 3339 timestamp (creationTimestamp,
+/// managedFields' times, conditions), and `userInfo.extra`'s values (the token's id).
+pub fn normalise(review: &Value) -> Value {
+    let mut review = review.clone();
+    normalise_values(&mut review);
+    if let Some(extra) = review["request"]["userInfo"]["extra"].as_object_mut() {
+        for values in extra.values_mut() {
+            *values = json!(["normalised"]);
+        }
+    }
+    review
+}
+
+fn normalise_values(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match key.as_str() {
+                    "uid" if value.is_string() => *value = json!(UID),
+                    "resourceVersion" if value.is_string() => *value = json!("1"),
+                    "generation" | "observedGeneration" if value.is_number() => *value = json!(1),
+                    _ => normalise_values(value),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalise_values),
+        Value::String(s) if s.parse::<jiff::Timestamp>().is_ok() => *s = TIME.to_owned(),
+        _ => {}
+    }
+}
+
+/// What driftgate decides by, by JSON pointer: the operation and what it is on, who sends it
+/// (username, groups; uid and `extra`'s keys after [`normalise`]), the options (kind, field
+/// manager, force, dry run) and the manager entries of the object's and old object's
+/// managedFields.
+fn what_matters(review: &Value) -> BTreeMap<String, Value> {
+    let request = &review["request"];
+    let mut fields = BTreeMap::new();
+    for pointer in [
+        "/operation",
+        "/kind",
+        "/resource",
+        "/requestKind",
+        "/subResource",
+        "/dryRun",
+        "/namespace",
+        "/name",
+        "/userInfo/username",
+        "/userInfo/groups",
+        "/userInfo/uid",
+        "/options",
+    ] {
+        let value = request.pointer(pointer).cloned().unwrap_or(Value::Null);
+        fields.insert(format!("request{pointer}"), value);
+    }
+    let extra_keys: Vec<&String> = request["userInfo"]["extra"]
+        .as_object()
+        .map(|extra| extra.keys().collect())
+        .unwrap_or_default();
+    fields.insert("request/userInfo/extra (keys)".into(), json!(extra_keys));
+    for object in ["object", "oldObject"] {
+        let managers: Vec<Value> = request[object]["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| json!([m["manager"], m["operation"], m["subresource"]]))
+            .collect();
+        fields.insert(
+            format!("request/{object}/metadata/managedFields (manager, operation, subresource)"),
+            json!(managers),
+        );
+    }
+    fields
+}
+
+/// "FIELD: the fixture has A, SENDER sent B" for each field that differs.
+fn differences(
+    committed: &BTreeMap<String, Value>,
+    captured: &BTreeMap<String, Value>,
+    sender: &str,
+) -> Vec<String> {
+    committed
+        .iter()
+        .filter(|(field, want)| captured.get(*field) != Some(*want))
+        .map(|(field, want)| {
+            format!(
+                "{field}: the fixture has {want}, {sender} sent {}",
+                captured.get(field).unwrap_or(&Value::Null)
+            )
+        })
+        .collect()
+}
