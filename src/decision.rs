@@ -48,6 +48,13 @@ pub enum Rule {
     DeletionProtected,
     /// A controller's delete beyond the policy's `deletions.controllerLimit` in the namespace.
     DeletionLimit,
+    /// A suspension of the GitOps controller's reconciliation (policy `suspensions`) by an
+    /// opener, with an expiry within `maxDuration` and a reason: a break-glass window.
+    Suspended,
+    /// A suspension without what opening a window needs (an opener, an expiry, a reason).
+    SuspensionRefused,
+    /// A suspension lifted (or left to lapse): always admitted.
+    Resumed,
     /// The request names a controller's field manager but is not that controller.
     FieldManagerSpoofing,
     /// The controller's write is the desired state.
@@ -112,6 +119,9 @@ impl Rule {
             Rule::OutOfScope => "OutOfScope",
             Rule::DeletionProtected => "DeletionProtected",
             Rule::DeletionLimit => "DeletionLimit",
+            Rule::Suspended => "Suspended",
+            Rule::SuspensionRefused => "SuspensionRefused",
+            Rule::Resumed => "Resumed",
             Rule::FieldManagerSpoofing => "FieldManagerSpoofing",
             Rule::Controller => "Controller",
             Rule::ControllerHeld => "ControllerHeld",
@@ -950,6 +960,11 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     if let Some(refusal) = refuse_deletion(policy, facts) {
         return Some(refusal);
     }
+    // Then suspensions of the GitOps controller, in the policy's namespaces and in those that
+    // hold the GitOps objects.
+    if let Some(outcome) = judge_suspension(policy, facts) {
+        return Some(outcome);
+    }
     if !in_scope(policy, facts) {
         return None;
     }
@@ -1334,6 +1349,201 @@ fn controller_of<'p>(
         .controllers
         .iter()
         .find(|c| c.identity.matches(facts.user))
+}
+
+/// What an UPDATE does to the suspensions its object carries.
+enum SuspensionChange {
+    /// A suspension starts, or the window of one that holds changes: judged as opening one.
+    Suspends,
+    /// A suspension ends, and none starts.
+    Resumes,
+}
+
+/// The verdict on a write that suspends or resumes the GitOps controller's reconciliation (by
+/// the policy's `suspensions`), judged like opening a window on the object itself: by an
+/// opener, with an expiry within `maxDuration` and a reason. Resuming is always admitted, and
+/// the controller's own writes go to the other rules. `None`: not a suspension, or one that
+/// also changes other fields in the policy's own namespaces (the other rules judge those).
+fn judge_suspension(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+    let (rules, break_glass) = (policy.suspensions.as_ref()?, policy.break_glass.as_ref()?);
+    if !facts.is_update() || !facts.subresource.is_empty() || facts.through.is_some() {
+        return None;
+    }
+    let (Some(old), Some(new)) = (&facts.request.old_object, &facts.request.object) else {
+        return None;
+    };
+    // In the policy's own scope, or where the GitOps objects are.
+    let guarded = in_scope(policy, facts);
+    if !guarded && !rules.holds_namespace(facts.namespace?) {
+        return None;
+    }
+    let (group, kind) = (facts.group(), facts.kind.as_str());
+    let before = rules.suspensions(group, kind, old);
+    let after = rules.suspensions(group, kind, new);
+    let window_changed = facts
+        .changes()
+        .iter()
+        .any(|p| is_break_glass_path(p, break_glass));
+    let change =
+        if after.iter().any(|s| !before.contains(s)) || (!after.is_empty() && window_changed) {
+            SuspensionChange::Suspends
+        } else if before.iter().any(|s| !after.contains(s)) {
+            SuspensionChange::Resumes
+        } else {
+            return None;
+        };
+    let only_suspension = facts
+        .changes()
+        .iter()
+        .all(|p| is_break_glass_path(p, break_glass) || rules.covers(group, kind, p));
+    let judged_alone = only_suspension || !guarded;
+    match change {
+        SuspensionChange::Resumes => judged_alone.then(|| resumed(facts, break_glass)),
+        SuspensionChange::Suspends => {
+            if controller_of(policy, facts).is_some() {
+                return None;
+            }
+            match suspension_window(facts, break_glass) {
+                Err(problem) => Some(refuse_suspension(policy, facts, problem)),
+                Ok(window) => judged_alone.then(|| suspended(facts, break_glass, &after, window)),
+            }
+        }
+    }
+}
+
+/// The window a suspension opens: the break-glass label and reason on the object as written,
+/// set by an opener, as opening a window needs them.
+fn suspension_window(
+    facts: &Facts<'_>,
+    rules: &BreakGlassRules,
+) -> Result<BreakGlassWindow, WindowProblem> {
+    let refuse = |problem: String| WindowProblem {
+        problem,
+        detail: String::new(),
+    };
+    if !rules.openers.matches(facts.user) {
+        return Err(refuse(format!(
+            "a suspension is a break-glass window, which only {} may open",
+            rules.openers.describe()
+        )));
+    }
+    let new = facts
+        .new_meta()
+        .ok_or_else(|| refuse("the request carries no object".to_owned()))?;
+    let now = facts.input.now;
+    let window = match window_state(new, rules, now, WindowScope::Object) {
+        WindowState::Open(window) => window,
+        WindowState::Absent => {
+            return Err(refuse(format!(
+                "it has no expiry: a suspension is a break-glass window, and needs the label {} with its expiry (e.g. 20261130T0930Z, at most maxDuration {} from now) and the reason annotation {}",
+                rules.label, rules.max_duration, rules.reason_annotation
+            )));
+        }
+        WindowState::Malformed { problem, .. } => {
+            return Err(refuse(format!("the label {}: {problem}", rules.label)));
+        }
+        WindowState::Expired(window) => {
+            return Err(refuse(format!(
+                "the expiry {} ({}) is not in the future",
+                window.label_value,
+                human_utc(window.expires_at)
+            )));
+        }
+        WindowState::TooLong(window) => {
+            return Err(WindowProblem {
+                problem: format!(
+                    "the expiry {} ({}) is more than maxDuration {} from now",
+                    window.label_value,
+                    human_utc(window.expires_at),
+                    rules.max_duration
+                ),
+                detail: format!(
+                    "; the latest allowed is {}",
+                    human_utc(latest_expiry(now, rules.max_duration))
+                ),
+            });
+        }
+    };
+    if rules.require_reason && window.reason.is_none() {
+        return Err(refuse(format!(
+            "a reason is required: set the annotation {} in the same request (e.g. \"{REASON_EXAMPLE}\")",
+            rules.reason_annotation
+        )));
+    }
+    if let Some(problem) = reason_problem(window.reason.as_deref(), rules) {
+        return Err(refuse(problem));
+    }
+    Ok(window)
+}
+
+/// `driftgate suspend kustomization/NAME -n NS …` and its resume, for messages.
+fn suspend_commands(facts: &Facts<'_>) -> (String, String) {
+    let target = format!(
+        "{}/{}",
+        facts.kind.to_lowercase(),
+        echo(&facts.request.name, MAX_NAME_CHARS)
+    );
+    let ns = facts.namespace.unwrap_or("default");
+    (
+        format!("driftgate suspend {target} -n {ns} --for 1h --reason \"{REASON_PLACEHOLDER}\""),
+        format!("driftgate resume {target} -n {ns}"),
+    )
+}
+
+fn refuse_suspension(policy: &GatePolicy, facts: &Facts<'_>, why: WindowProblem) -> RuleOutcome {
+    let (suspend, resume) = suspend_commands(facts);
+    let words = RefusalWords {
+        subject: format!(
+            "{} may not suspend {}",
+            facts.about.who(),
+            facts.object_words()
+        ),
+        why: why.problem,
+        next: format!(
+            "Suspend it with {suspend} ({} may), and resume it with {resume}",
+            policy
+                .break_glass
+                .as_ref()
+                .map_or_else(String::new, |rules| rules.openers.describe())
+        ),
+        owner: owner_suffix(policy),
+    };
+    RuleOutcome::refuse(Rule::SuspensionRefused, policy, words, &why.detail)
+}
+
+fn suspended(
+    facts: &Facts<'_>,
+    rules: &BreakGlassRules,
+    by: &[crate::policy::suspensions::Suspension],
+    window: BreakGlassWindow,
+) -> RuleOutcome {
+    let (_, resume) = suspend_commands(facts);
+    let how: Vec<String> = by.iter().map(ToString::to_string).collect();
+    let mut outcome = RuleOutcome::admit(Rule::Suspended);
+    outcome.warning = Some(warning(format!(
+        "driftgate: {} suspended ({}) until {} ({}); resume it with {resume} before then, or it is reported as a forgotten suspension.",
+        facts.object_words(),
+        how.join(", "),
+        human_utc(window.expires_at),
+        window.label_value,
+    )));
+    outcome.window = facts.stored_meta().and_then(|meta| {
+        window_state(meta, rules, facts.input.now, WindowScope::Object)
+            .window()
+            .cloned()
+    });
+    outcome.new_window = Some(window);
+    outcome
+}
+
+fn resumed(facts: &Facts<'_>, rules: &BreakGlassRules) -> RuleOutcome {
+    let mut outcome = RuleOutcome::admit(Rule::Resumed);
+    outcome.window = facts.stored_meta().and_then(|meta| {
+        window_state(meta, rules, facts.input.now, WindowScope::Object)
+            .window()
+            .cloned()
+    });
+    outcome
 }
 
 /// Which side of an UPDATE the review lacks, if any.
@@ -1746,6 +1956,9 @@ fn may_guard_with(
         Operation::Delete => GuardedOperation::Delete,
         Operation::Connect => return false,
     };
+    if suspension_guards(policy, request) {
+        return true;
+    }
     let deletion = deletion_guards(policy, request);
     if !deletion && !policy.guards_operation(operation) {
         return false;
@@ -1774,6 +1987,23 @@ fn may_guard_with(
         }
         _ => true,
     }
+}
+
+/// Whether the policy's `suspensions` may judge this write beyond what it guards: an UPDATE of
+/// an object itself in a namespace that holds GitOps objects. Not Leases (controllers renew
+/// theirs there every few seconds) nor Events, which carry no suspension.
+fn suspension_guards(policy: &GatePolicy, request: &AdmissionRequest<DynamicObject>) -> bool {
+    let (Some(rules), Some(name)) = (&policy.suspensions, request.namespace.as_deref()) else {
+        return false;
+    };
+    let kind = (request.kind.group.as_str(), request.kind.kind.as_str());
+    request.operation == Operation::Update
+        && request.sub_resource.as_deref().unwrap_or("").is_empty()
+        && !matches!(
+            kind,
+            ("coordination.k8s.io", "Lease") | ("", "Event") | ("events.k8s.io", "Event")
+        )
+        && rules.holds_namespace(name)
 }
 
 /// Whether the policy's `deletions` may stop this delete, whatever else it guards: its kind

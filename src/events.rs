@@ -77,6 +77,10 @@ pub enum EventReason {
     RevertRefused,
     /// A break-glass change was refused because it could not be recorded in the ledger.
     LedgerUnavailable,
+    /// The GitOps controller's reconciliation of the object was suspended, until an expiry.
+    Suspended,
+    /// A suspension was lifted: the controller reconciles the object again.
+    Resumed,
 }
 
 impl EventReason {
@@ -94,6 +98,8 @@ impl EventReason {
             EventReason::EmergencyChangeReverted => "EmergencyChangeReverted",
             EventReason::RevertRefused => "RevertRefused",
             EventReason::LedgerUnavailable => "LedgerUnavailable",
+            EventReason::Suspended => "Suspended",
+            EventReason::Resumed => "Resumed",
         }
     }
 
@@ -111,6 +117,8 @@ impl EventReason {
             EventReason::BackportConfirmed => "Confirm",
             EventReason::EmergencyChangeReverted => "Revert",
             EventReason::RevertRefused | EventReason::LedgerUnavailable => "Deny",
+            EventReason::Suspended => "Suspend",
+            EventReason::Resumed => "Resume",
         }
     }
 
@@ -120,14 +128,17 @@ impl EventReason {
             | EventReason::BreakGlassExtended
             | EventReason::BreakGlassClosed
             | EventReason::BreakGlassExpired
-            | EventReason::BackportConfirmed => EventType::Normal,
+            | EventReason::BackportConfirmed
+            | EventReason::Resumed => EventType::Normal,
             EventReason::EmergencyChangeReverted
             | EventReason::BreakGlassChange
             | EventReason::ControllerHeld
             | EventReason::WriteDenied
             | EventReason::WouldDeny
             | EventReason::RevertRefused
-            | EventReason::LedgerUnavailable => EventType::Warning,
+            | EventReason::LedgerUnavailable
+            // Nothing reconciles the object until it is resumed: worth a look.
+            | EventReason::Suspended => EventType::Warning,
         }
     }
 }
@@ -302,6 +313,30 @@ fn admitted(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
             );
             Some((EventReason::BreakGlassChange, note))
         }
+        Rule::Suspended => Some((
+            EventReason::Suspended,
+            format!(
+                "{} suspended the GitOps controller's reconciliation of {}: {}. Nothing resumes it at expiry; past it, it is reported as a forgotten suspension.",
+                words.who,
+                words.object,
+                window_terms(verdict.new_window.as_ref()),
+            ),
+        )),
+        Rule::Resumed => Some((
+            EventReason::Resumed,
+            match verdict.window.as_ref() {
+                Some(window) => format!(
+                    "{} resumed the GitOps controller's reconciliation of {} (suspended {}).",
+                    words.who,
+                    words.object,
+                    window_terms(Some(window)),
+                ),
+                None => format!(
+                    "{} resumed the GitOps controller's reconciliation of {}.",
+                    words.who, words.object,
+                ),
+            },
+        )),
         _ => None,
     }
 }

@@ -24,6 +24,7 @@ pub mod review;
 pub mod serve;
 pub mod server;
 pub mod silence;
+pub mod suspensions;
 pub mod text;
 mod throttle;
 pub mod timefmt;

@@ -52,6 +52,13 @@ pub struct ControllerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SuspensionLabels {
+    pub policy: String,
+    /// `open`, `expired` (past its expiry: forgotten) or `unbounded` (no expiry).
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: String,
 }
@@ -62,6 +69,8 @@ pub struct Metrics {
     pub reviews: Family<ReviewLabels, Counter>,
     pub review_duration: Histogram,
     pub break_glass_windows_open: Gauge,
+    /// Suspended GitOps objects, by policy and state (see `suspensions`).
+    pub suspensions: Family<SuspensionLabels, Gauge>,
     /// Events accepted by the API server, by reason (`BreakGlassChange`, `WriteDenied`, ...).
     pub events_published: Family<ReasonLabels, Counter>,
     /// Events not published, by why (`queue_full`, `api_error`, `shutdown`).
@@ -137,6 +146,12 @@ impl Metrics {
             "break_glass_windows_open",
             "Break-glass windows known to be open (namespaces, and objects seen in recent decisions)",
             break_glass_windows_open.clone(),
+        );
+        let suspensions = Family::<SuspensionLabels, Gauge>::default();
+        registry.register(
+            "suspensions",
+            "GitOps objects whose reconciliation is suspended, by policy and state: open (before its expiry), expired (past it, nobody resumed it), unbounded (no expiry label)",
+            suspensions.clone(),
         );
         let events_published = Family::<ReasonLabels, Counter>::default();
         registry.register(
@@ -312,6 +327,7 @@ impl Metrics {
             reviews,
             review_duration,
             break_glass_windows_open,
+            suspensions,
             events_published,
             events_dropped,
             policy_reloads,

@@ -477,6 +477,16 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         None => Ledger::disabled(metrics.clone()),
     };
     let ledger = ledger.with_guard(ledger_guard(&args));
+    if let Some(client) = &client {
+        // Suspensions past their expiry are noticed as windows are: every expiry check.
+        tasks.push(crate::server::suspensions::spawn(
+            client.clone(),
+            policies.clone(),
+            metrics.clone(),
+            args.expiry_check_interval,
+            shutdown.clone(),
+        ));
+    }
     let gatepolicies = gatepolicy_source(
         &args,
         client.as_ref(),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use driftgate::metrics::{Metrics, ReasonLabels, ReviewLabels};
+use driftgate::metrics::{Metrics, ReasonLabels, ReviewLabels, SuspensionLabels};
 use driftgate::silence::ControllerKey;
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
@@ -923,6 +923,15 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             "driftgate.dev/gatepolicies:list",
             "driftgate.dev/gatepolicies:watch",
             "driftgate.dev/gatepolicies/status:patch",
+            // Suspensions counted (rbac.suspensionKinds): Flux's and Argo CD's kinds, list only.
+            "kustomize.toolkit.fluxcd.io/kustomizations:list",
+            "helm.toolkit.fluxcd.io/helmreleases:list",
+            "source.toolkit.fluxcd.io/gitrepositories:list",
+            "source.toolkit.fluxcd.io/ocirepositories:list",
+            "source.toolkit.fluxcd.io/helmrepositories:list",
+            "source.toolkit.fluxcd.io/buckets:list",
+            "source.toolkit.fluxcd.io/helmcharts:list",
+            "argoproj.io/applications:list",
         ]
         .into_iter()
         .map(str::to_owned)
@@ -1328,6 +1337,13 @@ fn exported_metrics() -> BTreeSet<String> {
         },
         jiff::Timestamp::UNIX_EPOCH,
     );
+    metrics
+        .suspensions
+        .get_or_create(&SuspensionLabels {
+            policy: "production".into(),
+            state: "expired".into(),
+        })
+        .set(1);
     let mut names = BTreeSet::new();
     for line in metrics.encode().lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -1395,11 +1411,18 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
             "DriftgateDenialsSpiking",
             "DriftgateEmergencyChangeReverted",
             "DriftgatePolicyReloadFailed",
+            "DriftgateSuspensionExpired",
             "DriftgateTLSReloadFailed",
             "DriftgateUnavailable",
             "DriftgateWindowBeyondMaxDuration",
         ]
     );
+    assert!(
+        expr_of(&alerts, "DriftgateSuspensionExpired").contains("state=\"expired\"}) > 0"),
+        "{}",
+        expr_of(&alerts, "DriftgateSuspensionExpired")
+    );
+    assert_eq!(alerts["DriftgateSuspensionExpired"]["for"], "5m");
     assert!(expr_of(&alerts, "DriftgateBackportPendingTooLong").contains("> 86400"));
     assert!(
         expr_of(&alerts, "DriftgateEmergencyChangeReverted")

@@ -626,6 +626,74 @@ fn bad_input_is_refused_before_connecting_with_exit_2() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+const SUSPEND: &[&str] = &[
+    "suspend",
+    "kustomization/apps",
+    "-n",
+    "flux-system",
+    "--for",
+    "1h",
+    "--reason",
+    "INC-1: flux reverts the hotfix",
+];
+
+#[test]
+fn suspend_and_resume_refuse_bad_input_before_connecting_with_exit_2() {
+    let dir = temp_dir("suspend-bad-input");
+    let kubeconfig = dead_kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let cases: [(Vec<&str>, &str); 5] = [
+        (
+            [&SUSPEND[..1], &["apps"], &SUSPEND[2..]].concat(),
+            "driftgate suspend: \"apps\" is not KIND/NAME; write e.g. kustomization/apps",
+        ),
+        (
+            vec!["resume", "kustomization/", "-n", "flux-system"],
+            "driftgate resume: \"kustomization/\" is not KIND/NAME",
+        ),
+        (
+            [&SUSPEND[..5], &["soon"], &SUSPEND[6..]].concat(),
+            "driftgate suspend: --for: \"soon\" is not a duration",
+        ),
+        (
+            [&SUSPEND[..7], &["INC-…: what and why"]].concat(),
+            "driftgate suspend: --reason must say why",
+        ),
+        (
+            [SUSPEND, &["--as-group", "sre-oncall"]].concat(),
+            "driftgate suspend: --as-group needs --as",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = driftgate(&[&args[..], &["--kubeconfig", kubeconfig]].concat());
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with(expected), "{args:?}: {stderr}");
+    }
+    // Without --for or --reason it is a usage error, exit 2 as well.
+    let out = driftgate(&SUSPEND[..4]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--for <DURATION>"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A well-formed suspend does try the cluster: the dead one, exit 3.
+    for args in [
+        SUSPEND,
+        &["resume", "kustomization/apps", "-n", "flux-system"],
+    ] {
+        let out = driftgate(&[args, &["--kubeconfig", kubeconfig]].concat());
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_kubeconfig_variable_naming_no_file_is_named_in_the_error() {
     // Not "no $KUBECONFIG": it is set, and the person must see what it points at.

@@ -2604,3 +2604,334 @@ fn the_controllers_deletes_stop_at_the_limit_in_the_namespace() {
         Some(&[("staging".to_owned(), vec![ago(50), ago(30), ago(10)])].into()),
     );
 }
+
+/// [`POLICY`] with a `suspensions` section of the documented defaults (flux-system, argocd).
+fn suspensions_policies(mode: &str) -> PolicySet {
+    let text =
+        POLICY.replace("  owner:", &format!("  mode: {mode}\n  owner:")) + "  suspensions: {}\n";
+    PolicySet::from_yaml("inline", &text).unwrap()
+}
+
+/// Kustomization flux-system/apps, `spec.suspend` as given (absent for None).
+fn kustomization(suspend: Option<bool>, labels: Value, annotations: Value) -> Value {
+    let mut spec = json!({"interval": "10m", "path": "./apps", "prune": true,
+        "sourceRef": {"kind": "GitRepository", "name": "flux-system"}});
+    if let Some(suspend) = suspend {
+        spec["suspend"] = json!(suspend);
+    }
+    json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": "flux-system", "uid": "k-1",
+            "labels": labels, "annotations": annotations},
+        "spec": spec})
+}
+
+/// Application argocd/shop, its `syncPolicy` as given.
+fn application(sync_policy: Value, labels: Value, annotations: Value) -> Value {
+    json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "shop", "namespace": "argocd", "uid": "a-1",
+            "labels": labels, "annotations": annotations},
+        "spec": {"project": "default", "syncPolicy": sync_policy,
+            "source": {"repoURL": "https://git.example/shop", "path": "deploy"}}})
+}
+
+impl Req {
+    fn kustomization(mut self) -> Self {
+        self.kind = ("kustomize.toolkit.fluxcd.io", "Kustomization");
+        self.resource = ("kustomize.toolkit.fluxcd.io", "kustomizations");
+        self.namespace = "flux-system";
+        self.name = "apps";
+        self
+    }
+
+    fn application(mut self) -> Self {
+        self.kind = ("argoproj.io", "Application");
+        self.resource = ("argoproj.io", "applications");
+        self.namespace = "argocd";
+        self.name = "shop";
+        self
+    }
+}
+
+#[test]
+fn a_suspension_is_a_break_glass_window_and_resuming_is_always_admitted() {
+    let none = || json!({});
+    let until = |at: &str| json!({LABEL: at});
+    let why = || json!({REASON: "INC-7: flux keeps reverting the hotfix"});
+    let running = || kustomization(None, none(), none());
+    let suspended =
+        |labels: Value, annotations: Value| kustomization(Some(true), labels, annotations);
+    let window_open = || suspended(until("20261130T1000Z"), why());
+    let reconcile_disabled = |labels: Value| {
+        let mut d = deployment(
+            labels,
+            json!({"kustomize.toolkit.fluxcd.io/reconcile": "disabled"}),
+            "api:1",
+            3,
+        );
+        d["metadata"]["annotations"][REASON] = json!("INC-8: keep the hotfix");
+        d
+    };
+    let healing = || json!({"automated": {"prune": true, "selfHeal": true}});
+    let cases = vec![
+        case(
+            "alice suspends a Kustomization without an expiry (kubectl patch)",
+            Req::update("alice", running(), suspended(none(), none())).kustomization(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("alice may not suspend Kustomization flux-system/apps: it has no expiry: a suspension is a break-glass window, and needs the label driftgate.dev/break-glass with its expiry (e.g. 20261130T0930Z, at most maxDuration 4h from now) and the reason annotation driftgate.dev/break-glass-reason (policy \"prod\", rule SuspensionRefused). Suspend it with driftgate suspend kustomization/apps -n flux-system --for 1h --reason \"INC-…: what and why\" (user carol; group sre-oncall may), and resume it with driftgate resume kustomization/apps -n flux-system"),
+        case(
+            "alice suspends it with an expiry and a reason (driftgate suspend)",
+            Req::update("alice", running(), window_open()).kustomization(),
+            true,
+            Rule::Suspended,
+        )
+        .says("driftgate: Kustomization flux-system/apps suspended (spec.suspend) until 2026-11-30 10:00 UTC (20261130T1000Z); resume it with driftgate resume kustomization/apps -n flux-system"),
+        case(
+            "without a reason",
+            Req::update("alice", running(), suspended(until("20261130T1000Z"), none())).kustomization(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("a reason is required: set the annotation driftgate.dev/break-glass-reason"),
+        case(
+            "with the hint's placeholder for a reason",
+            Req::update("alice", running(), suspended(until("20261130T1000Z"), json!({REASON: "INC-…: what and why"}))).kustomization(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("is the placeholder from driftgate's hint"),
+        case(
+            "beyond maxDuration",
+            Req::update("alice", running(), suspended(until("20261201T0900Z"), why())).kustomization(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("the expiry 20261201T0900Z (2026-12-01 09:00 UTC) is more than maxDuration 4h from now; the latest allowed is"),
+        case(
+            "with an expiry already past",
+            Req::update("alice", running(), suspended(until("20261130T0800Z"), why())).kustomization(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("is not in the future"),
+        case(
+            "with a label that is no expiry",
+            Req::update("alice", running(), suspended(until("tomorrow"), why())).kustomization(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("the label driftgate.dev/break-glass:"),
+        case(
+            "bob is no opener",
+            Req::update("bob", running(), window_open()).kustomization(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("a suspension is a break-glass window, which only user carol; group sre-oncall may open"),
+        case(
+            "under a window already open on the Kustomization",
+            Req::update("alice", kustomization(None, until("20261130T1000Z"), why()), window_open()).kustomization(),
+            true,
+            Rule::Suspended,
+        ),
+        case(
+            "the suspension is extended",
+            Req::update("alice", window_open(), suspended(until("20261130T1200Z"), why())).kustomization(),
+            true,
+            Rule::Suspended,
+        ),
+        case(
+            "its expiry removed while it stays suspended",
+            Req::update("alice", window_open(), suspended(none(), why())).kustomization(),
+            false,
+            Rule::SuspensionRefused,
+        ),
+        case(
+            "bob resumes it, removing the expiry and the reason (driftgate resume)",
+            Req::update("bob", window_open(), kustomization(Some(false), none(), none())).kustomization(),
+            true,
+            Rule::Resumed,
+        ),
+        case(
+            "a suspension past its expiry is resumed too",
+            Req::update("bob", suspended(until("20261130T0800Z"), why()), kustomization(None, until("20261130T0800Z"), why())).kustomization(),
+            true,
+            Rule::Resumed,
+        ),
+        case(
+            "Flux applies a suspension from Git: the controller's own write",
+            Req::update(FLUX, running(), suspended(none(), none())).kustomization().fm(Some("kustomize-controller")),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "another change to a suspended Kustomization is no suspension",
+            Req::update("bob", window_open(), {
+                let mut k = window_open();
+                k["spec"]["interval"] = json!("1m");
+                k
+            })
+            .kustomization(),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "creating a suspended Kustomization stops nothing that ran",
+            {
+                let mut req = Req::update("bob", Value::Null, suspended(none(), none())).kustomization().op("CREATE");
+                req.old = None;
+                req
+            },
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "a Kustomization outside the GitOps and guarded namespaces",
+            Req::update("bob", running(), suspended(none(), none())).kustomization().ns("team-a"),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "Flux's reconcile annotation on a guarded Deployment without a window",
+            Req::update("alice", plain(), reconcile_disabled(json!({"app": "api"}))),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("alice may not suspend Deployment prod-payments/api: it has no expiry"),
+        case(
+            "the reconcile annotation with a window opened in the same write",
+            Req::update("alice", plain(), reconcile_disabled(json!({"app": "api", LABEL: "20261130T1000Z"}))),
+            true,
+            Rule::Suspended,
+        )
+        .says("suspended (annotation kustomize.toolkit.fluxcd.io/reconcile)"),
+        case(
+            "the annotation and an image change: the other rules judge the image",
+            Req::update("alice", plain(), {
+                let mut d = reconcile_disabled(json!({"app": "api", LABEL: "20261130T1000Z"}));
+                d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("api:2");
+                d
+            }),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "Argo CD's automated sync removed without an expiry",
+            Req::update("alice", application(healing(), none(), none()), application(json!({}), none(), none())).application(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("driftgate suspend application/shop -n argocd --for 1h"),
+        case(
+            "Argo CD's self-heal turned off with an expiry and a reason",
+            Req::update("alice", application(healing(), none(), none()),
+                application(json!({"automated": {"prune": true, "selfHeal": false}}), until("20261130T1000Z"), why())).application(),
+            true,
+            Rule::Suspended,
+        )
+        .says("suspended (spec.syncPolicy.automated.selfHeal)"),
+        case(
+            "Argo CD's skip-reconcile annotation without an expiry",
+            Req::update("alice", application(healing(), none(), none()),
+                application(healing(), none(), json!({"argocd.argoproj.io/skip-reconcile": "true"}))).application(),
+            false,
+            Rule::SuspensionRefused,
+        ),
+        case(
+            "Argo CD's automated sync restored",
+            Req::update("bob", application(json!({}), until("20261130T1000Z"), why()), application(healing(), none(), none())).application(),
+            true,
+            Rule::Resumed,
+        ),
+    ];
+    check(&suspensions_policies("Enforce"), cases, None);
+
+    let audit = vec![
+        case(
+            "a suspension without an expiry under Audit",
+            Req::update("alice", running(), suspended(none(), none())).kustomization(),
+            true,
+            Rule::SuspensionRefused,
+        )
+        .says("would deny in Enforce mode"),
+    ];
+    check(&suspensions_policies("Audit"), audit, None);
+    // Without a `suspensions` section, flux-system is not guarded.
+    check(
+        &policies(),
+        vec![case(
+            "a suspension where suspensions are not configured",
+            Req::update("alice", running(), suspended(none(), none())).kustomization(),
+            true,
+            Rule::OutOfScope,
+        )],
+        None,
+    );
+}
+
+#[test]
+fn suspensions_need_break_glass_rules_and_valid_definitions() {
+    let without_break_glass =
+        POLICY.split("  breakGlass:").next().unwrap().to_owned() + "  suspensions: {}\n";
+    let error = PolicySet::from_yaml("inline", &without_break_glass)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(
+            "spec.suspensions: needs spec.breakGlass: a suspension is a break-glass window"
+        ),
+        "{error}"
+    );
+    let bad = POLICY.to_owned()
+        + "  suspensions:\n    fields:\n      - {kinds: [Kustomization], path: metadata.labels, suspendedWhen: isTrue}\n    annotations:\n      - {key: \"not a key\", value: \"x\"}\n";
+    let error = PolicySet::from_yaml("inline", &bad)
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        "spec.suspensions.fields[0].kinds[0]: \"Kustomization\" must be \"group/Kind\"",
+        "spec.suspensions.fields[0].path: \"metadata.labels\" must name a field outside metadata",
+        "spec.suspensions.annotations[0].key: \"not a key\" is not a valid annotation key",
+    ] {
+        assert!(error.contains(expected), "{expected}\n{error}");
+    }
+    let custom = POLICY.to_owned()
+        + "  suspensions:\n    namespaces: [gitops]\n    fields:\n      - {kinds: [\"example.dev/*\"], path: spec.paused, suspendedWhen: isTrue}\n    annotations: []\n";
+    PolicySet::from_yaml("inline", &custom).unwrap();
+}
+
+#[test]
+fn the_suspension_namespaces_are_read_from_the_envelope_but_not_their_leases() {
+    let policies = suspensions_policies("Enforce");
+    let running = kustomization(None, json!({}), json!({}));
+    let update = Req::update("alice", running.clone(), running).kustomization();
+    assert!(driftgate::decision::may_guard(
+        &policies,
+        &update.build(),
+        None
+    ));
+    let mut lease = Req::update("alice", json!({}), json!({})).kustomization();
+    lease.kind = ("coordination.k8s.io", "Lease");
+    lease.resource = ("coordination.k8s.io", "leases");
+    assert!(!driftgate::decision::may_guard(
+        &policies,
+        &lease.build(),
+        None
+    ));
+    // Flux's status writes carry no suspension.
+    let status = Req::update(FLUX, json!({}), json!({}))
+        .kustomization()
+        .status();
+    assert!(!driftgate::decision::may_guard(
+        &policies,
+        &status.build(),
+        None
+    ));
+    // Without a suspensions section, flux-system is not read at all.
+    let update = Req::update("alice", json!({}), json!({})).kustomization();
+    assert!(!driftgate::decision::may_guard(
+        &self::policies(),
+        &update.build(),
+        None
+    ));
+}

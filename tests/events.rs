@@ -969,8 +969,13 @@ fn a_refused_dry_run_revert_publishes_nothing() {
 // ---- An Event says what the refusal it reports says ----
 
 /// Every rule, so that a new one must be placed in [`refusal_by`] below.
-const ALL_RULES: [Rule; 30] = [
+const ALL_RULES: [Rule; 35] = [
     Rule::OutOfScope,
+    Rule::DeletionProtected,
+    Rule::DeletionLimit,
+    Rule::Suspended,
+    Rule::SuspensionRefused,
+    Rule::Resumed,
     Rule::FieldManagerSpoofing,
     Rule::Controller,
     Rule::ControllerHeld,
@@ -1080,13 +1085,23 @@ fn refusal_by(rule: Rule) -> Option<Refused> {
         | Rule::LedgerMetadata
         | Rule::RecordDeletedWithNamespace
         | Rule::LedgerCrdAdmin
-        | Rule::PolicyCompiled => return None,
+        | Rule::PolicyCompiled
+        | Rule::Suspended
+        | Rule::Resumed => return None,
         Rule::NotPermitted => fixture_at(
             "kubectl-edit.json",
             NOW,
             "only its controllers (flux, kubernetes) write here",
             "Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): \
              driftgate break-glass open deployment/api -n prod-payments",
+        ),
+        // alice's `kubectl patch` of spec.suspend, as the real API server sent it (captured by
+        // the e2e suspension scenario).
+        Rule::SuspensionRefused => fixture_at(
+            "flux-kustomization-suspend-by-alice.json",
+            NOW,
+            "it has no expiry: a suspension is a break-glass window, and needs the label driftgate.dev/break-glass",
+            "Suspend it with driftgate suspend kustomization/suspend-e2e -n flux-system --for 1h --reason \"INC-…: what and why\" (group sre-oncall may), and resume it with driftgate resume kustomization/suspend-e2e -n flux-system",
         ),
         Rule::FieldManagerSpoofing => fixture_at(
             "spoofed-field-manager.json",
@@ -1338,7 +1353,7 @@ fn every_refusal_and_its_event_say_the_same_words() {
             assert_eq!(note, &decision.message, "{rule}: given as a message alone");
         }
     }
-    assert_eq!(refusing, 15, "the rules that refuse");
+    assert_eq!(refusing, 18, "the rules that refuse");
 }
 
 #[test]

@@ -195,21 +195,23 @@ pub fn resolve_kind(discovery: &Discovery, kind: &str) -> Option<ApiResource> {
 }
 
 /// The object a command acts on, found in the cluster, with the words its messages use.
-struct Located {
-    api: Api<DynamicObject>,
+pub(crate) struct Located {
+    pub(crate) api: Api<DynamicObject>,
     name: String,
     /// `deployment/api in namespace prod`, `namespace prod`.
-    words: String,
+    pub(crate) words: String,
     /// RBAC's name for the resource: `deployments.apps`, `namespaces`.
     resource: String,
     /// `deployment`, `namespace`.
     kind: String,
     /// The namespace of a namespaced object; none for the Namespace itself.
     namespace: Option<String>,
+    /// The resource as discovery serves it (group and Kind).
+    pub(crate) served: ApiResource,
 }
 
 impl Located {
-    fn attempt<'a>(&'a self, doing: &'a str) -> Attempt<'a> {
+    pub(crate) fn attempt<'a>(&'a self, doing: &'a str) -> Attempt<'a> {
         Attempt {
             doing,
             verb: "patch",
@@ -259,7 +261,11 @@ async fn discover(cluster: &Cluster) -> Result<Discovery, CliError> {
 }
 
 /// Finds `target` in `namespace`: the Namespace itself, or the named object's resource.
-async fn locate(cluster: &Cluster, target: &Target, namespace: &str) -> Result<Located, CliError> {
+pub(crate) async fn locate(
+    cluster: &Cluster,
+    target: &Target,
+    namespace: &str,
+) -> Result<Located, CliError> {
     let Target::Object { kind, name } = target else {
         let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Namespace"));
         return Ok(Located {
@@ -269,6 +275,7 @@ async fn locate(cluster: &Cluster, target: &Target, namespace: &str) -> Result<L
             resource: "namespaces".to_owned(),
             kind: "namespace".to_owned(),
             namespace: None,
+            served: resource,
         });
     };
     let discovery = discover(cluster).await?;
@@ -292,6 +299,7 @@ async fn locate(cluster: &Cluster, target: &Target, namespace: &str) -> Result<L
         resource: resource_name(&resource),
         kind: kind_word,
         namespace: namespaced.then(|| namespace.to_owned()),
+        served: resource,
     })
 }
 
@@ -304,7 +312,7 @@ fn patch_params() -> PatchParams {
 
 /// Merge-patches the located object and returns the API server's warnings (driftgate's words
 /// about the window), which kube's typed calls do not return.
-async fn patch_reading_warnings(
+pub(crate) async fn patch_reading_warnings(
     cluster: &Cluster,
     located: &Located,
     patch: &serde_json::Value,
@@ -350,7 +358,7 @@ pub fn warning_text(header: &str) -> Option<String> {
     None
 }
 
-fn local(at: Timestamp) -> String {
+pub(crate) fn local(at: Timestamp) -> String {
     at.to_zoned(TimeZone::system())
         .strftime("%Y-%m-%d %H:%M %Z")
         .to_string()
@@ -358,7 +366,7 @@ fn local(at: Timestamp) -> String {
 
 /// The expiry of a window opened now for `duration`, in whole seconds (the label has no
 /// fractions).
-fn expiry_after(duration: &str, now: Timestamp) -> Result<Timestamp, CliError> {
+pub(crate) fn expiry_after(duration: &str, now: Timestamp) -> Result<Timestamp, CliError> {
     let window = WindowDuration::parse(duration).map_err(CliError::Duration)?;
     let too_far = |_| CliError::DurationTooFar {
         value: duration.to_owned(),

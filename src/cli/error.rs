@@ -36,6 +36,8 @@ pub enum CliError {
         "\"{target}\" is not KIND/NAME; write e.g. deployment/api, or leave it out for a namespace-wide window"
     )]
     TargetSyntax { target: String },
+    #[error("\"{target}\" is not KIND/NAME; write e.g. kustomization/apps or helmrelease/podinfo")]
+    SuspensionTarget { target: String },
     #[error("--for: {0}")]
     Duration(#[source] crate::timefmt::DurationError),
     #[error("--for {value}: the window would end beyond the times a label can hold")]
@@ -129,6 +131,7 @@ impl CliError {
         match self {
             CliError::Refused { .. } => exit::REFUSED,
             CliError::TargetSyntax { .. }
+            | CliError::SuspensionTarget { .. }
             | CliError::Duration(_)
             | CliError::DurationTooFar { .. }
             | CliError::Reason

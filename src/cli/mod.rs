@@ -1,5 +1,5 @@
 //! The command line, one module per command: `eval`, `policy check|test`, `break-glass`,
-//! `backlog`, `certs dev`, `crd`, `version`, `completion`; `serve` runs the composition root in
+//! `suspend|resume`, `backlog`, `certs dev`, `crd`, `version`, `completion`; `serve` runs the composition root in
 //! [`crate::serve`].
 
 pub mod backlog;
@@ -11,6 +11,7 @@ pub mod error;
 pub mod eval;
 pub mod output;
 pub mod policy;
+pub mod suspend;
 pub mod testsuite;
 pub mod version;
 
@@ -45,6 +46,11 @@ pub enum Command {
     /// Open, close or list break-glass windows, with your own kubeconfig.
     #[command(subcommand)]
     BreakGlass(break_glass::BreakGlassCommand),
+    /// Suspend the GitOps controller's reconciliation of one object, as a break-glass window:
+    /// `suspend kustomization/apps -n flux-system --for 1h --reason "INC-1: ..."`.
+    Suspend(suspend::SuspendArgs),
+    /// Resume a suspended object: the GitOps controller reconciles it again.
+    Resume(suspend::SuspensionTarget),
     /// What must still be backported to Git (BackportRequirements), oldest first.
     Backlog(backlog::BacklogArgs),
     /// Serve the admission webhook over TLS (with --dev: local defaults, no setup).
@@ -86,6 +92,12 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Policy(PolicyCommand::Test { path }) => policy::policy_test(&path, &mut out),
         Command::Serve(args) => serve(args),
         Command::BreakGlass(command) => break_glass(&command, program, &mut out),
+        Command::Suspend(args) => run_cluster(
+            program,
+            "suspend",
+            suspend::suspend(&args, program, &mut out),
+        ),
+        Command::Resume(args) => run_cluster(program, "resume", suspend::resume(&args, &mut out)),
         Command::Backlog(args) => run_cluster(program, "backlog", backlog::run(&args, &mut out)),
         Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, &mut out),
         Command::Version(args) => version(&args, &mut out),

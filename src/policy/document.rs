@@ -62,6 +62,10 @@ pub struct GatePolicySpec {
     /// Kinds nobody deletes, the controllers included, without a deliberate act.
     #[serde(default)]
     pub deletions: Option<Spanned<DeletionsSpec>>,
+    /// Suspending the GitOps controller's reconciliation is a break-glass window: it needs an
+    /// opener, a reason and an expiry, as `breakGlass` says.
+    #[serde(default)]
+    pub suspensions: Option<Spanned<SuspensionsSpec>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -196,4 +200,55 @@ pub struct IdentitySpec {
 pub struct DeletionLimitSpec {
     pub deletes: Spanned<u32>,
     pub per: Spanned<String>,
+}
+
+/// What counts as suspending the GitOps controller, and where: a write that makes one of these
+/// hold, on an object in the policy's namespaces or in `namespaces`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SuspensionsSpec {
+    /// Globs of the namespaces that hold the GitOps objects (Kustomizations, Applications), in
+    /// addition to the policy's own (default: `flux-system` and `argocd`).
+    #[serde(default)]
+    pub namespaces: Option<Vec<Spanned<String>>>,
+    /// Fields that suspend reconciliation (default: Flux's `spec.suspend`, Argo CD's automated
+    /// sync and self-heal).
+    #[serde(default)]
+    pub fields: Option<Vec<SuspensionFieldSpec>>,
+    /// Annotations that suspend reconciliation, on any object (default: Flux's
+    /// `kustomize.toolkit.fluxcd.io/reconcile: disabled`, Argo CD's
+    /// `argocd.argoproj.io/skip-reconcile: "true"`).
+    #[serde(default)]
+    pub annotations: Option<Vec<SuspensionAnnotationSpec>>,
+}
+
+/// A field of some kinds that, when it holds as `suspendedWhen` says, suspends reconciliation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SuspensionFieldSpec {
+    /// `group/Kind` globs: `kustomize.toolkit.fluxcd.io/Kustomization`, `source.toolkit.fluxcd.io/*`.
+    pub kinds: Vec<Spanned<String>>,
+    /// The field (`spec.suspend`, `spec.syncPolicy.automated`).
+    pub path: Spanned<String>,
+    pub suspended_when: SuspendedWhen,
+}
+
+/// When a suspension field means "suspended".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SuspendedWhen {
+    /// The field is `true` (Flux's `spec.suspend`).
+    IsTrue,
+    /// The field is anything but `true`, or absent (Argo CD's `selfHeal`).
+    NotTrue,
+    /// The field is absent or null (Argo CD's `automated`).
+    Absent,
+}
+
+/// An annotation that suspends reconciliation when it has this value.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SuspensionAnnotationSpec {
+    pub key: Spanned<String>,
+    pub value: Spanned<String>,
 }

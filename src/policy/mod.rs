@@ -8,6 +8,7 @@ pub mod document;
 mod foreign;
 pub mod gatepolicy;
 mod reading;
+pub mod suspensions;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -233,6 +234,9 @@ pub struct GatePolicy {
     pub delegations: Vec<Delegation>,
     pub break_glass: Option<BreakGlassRules>,
     pub deletions: Option<DeletionRules>,
+    /// What counts as suspending the GitOps controller; a suspension needs a window as
+    /// `break_glass` opens one.
+    pub suspensions: Option<suspensions::SuspensionRules>,
 }
 
 /// Whether the labels of a namespace are known to the caller.
@@ -939,6 +943,14 @@ impl Checker<'_> {
         let delegations = self.delegations(&spec.delegations, &subresources);
         let break_glass = spec.break_glass.map(|bg| self.break_glass(bg.value));
         let deletions = spec.deletions.map(|d| self.deletions(d.value));
+        if let (Some(section), None) = (&spec.suspensions, &break_glass) {
+            self.error(
+                section.referenced,
+                "spec.suspensions",
+                "needs spec.breakGlass: a suspension is a break-glass window, opened by its openers for at most its maxDuration",
+            );
+        }
+        let suspensions = spec.suspensions.map(|s| self.suspensions(s.value));
 
         if self.errors.len() > errors_before {
             return None;
@@ -959,6 +971,7 @@ impl Checker<'_> {
             delegations,
             break_glass: break_glass.flatten(),
             deletions: deletions.flatten(),
+            suspensions,
         })
     }
 

@@ -6,6 +6,7 @@ pub mod connections;
 pub mod gatepolicies;
 pub mod reload;
 pub mod silence;
+pub mod suspensions;
 pub mod tls;
 pub mod windows;
 

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::harness::flux::{FLUX_NAMESPACE, flux};
-use crate::harness::{ADMIN, BOB, Driftgate, KubectlOutput, control_plane};
+use crate::harness::{ALICE, BOB, Driftgate, KubectlOutput, control_plane, driftgate_cli};
 use crate::ledger::Scene;
 use crate::scenarios::namespace_with_api;
 
@@ -142,23 +142,25 @@ fn bob_told_flux_may_be_down(ns: &str, value: &str) -> (bool, String) {
     (says, refused.stderr)
 }
 
+/// Suspends or resumes Kustomization `name` as an on-call engineer must: the shared driftgate's
+/// example policy judges suspensions in flux-system (a window with an expiry and a reason).
 fn suspend(name: &str, suspended: bool) {
-    let patch = format!("{{\"spec\":{{\"suspend\":{suspended}}}}}");
-    control_plane()
-        .kubectl(
-            ADMIN,
-            &[
-                "patch",
-                "kustomization",
-                name,
-                "-n",
-                FLUX_NAMESPACE,
-                "--type=merge",
-                "-p",
-                &patch,
-            ],
-        )
-        .ok();
+    let target = format!("kustomization/{name}");
+    let args: Vec<&str> = if suspended {
+        vec![
+            "suspend",
+            &target,
+            "-n",
+            FLUX_NAMESPACE,
+            "--for",
+            "4h",
+            "--reason",
+            "INC-14: stopping Flux to see the silence gauge",
+        ]
+    } else {
+        vec!["resume", &target, "-n", FLUX_NAMESPACE]
+    };
+    driftgate_cli(ALICE, &args).ok();
 }
 
 /// The real kustomize-controller, reconciling every 2s: its dry runs keep the gauge moving;

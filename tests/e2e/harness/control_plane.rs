@@ -108,6 +108,10 @@ rules:
   - apiGroups: ["", apps, batch, autoscaling, policy, networking.k8s.io, events.k8s.io]
     resources: ["*"]
     verbs: ["*"]
+  # `driftgate suspend` and `resume` patch Flux's objects.
+  - apiGroups: [kustomize.toolkit.fluxcd.io, helm.toolkit.fluxcd.io, source.toolkit.fluxcd.io]
+    resources: ["*"]
+    verbs: [get, list, watch, patch]
   # What on-call engineers need for `driftgate backlog` and `backlog resolve` (the chart
   # README gives the same role).
   - apiGroups: [driftgate.dev]

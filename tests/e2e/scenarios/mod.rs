@@ -22,6 +22,7 @@ mod real_flux_capture;
 mod rotation;
 mod scope;
 mod subresources;
+mod suspensions;
 
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;

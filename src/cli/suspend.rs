@@ -1,0 +1,279 @@
+//! `driftgate suspend KIND/NAME` and `driftgate resume KIND/NAME`: stopping the GitOps
+//! controller's reconciliation of one object as a break-glass window. One merge patch sets the
+//! suspension (Flux's `spec.suspend`, or an annotation for kinds without one) together with the
+//! window's label (the expiry) and reason, so driftgate sees all three at once; resuming
+//! removes all three.
+
+use std::io::Write;
+
+use clap::Args;
+use jiff::Timestamp;
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+use crate::cli::break_glass::{
+    BreakGlassKeys, Target, expiry_after, local, locate, parse_target, patch_reading_warnings,
+};
+use crate::cli::cluster::{ConnectionArgs, connect};
+use crate::cli::error::CliError;
+use crate::policy::suspensions::{
+    ARGO_SKIP_RECONCILE_ANNOTATION, FLUX_RECONCILE_ANNOTATION, FLUX_SUSPENDABLE_KINDS,
+};
+use crate::timefmt::{format_expiry, human_utc};
+
+#[derive(Debug, Args)]
+pub struct SuspendArgs {
+    #[command(flatten)]
+    pub target: SuspensionTarget,
+    /// How long reconciliation stays suspended (at most the policy's maxDuration): 30m, 1h.
+    #[arg(long = "for", value_name = "DURATION")]
+    pub duration: String,
+    /// Why: the incident and what the suspension is for.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SuspensionTarget {
+    /// KIND/NAME of the GitOps object (`kustomization/apps`, `helmrelease/podinfo`,
+    /// `application/shop`) or of any object Flux applies (`deployment/api`).
+    #[arg(value_name = "KIND/NAME")]
+    pub target: String,
+    /// The object's namespace; default: the context's.
+    #[arg(short = 'n', long, value_name = "NS")]
+    pub namespace: Option<String>,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub keys: BreakGlassKeys,
+}
+
+/// How an object of one kind is suspended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mechanism {
+    /// Flux's `spec.suspend` (what `flux suspend` sets).
+    FluxSuspend,
+    /// Argo CD's `argocd.argoproj.io/skip-reconcile: "true"`, on an Application.
+    ArgoSkipReconcile,
+    /// Flux's `kustomize.toolkit.fluxcd.io/reconcile: disabled`, on any object it applies.
+    FluxReconcileDisabled,
+}
+
+/// The mechanism for objects of `resource` (pure).
+pub fn mechanism(resource: &ApiResource) -> Mechanism {
+    let kind = format!("{}/{}", resource.group, resource.kind);
+    if FLUX_SUSPENDABLE_KINDS.contains(&kind.as_str()) {
+        Mechanism::FluxSuspend
+    } else if kind == "argoproj.io/Application" {
+        Mechanism::ArgoSkipReconcile
+    } else {
+        Mechanism::FluxReconcileDisabled
+    }
+}
+
+/// The merge patch that suspends until `label_value`, for `reason` (pure).
+pub fn suspend_patch(
+    mechanism: Mechanism,
+    keys: &BreakGlassKeys,
+    label_value: &str,
+    reason: &str,
+) -> Value {
+    let mut patch = json!({"metadata": {
+        "labels": {keys.label.as_str(): label_value},
+        "annotations": {keys.reason_annotation.as_str(): reason},
+    }});
+    match mechanism {
+        Mechanism::FluxSuspend => patch["spec"] = json!({"suspend": true}),
+        Mechanism::ArgoSkipReconcile => {
+            let (key, value) = ARGO_SKIP_RECONCILE_ANNOTATION;
+            patch["metadata"]["annotations"][key] = json!(value);
+        }
+        Mechanism::FluxReconcileDisabled => {
+            let (key, value) = FLUX_RECONCILE_ANNOTATION;
+            patch["metadata"]["annotations"][key] = json!(value);
+        }
+    }
+    patch
+}
+
+/// The merge patch that resumes: the suspension, the label and the reason removed (pure).
+/// Flux's `spec.suspend` goes back to false, as `flux resume` leaves it.
+pub fn resume_patch(mechanism: Mechanism, keys: &BreakGlassKeys) -> Value {
+    let mut patch = json!({"metadata": {
+        "labels": {keys.label.as_str(): null},
+        "annotations": {keys.reason_annotation.as_str(): null},
+    }});
+    match mechanism {
+        Mechanism::FluxSuspend => patch["spec"] = json!({"suspend": false}),
+        Mechanism::ArgoSkipReconcile => {
+            patch["metadata"]["annotations"][ARGO_SKIP_RECONCILE_ANNOTATION.0] = Value::Null;
+        }
+        Mechanism::FluxReconcileDisabled => {
+            patch["metadata"]["annotations"][FLUX_RECONCILE_ANNOTATION.0] = Value::Null;
+        }
+    }
+    patch
+}
+
+/// `KIND/NAME`, required here (pure).
+pub fn parse_suspension_target(spec: &str) -> Result<Target, CliError> {
+    match parse_target(Some(spec)) {
+        Ok(target @ Target::Object { .. }) => Ok(target),
+        _ => Err(CliError::SuspensionTarget {
+            target: spec.to_owned(),
+        }),
+    }
+}
+
+/// What `suspend` prints once suspended (pure): until when, driftgate's words, how to resume.
+pub fn suspended_message(
+    program: &str,
+    words: &str,
+    target: &str,
+    namespace: &str,
+    expiry: (String, String),
+    warnings: &[String],
+) -> String {
+    let (local, utc) = expiry;
+    let mut text = format!("reconciliation of {words} suspended until {local} ({utc}).\n");
+    for warning in warnings {
+        text.push_str(&crate::text::warning(warning.clone()));
+        text.push('\n');
+    }
+    if warnings.is_empty() {
+        text.push_str(&format!(
+            "driftgate sent no warning: check that a policy's suspensions cover namespace {namespace}, or this suspension is not recorded.\n"
+        ));
+    }
+    text.push_str(&format!(
+        "Nothing resumes it at expiry: it is then reported as a forgotten suspension. Resume it with `{program} resume {target} -n {namespace}`; run this command again to extend it.\n"
+    ));
+    text
+}
+
+pub async fn suspend(
+    args: &SuspendArgs,
+    program: &str,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let expiry = expiry_after(&args.duration, Timestamp::now())?;
+    if args.reason.trim().is_empty() || crate::decision::is_placeholder_reason(&args.reason) {
+        return Err(CliError::Reason);
+    }
+    let on = &args.target;
+    let target = parse_suspension_target(&on.target)?;
+    let cluster = connect(&on.connection).await?;
+    let namespace = on
+        .namespace
+        .clone()
+        .unwrap_or_else(|| cluster.namespace.clone());
+    let located = locate(&cluster, &target, &namespace).await?;
+    let patch = suspend_patch(
+        mechanism(&located.served),
+        &on.keys,
+        &format_expiry(expiry),
+        &args.reason,
+    );
+    let warnings = patch_reading_warnings(&cluster, &located, &patch)
+        .await
+        .map_err(|e| cluster.error(located.attempt("suspending reconciliation"), e))?;
+    let message = suspended_message(
+        program,
+        &located.words,
+        &on.target,
+        &namespace,
+        (local(expiry), human_utc(expiry)),
+        &warnings,
+    );
+    let _ = write!(out, "{message}");
+    Ok(())
+}
+
+pub async fn resume(args: &SuspensionTarget, out: &mut impl Write) -> Result<(), CliError> {
+    let target = parse_suspension_target(&args.target)?;
+    let cluster = connect(&args.connection).await?;
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| cluster.namespace.clone());
+    let located = locate(&cluster, &target, &namespace).await?;
+    let patch = resume_patch(mechanism(&located.served), &args.keys);
+    patch_reading_warnings(&cluster, &located, &patch)
+        .await
+        .map_err(|e| cluster.error(located.attempt("resuming reconciliation"), e))?;
+    let _ = writeln!(
+        out,
+        "reconciliation of {} resumed; the GitOps controller reconciles it again.",
+        located.words
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::GroupVersionKind;
+
+    fn keys() -> BreakGlassKeys {
+        BreakGlassKeys {
+            label: crate::policy::DEFAULT_BREAK_GLASS_LABEL.into(),
+            reason_annotation: crate::policy::DEFAULT_REASON_ANNOTATION.into(),
+        }
+    }
+
+    fn resource(group: &str, kind: &str) -> ApiResource {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind))
+    }
+
+    #[test]
+    fn one_patch_sets_the_suspension_the_expiry_and_the_reason_and_resume_removes_them() {
+        let flux = mechanism(&resource("kustomize.toolkit.fluxcd.io", "Kustomization"));
+        assert_eq!(flux, Mechanism::FluxSuspend);
+        assert_eq!(
+            suspend_patch(flux, &keys(), "20261130T0930Z", "INC-1: hotfix"),
+            json!({"spec": {"suspend": true}, "metadata": {
+                "labels": {"driftgate.dev/break-glass": "20261130T0930Z"},
+                "annotations": {"driftgate.dev/break-glass-reason": "INC-1: hotfix"}}})
+        );
+        assert_eq!(
+            resume_patch(flux, &keys()),
+            json!({"spec": {"suspend": false}, "metadata": {
+                "labels": {"driftgate.dev/break-glass": null},
+                "annotations": {"driftgate.dev/break-glass-reason": null}}})
+        );
+        let argo = mechanism(&resource("argoproj.io", "Application"));
+        assert_eq!(
+            suspend_patch(argo, &keys(), "x", "y")["metadata"]["annotations"]["argocd.argoproj.io/skip-reconcile"],
+            "true"
+        );
+        let deployment = mechanism(&resource("apps", "Deployment"));
+        let resumed = resume_patch(deployment, &keys());
+        assert!(resumed.get("spec").is_none());
+        assert_eq!(
+            resumed["metadata"]["annotations"]["kustomize.toolkit.fluxcd.io/reconcile"],
+            Value::Null
+        );
+        assert!(
+            resumed["metadata"]["annotations"]
+                .as_object()
+                .unwrap()
+                .contains_key("kustomize.toolkit.fluxcd.io/reconcile")
+        );
+    }
+
+    #[test]
+    fn the_suspended_message_says_until_when_and_how_to_resume() {
+        let text = suspended_message(
+            "driftgate",
+            "kustomization/apps in namespace flux-system",
+            "kustomization/apps",
+            "flux-system",
+            ("2026-11-30 10:30 CET".into(), "2026-11-30 09:30 UTC".into()),
+            &[],
+        );
+        assert!(text.starts_with("reconciliation of kustomization/apps in namespace flux-system suspended until 2026-11-30 10:30 CET (2026-11-30 09:30 UTC).\n"), "{text}");
+        assert!(text.contains("check that a policy's suspensions cover namespace flux-system"));
+        assert!(text.contains("`driftgate resume kustomization/apps -n flux-system`"));
+        assert!(parse_suspension_target("apps").is_err());
+    }
+}
