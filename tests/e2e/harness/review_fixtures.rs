@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use driftgate::policy::PolicySet;
+use k8s_openapi::api::authentication::v1::UserInfo;
 use serde_json::{Value, json};
 
 use super::driftgate::repo_path;
@@ -158,4 +160,44 @@ fn differences(
             )
         })
         .collect()
+}
+
+/// Every policy in `policy_file` has a controller `controller` that accepts the identity the
+/// reviews came from and lists the field manager they sent (`field_manager`) literally, not
+/// merely through a glob: the policy names what `sender` really sends.
+pub fn assert_controller_named(
+    policy_file: &str,
+    controller: &str,
+    field_manager: &str,
+    reviews: &[Value],
+    sender: &str,
+) {
+    let policies = PolicySet::load(&repo_path(policy_file)).expect("the policy loads");
+    for review in reviews {
+        let user: UserInfo = serde_json::from_value(review["request"]["userInfo"].clone())
+            .expect("userInfo is a UserInfo");
+        let sent = review["request"]["options"]["fieldManager"].as_str();
+        for policy in policies.policies() {
+            let named = policy
+                .controllers
+                .iter()
+                .find(|c| c.name == controller)
+                .unwrap_or_else(|| panic!("policy {} has no {controller} controller", policy.name));
+            assert!(
+                named.identity.matches(&user),
+                "policy {}'s {controller} controller ({}) does not match what {sender} sent: {user:?}",
+                policy.name,
+                named.identity.describe()
+            );
+            if let Some(sent) = sent {
+                assert_eq!(sent, field_manager, "{}", summary(review));
+                assert!(
+                    named.field_manager_patterns.iter().any(|p| p == sent),
+                    "policy {}'s {controller} controller lists field managers {:?}, not {sent:?} as {sender} sends it",
+                    policy.name,
+                    named.field_manager_patterns
+                );
+            }
+        }
+    }
 }

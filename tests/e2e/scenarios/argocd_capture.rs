@@ -15,14 +15,12 @@
 
 use std::time::{Duration, Instant};
 
-use driftgate::policy::PolicySet;
-use k8s_openapi::api::authentication::v1::UserInfo;
 use serde_json::Value;
 
 use crate::harness::argocd::{ARGOCD, ARGOCD_NAMESPACE, ArgoApply, argocd};
 use crate::harness::capture::CaptureWebhook;
-use crate::harness::review_fixtures::{compare_or_write, summary};
-use crate::harness::{ADMIN, control_plane, install_crypto_provider, repo_path, shared};
+use crate::harness::review_fixtures::{assert_controller_named, compare_or_write, summary};
+use crate::harness::{ADMIN, control_plane, install_crypto_provider, shared};
 
 use super::api_deployment;
 
@@ -219,7 +217,7 @@ async fn run(capture: &Capture) {
     .collect();
     compare_or_write(&picked, "Argo CD", REFRESH);
     let reviews: Vec<Value> = picked.into_iter().map(|(_, review)| review).collect();
-    assert_policy_names(&reviews);
+    assert_controller_named(POLICY, "argocd", ARGOCD_FIELD_MANAGER, &reviews, "Argo CD");
 }
 
 /// The first review of `operation` on a `kind`; the UPDATE is the Deployment's with 3 replicas
@@ -241,41 +239,4 @@ fn pick(reviews: &[Value], operation: &str, kind: &str) -> Value {
                 seen.join("\n")
             )
         })
-}
-
-/// [`POLICY`]'s `argocd` controller accepts the identity Argo CD sent, and lists the field
-/// manager it sent (its options' fieldManager) literally, not merely through a glob.
-fn assert_policy_names(reviews: &[Value]) {
-    let policies = PolicySet::load(&repo_path(POLICY)).expect("the Argo CD policy loads");
-    for review in reviews {
-        let user: UserInfo = serde_json::from_value(review["request"]["userInfo"].clone())
-            .expect("userInfo is a UserInfo");
-        let field_manager = review["request"]["options"]["fieldManager"].as_str();
-        for policy in policies.policies() {
-            let argocd = policy
-                .controllers
-                .iter()
-                .find(|c| c.name == "argocd")
-                .unwrap_or_else(|| panic!("policy {} has no argocd controller", policy.name));
-            assert!(
-                argocd.identity.matches(&user),
-                "policy {}'s argocd controller ({}) does not match what Argo CD sent: {user:?}",
-                policy.name,
-                argocd.identity.describe()
-            );
-            if let Some(field_manager) = field_manager {
-                assert_eq!(field_manager, ARGOCD_FIELD_MANAGER, "{}", summary(review));
-                assert!(
-                    argocd
-                        .field_manager_patterns
-                        .iter()
-                        .any(|p| p == field_manager),
-                    "policy {}'s argocd controller lists field managers {:?}, not \
-                     {field_manager:?} as Argo CD sends it",
-                    policy.name,
-                    argocd.field_manager_patterns
-                );
-            }
-        }
-    }
 }

@@ -11,14 +11,12 @@
 
 use std::time::{Duration, Instant};
 
-use driftgate::policy::PolicySet;
-use k8s_openapi::api::authentication::v1::UserInfo;
 use serde_json::Value;
 
 use crate::harness::capture::CaptureWebhook;
 use crate::harness::flux::{FLUX_NAMESPACE, flux};
-use crate::harness::review_fixtures::{compare_or_write, summary};
-use crate::harness::{ADMIN, FLUX, control_plane, install_crypto_provider, repo_path, shared};
+use crate::harness::review_fixtures::{assert_controller_named, compare_or_write, summary};
+use crate::harness::{ADMIN, FLUX, control_plane, install_crypto_provider, shared};
 
 use super::{FLUX_FIELD_MANAGER, api_deployment};
 
@@ -173,7 +171,13 @@ async fn the_reviews_the_real_flux_sends_match_the_fixtures_and_the_example_poli
         .map(|(file, review)| (file.to_string(), review.clone()))
         .collect();
     compare_or_write(&named, "the real Flux", REFRESH);
-    assert_example_policy_names(&picked.map(|(_, review)| review));
+    assert_controller_named(
+        "policies/example.yaml",
+        "flux",
+        FLUX_FIELD_MANAGER,
+        &picked.map(|(_, review)| review),
+        "Flux",
+    );
 }
 
 /// The first review of `operation` on a `kind` with `dry_run`; the dry-run and real UPDATEs are
@@ -196,39 +200,4 @@ fn pick(reviews: &[Value], operation: &str, kind: &str, dry_run: bool) -> Value 
                 seen.join("\n")
             )
         })
-}
-
-/// Every example policy's `flux` controller accepts the identity Flux sent, and lists the field
-/// manager it sent (its options' fieldManager) literally, not merely through a glob.
-fn assert_example_policy_names(reviews: &[Value]) {
-    let policies = PolicySet::load(&repo_path("policies/example.yaml")).expect("the example loads");
-    for review in reviews {
-        let user: UserInfo = serde_json::from_value(review["request"]["userInfo"].clone())
-            .expect("userInfo is a UserInfo");
-        let field_manager = review["request"]["options"]["fieldManager"].as_str();
-        for policy in policies.policies() {
-            let flux = policy
-                .controllers
-                .iter()
-                .find(|c| c.name == "flux")
-                .unwrap_or_else(|| panic!("policy {} has no flux controller", policy.name));
-            assert!(
-                flux.identity.matches(&user),
-                "policy {}'s flux controller ({}) does not match what Flux sent: {user:?}",
-                policy.name,
-                flux.identity.describe()
-            );
-            if let Some(field_manager) = field_manager {
-                assert_eq!(field_manager, FLUX_FIELD_MANAGER, "{}", summary(review));
-                assert!(
-                    flux.field_manager_patterns
-                        .iter()
-                        .any(|p| p == field_manager),
-                    "policy {}'s flux controller lists field managers {:?}, not {field_manager:?} as Flux sends it",
-                    policy.name,
-                    flux.field_manager_patterns
-                );
-            }
-        }
-    }
 }
