@@ -375,6 +375,24 @@ pub(crate) fn expiry_after(duration: &str, now: Timestamp) -> Result<Timestamp, 
     Timestamp::from_second(expiry.as_second()).map_err(too_far)
 }
 
+/// `headline`, then driftgate's warnings one per line, or, when it sent none, what that may
+/// mean (`when_none`): the start of what `open` and `suspend` print.
+pub(crate) fn headline_and_warnings(
+    headline: String,
+    warnings: &[String],
+    when_none: &str,
+) -> String {
+    let mut text = headline + "\n";
+    for warning in warnings {
+        text.push_str(&crate::text::warning(warning.clone()));
+        text.push('\n');
+    }
+    if warnings.is_empty() {
+        text.push_str(&format!("driftgate sent no warning: {when_none}.\n"));
+    }
+    text
+}
+
 /// What `open` prints once the window is open (pure): until when, driftgate's own words about
 /// it (that the controller is held off), what happens at expiry, how to extend, what follows.
 pub fn opened_message(
@@ -386,16 +404,11 @@ pub fn opened_message(
     warnings: &[String],
 ) -> String {
     let (local, utc) = expiry;
-    let mut text = format!("break-glass window open on {words} until {local} ({utc}).\n");
-    for warning in warnings {
-        text.push_str(&crate::text::warning(warning.clone()));
-        text.push('\n');
-    }
-    if warnings.is_empty() {
-        text.push_str(&format!(
-            "driftgate sent no warning: check that its webhook guards namespace {namespace}, or nothing is held off.\n"
-        ));
-    }
+    let mut text = headline_and_warnings(
+        format!("break-glass window open on {words} until {local} ({utc})."),
+        warnings,
+        &format!("check that its webhook guards namespace {namespace}, or nothing is held off"),
+    );
     text.push_str(
         "At expiry the controller reconciles it back to Git, undoing what was not backported; run this command again to extend the window.\n",
     );

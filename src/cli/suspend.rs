@@ -135,16 +135,13 @@ pub fn suspended_message(
     warnings: &[String],
 ) -> String {
     let (local, utc) = expiry;
-    let mut text = format!("reconciliation of {words} suspended until {local} ({utc}).\n");
-    for warning in warnings {
-        text.push_str(&crate::text::warning(warning.clone()));
-        text.push('\n');
-    }
-    if warnings.is_empty() {
-        text.push_str(&format!(
-            "driftgate sent no warning: check that a policy's suspensions cover namespace {namespace}, or this suspension is not recorded.\n"
-        ));
-    }
+    let mut text = super::break_glass::headline_and_warnings(
+        format!("reconciliation of {words} suspended until {local} ({utc})."),
+        warnings,
+        &format!(
+            "check that a policy's suspensions cover namespace {namespace}, or this suspension is not recorded"
+        ),
+    );
     text.push_str(&format!(
         "Nothing resumes it at expiry: it is then reported as a forgotten suspension. Resume it with `{program} resume {target} -n {namespace}`; run this command again to extend it.\n"
     ));

@@ -567,11 +567,14 @@ pub async fn review(state: &AppState, facts: &RequestFacts<'_>) -> Decision {
         .ledger
         .apply(facts, &mut decision, &policies, now)
         .await;
-    state
-        .deletions
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .observe(facts, &decision, &policies, now);
+    // Every review passes here: the lock is taken for deletes only.
+    if facts.request().operation == Operation::Delete {
+        state
+            .deletions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .observe(facts, &decision, &policies, now);
+    }
     decision
 }
 

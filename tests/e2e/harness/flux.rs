@@ -189,6 +189,25 @@ spec:
             .ok();
     }
 
+    /// Kustomization `name` as the API server has it (JSON).
+    pub fn kustomization(&self, name: &str) -> serde_json::Value {
+        let out = control_plane()
+            .kubectl(
+                ADMIN,
+                &[
+                    "get",
+                    "kustomization",
+                    name,
+                    "-n",
+                    FLUX_NAMESPACE,
+                    "-o",
+                    "json",
+                ],
+            )
+            .ok();
+        serde_json::from_str(&out.stdout).expect("kubectl prints JSON")
+    }
+
     fn process_exited(&self) -> bool {
         let mut process = self.process.lock().unwrap_or_else(|e| e.into_inner());
         process.exited().is_some()

@@ -130,21 +130,7 @@ async fn under_audit_the_real_flux_reverts_a_manual_scale_and_driftgate_reports_
 
 /// The Kustomization's Ready condition, as (status, message).
 fn ready(name: &str) -> (String, String) {
-    let out = control_plane()
-        .kubectl(
-            ADMIN,
-            &[
-                "get",
-                "kustomization",
-                name,
-                "-n",
-                FLUX_NAMESPACE,
-                "-o",
-                "json",
-            ],
-        )
-        .ok();
-    let kustomization: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let kustomization = flux().kustomization(name);
     let conditions = kustomization["status"]["conditions"]
         .as_array()
         .cloned()

@@ -358,7 +358,7 @@ async fn a_suspension_past_its_expiry_is_counted_for_the_alert_until_it_is_resum
     );
     flux().kustomize(name, INTERVAL);
     let start = Instant::now();
-    while kustomization_named(name)["status"]["lastAppliedRevision"] != first.as_str() {
+    while flux().kustomization(name)["status"]["lastAppliedRevision"] != first.as_str() {
         assert!(
             start.elapsed() < APPLIED,
             "Flux did not apply {first}; log: {}",
@@ -396,28 +396,10 @@ async fn a_suspension_past_its_expiry_is_counted_for_the_alert_until_it_is_resum
         "a 20 s suspension was counted expired {:.1} s after driftgate suspend",
         start.elapsed().as_secs_f64()
     );
-    assert_eq!(kustomization_named(name)["spec"]["suspend"], true);
+    assert_eq!(flux().kustomization(name)["spec"]["suspend"], true);
     driftgate_cli(ALICE, &["resume", &target, "-n", FLUX_NAMESPACE]).ok();
     super::eventually("the resumed suspension no longer counted", || async {
         suspensions_gauge("expired").filter(|n| *n == 0)
     })
     .await;
-}
-
-fn kustomization_named(name: &str) -> Value {
-    let out = control_plane()
-        .kubectl(
-            ADMIN,
-            &[
-                "get",
-                "kustomization",
-                name,
-                "-n",
-                FLUX_NAMESPACE,
-                "-o",
-                "json",
-            ],
-        )
-        .ok();
-    serde_json::from_str(&out.stdout).expect("kubectl prints JSON")
 }
