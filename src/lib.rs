@@ -4,6 +4,7 @@
 //! ([`policy`]), the pure decision ([`decision::decide`]) and the offline tools ([`cli`]: every command, each in its own module).
 #![forbid(unsafe_code)]
 
+pub mod backport;
 pub mod blast_radius;
 pub mod certs;
 pub mod cli;

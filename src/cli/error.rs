@@ -123,6 +123,8 @@ pub enum CliError {
     NoUser,
     #[error("cannot start the command's runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Backport(#[from] crate::cli::backport::BackportError),
 }
 
 impl CliError {
@@ -152,6 +154,7 @@ impl CliError {
             | CliError::Request { .. }
             | CliError::NoUser
             | CliError::Runtime(_) => exit::FAILED,
+            CliError::Backport(error) => error.exit_code(),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! [`crate::serve`].
 
 pub mod backlog;
+pub mod backport;
 pub mod break_glass;
 pub mod certs;
 pub mod cluster;
@@ -53,6 +54,9 @@ pub enum Command {
     Resume(suspend::SuspensionTarget),
     /// What must still be backported to Git (BackportRequirements), oldest first.
     Backlog(backlog::BacklogArgs),
+    /// Write a record's emergency change into a local checkout of the GitOps repository, on a
+    /// branch with a commit naming the record: `backport RECORD -n NS --repo DIR`.
+    Backport(backport::BackportArgs),
     /// Serve the admission webhook over TLS (with --dev: local defaults, no setup).
     Serve(crate::serve::ServeArgs),
     /// Generate certificates.
@@ -99,6 +103,7 @@ pub fn run(cli: Cli) -> ExitCode {
         ),
         Command::Resume(args) => run_cluster(program, "resume", suspend::resume(&args, &mut out)),
         Command::Backlog(args) => run_cluster(program, "backlog", backlog::run(&args, &mut out)),
+        Command::Backport(args) => run_cluster(program, "backport", backport::run(&args, &mut out)),
         Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, &mut out),
         Command::Version(args) => version(&args, &mut out),
         Command::Completion { shell } => {

@@ -41,7 +41,7 @@ pub struct BackportRequirementSpec {
     pub changes: Vec<RecordedChange>,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordedObject {
     pub api_version: String,

@@ -7,6 +7,7 @@
 //! a deadline.
 
 mod argocd_capture;
+mod backport;
 mod blast_radius;
 mod break_glass;
 mod bypass;

@@ -1,0 +1,569 @@
+//! `driftgate backport RECORD --repo DIR`: writes the emergency change a backport record holds
+//! into the GitOps repository's manifests, on a branch of its own with a commit that names the
+//! record, and says what to do next. What to write where is planned purely in
+//! [`crate::backport`]; here the record, the live object and the checkout are read, and git run.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use clap::Args;
+use jiff::Timestamp;
+use kube::api::Api;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+use crate::backport::{BackportPlan, RepoFile, Target, Wanted, plan};
+use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
+use crate::cli::error::CliError;
+use crate::fieldpath::FieldPath;
+use crate::ledger::evidence::{ABSENT, digest, latest_fields, owns, value_at};
+use crate::ledger::record::{BackportRequirement, RecordedObject};
+use crate::timefmt::human_utc;
+
+const RECORDS: &str = "backportrequirements.driftgate.dev";
+/// Flux's labels on what a Kustomization applied: which Kustomization, so which path.
+const FLUX_NAME_LABEL: &str = "kustomize.toolkit.fluxcd.io/name";
+const FLUX_NAMESPACE_LABEL: &str = "kustomize.toolkit.fluxcd.io/namespace";
+
+#[derive(Debug, Args)]
+pub struct BackportArgs {
+    /// The BackportRequirement, as `driftgate backlog` names it.
+    #[arg(value_name = "RECORD")]
+    pub record: String,
+    /// The record's namespace (default: the kubeconfig context's).
+    #[arg(short = 'n', long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// A local checkout of the GitOps repository (clean: nothing uncommitted).
+    #[arg(long, value_name = "DIR")]
+    pub repo: PathBuf,
+    /// The directory, from the repository's root, the controller applies (default: the Flux
+    /// Kustomization's spec.path when the object carries Flux's labels, else the root).
+    #[arg(long, value_name = "DIR")]
+    pub path: Option<String>,
+    /// The GitOps controller's field manager: a field another manager owns (not the
+    /// controller, not a change under the window) is named and not written.
+    #[arg(long, value_name = "NAME", default_value = "kustomize-controller")]
+    pub field_manager: String,
+    /// The branch to create (default: driftgate/backport-RECORD).
+    #[arg(long, value_name = "NAME")]
+    pub branch: Option<String>,
+    /// Print what would be written and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+}
+
+/// Why `backport` stopped before writing, beyond the cluster's own failures.
+#[derive(Debug, thiserror::Error)]
+pub enum BackportError {
+    #[error("--repo {}: not a Git checkout ({stderr})", repo.display())]
+    NotARepository { repo: PathBuf, stderr: String },
+    #[error("--repo {}: has uncommitted changes ({files}); commit or stash them first, so that the backport commit holds only the backport", repo.display())]
+    Dirty { repo: PathBuf, files: String },
+    #[error("--repo {}: {path} cannot be read: {source}", repo.display())]
+    Unreadable {
+        repo: PathBuf,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}; is --repo the repository the controller applies, and --path its directory?")]
+    NoManifest(#[from] crate::backport::PlanError),
+    #[error(
+        "the record {namespace}/{name} holds no field changes to backport (a create or delete under the window): bring Git in line by hand, then driftgate backlog resolve {name} -n {namespace} --note …"
+    )]
+    NoFields { namespace: String, name: String },
+    #[error(
+        "{object} is rendered by Helm ({release}): its values live in a chart's values, which driftgate backport does not write; change them by hand in Git, and the controller's next reconcile settles the record"
+    )]
+    Helm { object: String, release: String },
+    #[error("nothing could be written (each field above says why); edit the manifests by hand")]
+    NothingWritten,
+    #[error("git {doing} failed: {stderr}")]
+    Git { doing: String, stderr: String },
+    #[error("cannot run git: {0}")]
+    GitMissing(#[source] std::io::Error),
+}
+
+impl BackportError {
+    /// Bad input for what the checkout or the record lacks; 1 when nothing could be written
+    /// (like a failed check); 5 when git itself failed.
+    pub fn exit_code(&self) -> u8 {
+        use crate::cli::error::exit;
+        match self {
+            BackportError::NotARepository { .. }
+            | BackportError::Dirty { .. }
+            | BackportError::Unreadable { .. }
+            | BackportError::NoManifest(_)
+            | BackportError::NoFields { .. }
+            | BackportError::Helm { .. } => exit::BAD_INPUT,
+            BackportError::NothingWritten => exit::REFUSED,
+            BackportError::Git { .. } | BackportError::GitMissing(_) => exit::FAILED,
+        }
+    }
+}
+
+pub async fn run(args: &BackportArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let cluster = connect(&args.connection).await?;
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| cluster.namespace.clone());
+    let record = read_record(&cluster, &namespace, &args.record).await?;
+    let root = repo_root(&args.repo)?;
+    let files = repo_files(&root)?;
+    let mut combined = BackportPlan::default();
+    let mut written_values = Vec::new();
+    for (object, fields) in objects_of(&record) {
+        let live = read_live(&cluster, &namespace, &object).await?;
+        if let Some(release) = helm_release(&live) {
+            return Err(BackportError::Helm {
+                object: format!("{} {namespace}/{}", object.kind, object.name),
+                release,
+            }
+            .into());
+        }
+        let start = match &args.path {
+            Some(path) => path.clone(),
+            None => flux_path(&cluster, &live, out).await.unwrap_or_default(),
+        };
+        let (wanted, skipped) =
+            wanted_fields(&record, &object, &fields, &live, &args.field_manager);
+        let target = Target {
+            api_version: object.api_version.clone(),
+            kind: object.kind.clone(),
+            name: object.name.clone(),
+            namespace: namespace.clone(),
+        };
+        let mut planned =
+            plan(&files, &start, &target, &wanted, &live).map_err(BackportError::from)?;
+        planned.skipped.extend(skipped);
+        written_values.extend(wanted.into_iter().map(|w| (w.path.to_string(), w.value)));
+        combined.edits.extend(planned.edits);
+        combined.skipped.extend(planned.skipped);
+        combined.unreadable.extend(planned.unreadable);
+    }
+    if combined.edits.is_empty() && combined.skipped.is_empty() {
+        return Err(BackportError::NoFields {
+            namespace,
+            name: args.record.clone(),
+        }
+        .into());
+    }
+    print_plan(&combined, out);
+    if combined.edits.is_empty() {
+        return Err(BackportError::NothingWritten.into());
+    }
+    if args.dry_run {
+        let _ = writeln!(out, "--dry-run: nothing written.");
+        return Ok(());
+    }
+    let branch = args
+        .branch
+        .clone()
+        .unwrap_or_else(|| format!("driftgate/backport-{}", args.record));
+    let message = commit_message(&record, &namespace, &combined, &written_values);
+    commit(&root, &branch, &combined, &message)?;
+    let diff = git(
+        &root,
+        "show",
+        &["show", "--stat", "--patch", "--format=%H%n%n%B", "HEAD"],
+    )?;
+    let _ = write!(out, "\n{diff}");
+    let _ = writeln!(
+        out,
+        "\nCommitted on branch {branch} of {}. Next: git -C {} push -u origin {branch}, and open a pull request; once it is merged the controller's next reconcile settles the record (driftgate backlog -n {namespace}).",
+        root.display(),
+        root.display(),
+    );
+    Ok(())
+}
+
+async fn read_record(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+) -> Result<BackportRequirement, CliError> {
+    let api: Api<BackportRequirement> = Api::namespaced(cluster.client.clone(), namespace);
+    api.get(name).await.map_err(|e| {
+        cluster.error(
+            Attempt {
+                doing: "reading the record",
+                verb: "get",
+                resource: RECORDS,
+                kind: "BackportRequirement",
+                name: Some(name),
+                namespace: Some(namespace),
+            },
+            e,
+        )
+    })
+}
+
+/// The objects the record's changes are about (one, or for a namespace-wide window each object
+/// changed), with the latest recorded field of each path.
+fn objects_of(record: &BackportRequirement) -> BTreeMap<RecordedObject, Vec<String>> {
+    let mut objects: BTreeMap<RecordedObject, Vec<String>> = BTreeMap::new();
+    for change in &record.spec.changes {
+        let object = change
+            .object
+            .clone()
+            .unwrap_or_else(|| record.spec.object.clone());
+        let paths = objects.entry(object).or_default();
+        for field in &change.fields {
+            if !paths.contains(&field.path) {
+                paths.push(field.path.clone());
+            }
+        }
+    }
+    objects
+}
+
+/// The fields to write with their values, and those left out with why: the record's value
+/// where it keeps values, else the live one when its digest is the recorded one.
+fn wanted_fields(
+    record: &BackportRequirement,
+    object: &RecordedObject,
+    paths: &[String],
+    live: &Value,
+    controller_manager: &str,
+) -> (Vec<Wanted>, Vec<crate::backport::Skipped>) {
+    let latest = latest_fields(&record.spec, &object.uid);
+    let mut wanted = Vec::new();
+    let mut skipped = Vec::new();
+    let skip = |field: &str, why: String| crate::backport::Skipped {
+        field: field.to_owned(),
+        why,
+    };
+    for path_text in paths {
+        let (Some(field), Ok(path)) = (latest.get(path_text.as_str()), FieldPath::parse(path_text))
+        else {
+            continue;
+        };
+        if field.digest == ABSENT {
+            skipped.push(skip(
+                path_text,
+                "it was removed under the window: remove it from the manifest by hand".into(),
+            ));
+            continue;
+        }
+        if let Some(owner) = foreign_owner(record, live, &path, &field.digest, controller_manager) {
+            skipped.push(skip(path_text, format!("{owner} took it over after the window's change, and is not the GitOps controller ({controller_manager}): Git does not decide it, so it is not written")));
+            continue;
+        }
+        let live_value = value_at(live, &path);
+        let value = match (&field.value, live_value) {
+            (Some(value), _) => value.clone(),
+            (None, Some(value)) if digest(Some(value)) == field.digest => value.clone(),
+            (None, _) => {
+                skipped.push(skip(path_text, "the record keeps no values (breakGlass.recordValues) and the live value is no longer the one recorded: write it by hand".into()));
+                continue;
+            }
+        };
+        wanted.push(Wanted { path, value });
+    }
+    (wanted, skipped)
+}
+
+/// A manager other than the controller that took `path` over after its last change under the
+/// window (an HPA's `spec.replicas`): a value Git does not decide. A write's own entry carries
+/// the time the API server stored it, a moment after driftgate recorded it: within
+/// [`SAME_WRITE`] it is that write. An entry without a time (the API server keeps none for a
+/// `scale` write) took it over when the live value is no longer the recorded one.
+fn foreign_owner(
+    record: &BackportRequirement,
+    live: &Value,
+    path: &FieldPath,
+    recorded_digest: &str,
+    controller_manager: &str,
+) -> Option<String> {
+    let path_text = path.to_string();
+    let changed = record
+        .spec
+        .changes
+        .iter()
+        .filter(|c| c.fields.iter().any(|f| f.path == path_text))
+        .map(|c| c.time.0)
+        .max()?;
+    let moved_on = digest(value_at(live, path)) != recorded_digest;
+    let entries = live["metadata"]["managedFields"].as_array()?;
+    entries.iter().find_map(|entry| {
+        let manager = entry["manager"].as_str()?;
+        let later = match entry["time"]
+            .as_str()
+            .and_then(|t| t.parse::<Timestamp>().ok())
+        {
+            Some(time) => time.duration_since(changed) > SAME_WRITE,
+            None => moved_on,
+        };
+        (manager != controller_manager && later && owns(&entry["fieldsV1"], live, path))
+            .then(|| format!("field manager {manager}"))
+    })
+}
+
+/// How much later than driftgate's record a write's managedFields time may be.
+const SAME_WRITE: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
+
+async fn read_live(
+    cluster: &Cluster,
+    namespace: &str,
+    object: &RecordedObject,
+) -> Result<Value, CliError> {
+    let (group, version) = object
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", object.api_version.as_str()));
+    let gvk = GroupVersionKind::gvk(group, version, &object.kind);
+    let attempt = |verb| Attempt {
+        doing: "reading the object the record is about",
+        verb,
+        resource: &object.kind,
+        kind: &object.kind,
+        name: Some(&object.name),
+        namespace: Some(namespace),
+    };
+    let (resource, _) = kube::discovery::pinned_kind(&cluster.client, &gvk)
+        .await
+        .map_err(|e| cluster.error(attempt("discover"), e))?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client.clone(), namespace, &resource);
+    let live = api
+        .get(&object.name)
+        .await
+        .map_err(|e| cluster.error(attempt("get"), e))?;
+    Ok(serde_json::to_value(live).expect("an object serialises"))
+}
+
+/// The Helm release that rendered `live`, when Flux's helm-controller or Helm itself labelled it.
+fn helm_release(live: &Value) -> Option<String> {
+    let labels = &live["metadata"]["labels"];
+    let annotations = &live["metadata"]["annotations"];
+    match (
+        labels["helm.toolkit.fluxcd.io/name"].as_str(),
+        labels["helm.toolkit.fluxcd.io/namespace"].as_str(),
+    ) {
+        (Some(name), Some(namespace)) => Some(format!("HelmRelease {namespace}/{name}")),
+        _ if labels["app.kubernetes.io/managed-by"] == "Helm" => Some(format!(
+            "Helm release {}",
+            annotations["meta.helm.sh/release-name"]
+                .as_str()
+                .unwrap_or("?")
+        )),
+        _ => None,
+    }
+}
+
+/// The path the Flux Kustomization that applied `live` reads, when `live` carries Flux's
+/// labels and the Kustomization can be read; says which, or why not.
+async fn flux_path(cluster: &Cluster, live: &Value, out: &mut impl Write) -> Option<String> {
+    let labels = &live["metadata"]["labels"];
+    let (name, namespace) = (
+        labels[FLUX_NAME_LABEL].as_str()?,
+        labels[FLUX_NAMESPACE_LABEL].as_str()?,
+    );
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "kustomize.toolkit.fluxcd.io",
+        "v1",
+        "Kustomization",
+    ));
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client.clone(), namespace, &resource);
+    match api.get(name).await {
+        Ok(kustomization) => {
+            let path = kustomization.data["spec"]["path"]
+                .as_str()
+                .unwrap_or("")
+                .trim_start_matches("./")
+                .to_owned();
+            let _ = writeln!(
+                out,
+                "Flux's Kustomization {namespace}/{name} applies {}; looking there (--path to choose).",
+                if path.is_empty() {
+                    "the repository's root"
+                } else {
+                    &path
+                }
+            );
+            Some(path)
+        }
+        Err(error) => {
+            let _ = writeln!(
+                out,
+                "Flux's Kustomization {namespace}/{name} applied the object but cannot be read ({error}); looking from the repository's root (--path to choose)."
+            );
+            None
+        }
+    }
+}
+
+fn print_plan(plan: &BackportPlan, out: &mut impl Write) {
+    for edit in &plan.edits {
+        for field in &edit.fields {
+            let _ = writeln!(
+                out,
+                "{}:{}: {}: {} -> {}",
+                edit.path, field.line, field.field, field.old, field.new
+            );
+        }
+    }
+    for skipped in &plan.skipped {
+        let _ = writeln!(out, "not written: {}: {}", skipped.field, skipped.why);
+    }
+    for unreadable in &plan.unreadable {
+        let _ = writeln!(
+            out,
+            "not read as YAML (left out of the search): {unreadable}"
+        );
+    }
+}
+
+fn commit_message(
+    record: &BackportRequirement,
+    namespace: &str,
+    plan: &BackportPlan,
+    values: &[(String, Value)],
+) -> String {
+    let window = &record.spec.window;
+    let name = record.metadata.name.as_deref().unwrap_or_default();
+    let object = &record.spec.object;
+    let reason = window.reason_words();
+    let mut message = format!(
+        "Backport {reason} ({namespace}/{name})\n\nThe emergency change {} made to {} {namespace}/{} under a break-glass window\n(reason \"{reason}\", until {}), recorded by driftgate as BackportRequirement\n{namespace}/{name} (policy {}).\n\n",
+        window.opener_words(),
+        object.kind,
+        object.name,
+        human_utc(window.expires_at.0),
+        record.spec.policy,
+    );
+    for edit in &plan.edits {
+        for field in &edit.fields {
+            let value = values
+                .iter()
+                .find(|(path, _)| *path == field.field)
+                .map(|(_, v)| v.to_string())
+                .unwrap_or_else(|| field.new.clone());
+            message.push_str(&format!("- {}: {value} ({})\n", field.field, edit.path));
+        }
+    }
+    if !plan.skipped.is_empty() {
+        message.push_str("\nNot written (edit by hand if Git must have them):\n");
+        for skipped in &plan.skipped {
+            message.push_str(&format!("- {}: {}\n", skipped.field, skipped.why));
+        }
+    }
+    message.push_str(&format!("\nDriftgate-Record: {namespace}/{name}\n"));
+    message
+}
+
+fn repo_root(repo: &Path) -> Result<PathBuf, CliError> {
+    let top = git(repo, "rev-parse", &["rev-parse", "--show-toplevel"]).map_err(|e| match e {
+        BackportError::Git { stderr, .. } => BackportError::NotARepository {
+            repo: repo.to_owned(),
+            stderr,
+        },
+        other => other,
+    })?;
+    let root = PathBuf::from(top.trim());
+    let status = git(&root, "status", &["status", "--porcelain"])?;
+    if !status.trim().is_empty() {
+        let files: Vec<&str> = status
+            .lines()
+            .map(|l| l.get(3..).unwrap_or(l))
+            .take(5)
+            .collect();
+        return Err(BackportError::Dirty {
+            repo: root,
+            files: files.join(", "),
+        }
+        .into());
+    }
+    Ok(root)
+}
+
+/// The YAML files Git tracks in the checkout.
+fn repo_files(root: &Path) -> Result<Vec<RepoFile>, CliError> {
+    let listed = git(root, "ls-files", &["ls-files", "-z"])?;
+    let mut files = Vec::new();
+    for path in listed.split('\0').filter(|p| is_yaml(p)) {
+        let text = std::fs::read_to_string(root.join(path)).map_err(|source| {
+            BackportError::Unreadable {
+                repo: root.to_owned(),
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+        files.push(RepoFile {
+            path: path.to_owned(),
+            text,
+        });
+    }
+    Ok(files)
+}
+
+fn is_yaml(path: &str) -> bool {
+    path.ends_with(".yaml")
+        || path.ends_with(".yml")
+        || path.ends_with("/Kustomization")
+        || path == "Kustomization"
+}
+
+fn commit(root: &Path, branch: &str, plan: &BackportPlan, message: &str) -> Result<(), CliError> {
+    git(root, "switch", &["switch", "--create", branch])?;
+    for edit in &plan.edits {
+        std::fs::write(root.join(&edit.path), &edit.text).map_err(|source| {
+            BackportError::Unreadable {
+                repo: root.to_owned(),
+                path: edit.path.clone(),
+                source,
+            }
+        })?;
+    }
+    let mut add = vec!["add", "--"];
+    add.extend(plan.edits.iter().map(|e| e.path.as_str()));
+    git(root, "add", &add)?;
+    git_with_input(
+        root,
+        "commit",
+        &["commit", "--quiet", "--file", "-"],
+        message,
+    )?;
+    Ok(())
+}
+
+fn git(dir: &Path, doing: &str, args: &[&str]) -> Result<String, BackportError> {
+    git_with_input(dir, doing, args, "")
+}
+
+fn git_with_input(
+    dir: &Path,
+    doing: &str,
+    args: &[&str],
+    input: &str,
+) -> Result<String, BackportError> {
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(BackportError::GitMissing)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .map_err(BackportError::GitMissing)?;
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(BackportError::GitMissing)?;
+    if !output.status.success() {
+        return Err(BackportError::Git {
+            doing: doing.to_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
