@@ -81,6 +81,8 @@ pub enum EventReason {
     Suspended,
     /// A suspension was lifted: the controller reconciles the object again.
     Resumed,
+    /// A suspension past its expiry that driftgate, resuming expired ones itself, cannot undo.
+    SuspensionNotResumed,
 }
 
 impl EventReason {
@@ -100,6 +102,7 @@ impl EventReason {
             EventReason::LedgerUnavailable => "LedgerUnavailable",
             EventReason::Suspended => "Suspended",
             EventReason::Resumed => "Resumed",
+            EventReason::SuspensionNotResumed => "SuspensionNotResumed",
         }
     }
 
@@ -118,7 +121,7 @@ impl EventReason {
             EventReason::EmergencyChangeReverted => "Revert",
             EventReason::RevertRefused | EventReason::LedgerUnavailable => "Deny",
             EventReason::Suspended => "Suspend",
-            EventReason::Resumed => "Resume",
+            EventReason::Resumed | EventReason::SuspensionNotResumed => "Resume",
         }
     }
 
@@ -138,7 +141,9 @@ impl EventReason {
             | EventReason::RevertRefused
             | EventReason::LedgerUnavailable
             // Nothing reconciles the object until it is resumed: worth a look.
-            | EventReason::Suspended => EventType::Warning,
+            | EventReason::Suspended
+            // Still suspended past its expiry: somebody has to restore it.
+            | EventReason::SuspensionNotResumed => EventType::Warning,
         }
     }
 }
