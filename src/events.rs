@@ -321,7 +321,7 @@ fn admitted(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
         Rule::Suspended => Some((
             EventReason::Suspended,
             format!(
-                "{} suspended the GitOps controller's reconciliation of {}: {}. Nothing resumes it at expiry; past it, it is reported as a forgotten suspension.",
+                "{} suspended the GitOps controller's reconciliation of {}: {}. Nothing resumes it at expiry (unless driftgate runs with --resume-expired-suspensions); past it, it is reported as a forgotten suspension.",
                 words.who,
                 words.object,
                 window_terms(verdict.new_window.as_ref()),

@@ -104,6 +104,8 @@ pub struct ServeArgs {
     pub reload_interval: Duration,
     /// How often the backport records are checked for break-glass windows that expired; an
     /// expiry is noticed (record AwaitingBackport, BreakGlassExpired Event) within this time.
+    /// Suspensions are listed and counted (and, with --resume-expired-suspensions, resumed) as
+    /// often.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_flag_duration)]
     pub expiry_check_interval: Duration,
     /// Resume suspensions past their expiry (the leader, every expiry check): one patch that
