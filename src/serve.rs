@@ -488,12 +488,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     if let Some(client) = &client {
         // Suspensions past their expiry are noticed as windows are: every expiry check; and
         // resumed then, by the leader, when asked to.
-        let auto_resume = args.resume_expired_suspensions.then(|| {
-            crate::server::suspensions::AutoResume {
-                leading: leading.clone(),
-                events: events.clone(),
-            }
-        });
+        let auto_resume =
+            args.resume_expired_suspensions
+                .then(|| crate::server::suspensions::AutoResume {
+                    leading: leading.clone(),
+                    events: events.clone(),
+                });
         tasks.push(crate::server::suspensions::spawn(
             client.clone(),
             policies.clone(),

@@ -136,13 +136,18 @@ pub enum ResumeAction {
 /// policy is left alone (that policy's window still holds), and an unbounded one is never
 /// resumed (it has no expiry to outlive); an object expired under several policies is resumed
 /// by the first, with that policy's fields, label and reason.
-pub fn plan_resumes(policies: &PolicySet, listed: &[Listed<'_>], now: Timestamp) -> Vec<ResumePlan> {
+pub fn plan_resumes(
+    policies: &PolicySet,
+    listed: &[Listed<'_>],
+    now: Timestamp,
+) -> Vec<ResumePlan> {
     let mut plans = Vec::new();
     for (at, item) in listed.iter().enumerate() {
         let mut expired_under = None;
         let mut open = false;
         for policy in policies.policies() {
-            let (Some(rules), Some(break_glass)) = (&policy.suspensions, &policy.break_glass) else {
+            let (Some(rules), Some(break_glass)) = (&policy.suspensions, &policy.break_glass)
+            else {
                 continue;
             };
             match state_under(policy, rules, break_glass, item, now) {
@@ -391,7 +396,10 @@ spec:
             .iter()
             .map(|(k, v)| ((*k).to_owned(), json!(v)))
             .collect();
-        annotations.insert("driftgate.dev/break-glass-reason".into(), json!("INC-1: why"));
+        annotations.insert(
+            "driftgate.dev/break-glass-reason".into(),
+            json!("INC-1: why"),
+        );
         serde_json::from_value(json!({
             "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
             "metadata": {"name": "shop", "namespace": "argocd", "uid": "u-1", "resourceVersion": "42",
@@ -418,11 +426,10 @@ spec:
         let now: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
         let mut expired = object("flux-system", true, Some("20261130T0800Z"));
         expired.metadata.resource_version = Some("7".into());
-        expired
-            .metadata
-            .annotations
-            .get_or_insert_default()
-            .insert("kustomize.toolkit.fluxcd.io/reconcile".into(), "disabled".into());
+        expired.metadata.annotations.get_or_insert_default().insert(
+            "kustomize.toolkit.fluxcd.io/reconcile".into(),
+            "disabled".into(),
+        );
         let objects = [
             object("flux-system", true, Some("20261130T1000Z")),
             expired,
@@ -461,7 +468,7 @@ spec:
 
     #[test]
     fn argo_cd_self_heal_is_turned_back_on_but_a_removed_automated_sync_is_left_alone_and_said_once()
-    {
+     {
         let policies = PolicySet::from_yaml("inline", POLICY).unwrap();
         let now: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
         let objects = [

@@ -1018,9 +1018,14 @@ fn rbac_grants_exactly_what_driftgate_calls() {
         .iter()
         .filter_map(|g| g.strip_suffix(":list"))
         .filter(|g| {
-            ["kustomize.toolkit", "helm.toolkit", "source.toolkit", "argoproj.io"]
-                .iter()
-                .any(|group| g.starts_with(group))
+            [
+                "kustomize.toolkit",
+                "helm.toolkit",
+                "source.toolkit",
+                "argoproj.io",
+            ]
+            .iter()
+            .any(|group| g.starts_with(group))
         })
         .map(|g| format!("{g}:patch"))
         .collect();

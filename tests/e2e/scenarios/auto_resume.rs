@@ -263,7 +263,9 @@ async fn driftgate_resumes_an_expired_suspension_itself_and_the_real_flux_reconc
     let annotations = &resumed_at["metadata"]["annotations"];
     assert!(
         labels.get("driftgate.dev/break-glass").is_none()
-            && annotations.get("driftgate.dev/break-glass-reason").is_none(),
+            && annotations
+                .get("driftgate.dev/break-glass-reason")
+                .is_none(),
         "{resumed_at}"
     );
     // Judged by this driftgate like anyone's resume: admitted, with the Event naming driftgate.
