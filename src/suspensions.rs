@@ -135,7 +135,7 @@ pub enum ResumeAction {
 /// The resumes of the listed suspensions past their expiry. An object counted open under some
 /// policy is left alone (that policy's window still holds), and an unbounded one is never
 /// resumed (it has no expiry to outlive); an object expired under several policies is resumed
-/// by the first, with that policy's fields, label and reason.
+/// once, undoing what each finds and removing each one's label and reason (the first names it).
 pub fn plan_resumes(
     policies: &PolicySet,
     listed: &[Listed<'_>],
@@ -143,7 +143,7 @@ pub fn plan_resumes(
 ) -> Vec<ResumePlan> {
     let mut plans = Vec::new();
     for (at, item) in listed.iter().enumerate() {
-        let mut expired_under = None;
+        let mut expired_under = Vec::new();
         let mut open = false;
         for policy in policies.policies() {
             let (Some(rules), Some(break_glass)) = (&policy.suspensions, &policy.break_glass)
@@ -152,13 +152,11 @@ pub fn plan_resumes(
             };
             match state_under(policy, rules, break_glass, item, now) {
                 Some(SuspensionState::Open) => open = true,
-                Some(SuspensionState::Expired) if expired_under.is_none() => {
-                    expired_under = Some((policy, rules, break_glass));
-                }
+                Some(SuspensionState::Expired) => expired_under.push((policy, rules, break_glass)),
                 _ => {}
             }
         }
-        let (Some((policy, rules, break_glass)), false) = (expired_under, open) else {
+        let (Some(&(policy, _, break_glass)), false) = (expired_under.first(), open) else {
             continue;
         };
         let Some(label_value) = label_of(item.object, break_glass) else {
@@ -167,7 +165,8 @@ pub fn plan_resumes(
         let Ok(expired_at) = parse_expiry(label_value) else {
             continue;
         };
-        let action = match undo_patch(rules, break_glass, item) {
+        let windows: Vec<_> = expired_under.iter().map(|(_, r, b)| (*r, *b)).collect();
+        let action = match undo_patch(&windows, item) {
             Ok(patch) => ResumeAction::Patch(patch),
             Err(cannot) => ResumeAction::CannotUndo(cannot),
         };
@@ -183,25 +182,45 @@ pub fn plan_resumes(
     plans
 }
 
-/// The merge patch that undoes every suspension `rules` find on `item`, or what cannot be undone.
+/// The merge patch that undoes every suspension the `windows`' rules find on `item` and removes
+/// their labels and reasons, or what cannot be undone.
 /// A field that is `true` when suspended goes back to `false` (as `flux resume` leaves
 /// `spec.suspend`), one that is anything but `true` goes to `true` (Argo CD's `selfHeal`), a
 /// suspension annotation is removed. A field suspended by being absent cannot be undone (what it
 /// held is unknown), nor one below a list or a missing parent (a merge patch would write more
 /// than the field).
 fn undo_patch(
-    rules: &SuspensionRules,
-    break_glass: &BreakGlassRules,
+    windows: &[(&SuspensionRules, &BreakGlassRules)],
     item: &Listed<'_>,
 ) -> Result<Value, Vec<String>> {
-    let mut patch = json!({"metadata": {
-        "labels": {break_glass.label.as_str(): null},
-        "annotations": {break_glass.reason_annotation.as_str(): null},
-    }});
+    let mut patch = json!({"metadata": {"labels": {}, "annotations": {}}});
     if let Some(version) = &item.object.metadata.resource_version {
         patch["metadata"]["resourceVersion"] = json!(version);
     }
     let mut cannot = Vec::new();
+    for (rules, break_glass) in windows {
+        patch["metadata"]["labels"][break_glass.label.as_str()] = Value::Null;
+        patch["metadata"]["annotations"][break_glass.reason_annotation.as_str()] = Value::Null;
+        undo_fields(rules, item, &mut patch, &mut cannot);
+    }
+    // Two policies may define the same field: say it once.
+    let mut said = BTreeSet::new();
+    cannot.retain(|what| said.insert(what.clone()));
+    if cannot.is_empty() {
+        Ok(patch)
+    } else {
+        Err(cannot)
+    }
+}
+
+/// Adds to `patch` the undoing of each suspension `rules` find on `item`; what cannot be undone
+/// goes to `cannot`.
+fn undo_fields(
+    rules: &SuspensionRules,
+    item: &Listed<'_>,
+    patch: &mut Value,
+    cannot: &mut Vec<String>,
+) {
     for field in rules.holding_fields(item.group, item.kind, item.object) {
         let undone = match field.suspended_when {
             SuspendedWhen::IsTrue => json!(false),
@@ -219,17 +238,12 @@ fn undo_patch(
             ));
             continue;
         }
-        set_at(&mut patch, segments, undone);
+        set_at(patch, segments, undone);
     }
     for suspension in rules.suspensions(item.group, item.kind, item.object) {
         if let crate::policy::suspensions::Suspension::Annotation(key) = suspension {
             patch["metadata"]["annotations"][key.as_str()] = Value::Null;
         }
-    }
-    if cannot.is_empty() {
-        Ok(patch)
-    } else {
-        Err(cannot)
     }
 }
 
@@ -464,6 +478,41 @@ spec:
         // The same objects an hour earlier: nothing has expired.
         let earlier: Timestamp = "2026-11-30T07:00:00Z".parse().unwrap();
         assert!(plan_resumes(&policies, &listed, earlier).is_empty());
+    }
+
+    #[test]
+    fn a_suspension_another_policy_still_holds_open_is_not_resumed() {
+        let other = r#"
+---
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: platform}
+spec:
+  namespaces: {include: ["platform-*"]}
+  breakGlass: {label: platform.example/hold, maxDuration: 4h, openers: {groups: [sre-oncall]}}
+  suspensions: {}
+"#;
+        let policies = PolicySet::from_yaml("inline", &format!("{POLICY}{other}")).unwrap();
+        let now: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        let mut held = object("flux-system", true, Some("20261130T0800Z"));
+        held.metadata
+            .labels
+            .get_or_insert_default()
+            .insert("platform.example/hold".into(), "20261130T1000Z".into());
+        let objects = [held];
+        let listed = listed("kustomize.toolkit.fluxcd.io", "Kustomization", &objects);
+        assert!(plan_resumes(&policies, &listed, now).is_empty());
+        // Once both expired: one patch removes both windows' labels.
+        let later: Timestamp = "2026-11-30T11:00:00Z".parse().unwrap();
+        let plans = plan_resumes(&policies, &listed, later);
+        let ResumeAction::Patch(patch) = &plans[0].action else {
+            panic!("{plans:?}");
+        };
+        assert_eq!(
+            patch["metadata"]["labels"],
+            json!({"driftgate.dev/break-glass": null, "platform.example/hold": null})
+        );
+        assert_eq!(plans.len(), 1);
     }
 
     #[test]
