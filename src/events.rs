@@ -83,6 +83,8 @@ pub enum EventReason {
     Resumed,
     /// A suspension outlived its expiry and nobody resumed it: Git is still not in charge.
     SuspensionExpired,
+    /// A suspension past its expiry that driftgate, resuming expired ones itself, cannot undo.
+    SuspensionNotResumed,
 }
 
 impl EventReason {
@@ -103,6 +105,7 @@ impl EventReason {
             EventReason::Suspended => "Suspended",
             EventReason::Resumed => "Resumed",
             EventReason::SuspensionExpired => "SuspensionExpired",
+            EventReason::SuspensionNotResumed => "SuspensionNotResumed",
         }
     }
 
@@ -121,7 +124,7 @@ impl EventReason {
             EventReason::EmergencyChangeReverted => "Revert",
             EventReason::RevertRefused | EventReason::LedgerUnavailable => "Deny",
             EventReason::Suspended => "Suspend",
-            EventReason::Resumed => "Resume",
+            EventReason::Resumed | EventReason::SuspensionNotResumed => "Resume",
             EventReason::SuspensionExpired => "Expire",
         }
     }
@@ -143,7 +146,9 @@ impl EventReason {
             | EventReason::LedgerUnavailable
             // Nothing reconciles the object until it is resumed: worth a look.
             | EventReason::Suspended
-            | EventReason::SuspensionExpired => EventType::Warning,
+            | EventReason::SuspensionExpired
+            // Still suspended past its expiry: somebody has to restore it.
+            | EventReason::SuspensionNotResumed => EventType::Warning,
         }
     }
 }
@@ -321,7 +326,7 @@ fn admitted(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
         Rule::Suspended => Some((
             EventReason::Suspended,
             format!(
-                "{} suspended the GitOps controller's reconciliation of {}: {}. Nothing resumes it at expiry; past it, it is reported as a forgotten suspension.",
+                "{} suspended the GitOps controller's reconciliation of {}: {}. Nothing resumes it at expiry (unless driftgate runs with --resume-expired-suspensions); past it, it is reported as a forgotten suspension.",
                 words.who,
                 words.object,
                 window_terms(verdict.new_window.as_ref()),

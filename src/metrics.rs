@@ -59,6 +59,14 @@ pub struct SuspensionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResumeLabels {
+    pub policy: String,
+    /// `success`, `conflict` (changed since it was read: re-read next round), `failure`, or
+    /// `not_undoable` (left alone and said so, once).
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: String,
 }
@@ -71,6 +79,9 @@ pub struct Metrics {
     pub break_glass_windows_open: Gauge,
     /// Suspended GitOps objects, by policy and state (see `suspensions`).
     pub suspensions: Family<SuspensionLabels, Gauge>,
+    /// Expired suspensions driftgate resumed itself (`--resume-expired-suspensions`), by policy
+    /// and result.
+    pub suspension_resumes: Family<ResumeLabels, Counter>,
     /// Events accepted by the API server, by reason (`BreakGlassChange`, `WriteDenied`, ...).
     pub events_published: Family<ReasonLabels, Counter>,
     /// Events not published, by why (`queue_full`, `api_error`, `shutdown`).
@@ -152,6 +163,12 @@ impl Metrics {
             "suspensions",
             "GitOps objects whose reconciliation is suspended, by policy and state: open (before its expiry), expired (past it, nobody resumed it), unbounded (no expiry label)",
             suspensions.clone(),
+        );
+        let suspension_resumes = Family::<ResumeLabels, Counter>::default();
+        registry.register(
+            "suspension_resumes",
+            "Suspensions past their expiry that driftgate resumed itself (--resume-expired-suspensions), by policy and result: success, conflict (changed since read; retried next round), failure, not_undoable (left alone)",
+            suspension_resumes.clone(),
         );
         let events_published = Family::<ReasonLabels, Counter>::default();
         registry.register(
@@ -328,6 +345,7 @@ impl Metrics {
             review_duration,
             break_glass_windows_open,
             suspensions,
+            suspension_resumes,
             events_published,
             events_dropped,
             policy_reloads,

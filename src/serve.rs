@@ -104,8 +104,16 @@ pub struct ServeArgs {
     pub reload_interval: Duration,
     /// How often the backport records are checked for break-glass windows that expired; an
     /// expiry is noticed (record AwaitingBackport, BreakGlassExpired Event) within this time.
+    /// Suspensions are listed and counted (and, with --resume-expired-suspensions, resumed) as
+    /// often.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_flag_duration)]
     pub expiry_check_interval: Duration,
+    /// Resume suspensions past their expiry (the leader, every expiry check): one patch that
+    /// undoes each suspension found and removes the window's label and reason. Needs patch on
+    /// the suspendable kinds (the chart's suspensions.autoResume grants it). Off: an expired
+    /// suspension is only counted (driftgate_suspensions{state="expired"}) for the alert.
+    #[arg(long)]
+    pub resume_expired_suspensions: bool,
     /// How long a GitOps controller (one that break-glass windows hold) may go without a write
     /// in a policy's namespaces, dry runs included, before a refusal that points to Git adds that
     /// it may be down. Set it to a few of its reconcile intervals, and to the same as the
@@ -478,12 +486,20 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     };
     let ledger = ledger.with_guard(ledger_guard(&args));
     if let Some(client) = &client {
-        // Suspensions past their expiry are noticed as windows are: every expiry check.
+        // Suspensions past their expiry are noticed as windows are: every expiry check; and
+        // resumed then, by the leader, when asked to.
+        let auto_resume =
+            args.resume_expired_suspensions
+                .then(|| crate::server::suspensions::AutoResume {
+                    leading: leading.clone(),
+                    events: events.clone(),
+                });
         tasks.push(crate::server::suspensions::spawn(
             client.clone(),
             policies.clone(),
             metrics.clone(),
             args.expiry_check_interval,
+            auto_resume,
             shutdown.clone(),
         ));
     }

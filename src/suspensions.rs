@@ -1,15 +1,20 @@
 //! The suspensions that exist, counted for the gauges: every object of a kind with a
 //! suspension field that a policy's `suspensions` find suspended, by whether its window (the
-//! break-glass label on it) is open, past its expiry, or absent. Pure: the objects and the
-//! clock are passed in; `server::suspensions` lists them and sets the gauges.
+//! break-glass label on it) is open, past its expiry, or absent; and, when driftgate resumes
+//! expired suspensions itself (`serve --resume-expired-suspensions`), the patches that do it.
+//! Pure: the objects and the clock are passed in; `server::suspensions` lists them, sets the
+//! gauges and applies the patches.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use kube::core::DynamicObject;
+use serde_json::{Value, json};
 
-use crate::policy::{GatePolicy, NamespaceLabels, PolicySet};
-use crate::timefmt::parse_expiry;
+use crate::policy::document::SuspendedWhen;
+use crate::policy::suspensions::SuspensionRules;
+use crate::policy::{BreakGlassRules, GatePolicy, NamespaceLabels, PolicySet};
+use crate::timefmt::{human_utc, parse_expiry};
 
 /// Where a suspension stands against its expiry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -61,29 +66,276 @@ pub fn count_suspensions(
             counts.entry((policy.name.clone(), state)).or_insert(0);
         }
         for item in listed {
-            let namespace = item.object.metadata.namespace.as_deref().unwrap_or("");
-            if !counted_in(policy, rules.holds_namespace(namespace), namespace)
-                || rules
-                    .suspensions(item.group, item.kind, item.object)
-                    .is_empty()
-            {
-                continue;
+            if let Some(state) = state_under(policy, rules, break_glass, item, now) {
+                *counts.entry((policy.name.clone(), state)).or_insert(0) += 1;
             }
-            let label = item
-                .object
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|labels| labels.get(&break_glass.label));
-            let state = match label.map(|value| parse_expiry(value)) {
-                Some(Ok(expiry)) if expiry > now => SuspensionState::Open,
-                Some(Ok(_)) => SuspensionState::Expired,
-                None | Some(Err(_)) => SuspensionState::Unbounded,
-            };
-            *counts.entry((policy.name.clone(), state)).or_insert(0) += 1;
         }
     }
     counts
+}
+
+/// Where `item`'s suspension stands under one policy; `None` when the policy does not count it
+/// (not suspended, or where the policy does not look).
+fn state_under(
+    policy: &GatePolicy,
+    rules: &SuspensionRules,
+    break_glass: &BreakGlassRules,
+    item: &Listed<'_>,
+    now: Timestamp,
+) -> Option<SuspensionState> {
+    let namespace = item.object.metadata.namespace.as_deref().unwrap_or("");
+    if !counted_in(policy, rules.holds_namespace(namespace), namespace)
+        || rules
+            .suspensions(item.group, item.kind, item.object)
+            .is_empty()
+    {
+        return None;
+    }
+    Some(match label_of(item.object, break_glass).map(parse_expiry) {
+        Some(Ok(expiry)) if expiry > now => SuspensionState::Open,
+        Some(Ok(_)) => SuspensionState::Expired,
+        None | Some(Err(_)) => SuspensionState::Unbounded,
+    })
+}
+
+fn label_of<'o>(object: &'o DynamicObject, break_glass: &BreakGlassRules) -> Option<&'o str> {
+    object
+        .metadata
+        .labels
+        .as_ref()?
+        .get(&break_glass.label)
+        .map(String::as_str)
+}
+
+/// What driftgate does about one suspension past its expiry when it resumes them itself.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResumePlan {
+    /// The object's position in the listed objects.
+    pub at: usize,
+    /// The policy under which it is expired (the metric's label).
+    pub policy: String,
+    /// Its window's label: the expiry it outlived.
+    pub label: String,
+    pub label_value: String,
+    pub expired_at: Timestamp,
+    pub action: ResumeAction,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ResumeAction {
+    /// One merge patch that undoes every suspension found and removes the window's label and
+    /// reason. It carries the resourceVersion read, so a change made since (an extension, a
+    /// resume) makes it a conflict instead of being overwritten.
+    Patch(Value),
+    /// Suspensions driftgate cannot undo faithfully, in words: the object is left alone (still
+    /// counted expired) and driftgate says so once.
+    CannotUndo(Vec<String>),
+}
+
+/// The resumes of the listed suspensions past their expiry. An object counted open under some
+/// policy is left alone (that policy's window still holds), and an unbounded one is never
+/// resumed (it has no expiry to outlive); an object expired under several policies is resumed
+/// once, undoing what each finds and removing each one's label and reason (the first names it).
+pub fn plan_resumes(
+    policies: &PolicySet,
+    listed: &[Listed<'_>],
+    now: Timestamp,
+) -> Vec<ResumePlan> {
+    let mut plans = Vec::new();
+    for (at, item) in listed.iter().enumerate() {
+        let mut expired_under = Vec::new();
+        let mut open = false;
+        for policy in policies.policies() {
+            let (Some(rules), Some(break_glass)) = (&policy.suspensions, &policy.break_glass)
+            else {
+                continue;
+            };
+            match state_under(policy, rules, break_glass, item, now) {
+                Some(SuspensionState::Open) => open = true,
+                Some(SuspensionState::Expired) => expired_under.push((policy, rules, break_glass)),
+                _ => {}
+            }
+        }
+        let (Some(&(policy, _, break_glass)), false) = (expired_under.first(), open) else {
+            continue;
+        };
+        let Some(label_value) = label_of(item.object, break_glass) else {
+            continue;
+        };
+        let Ok(expired_at) = parse_expiry(label_value) else {
+            continue;
+        };
+        let windows: Vec<_> = expired_under.iter().map(|(_, r, b)| (*r, *b)).collect();
+        let action = match undo_patch(&windows, item) {
+            Ok(patch) => ResumeAction::Patch(patch),
+            Err(cannot) => ResumeAction::CannotUndo(cannot),
+        };
+        plans.push(ResumePlan {
+            at,
+            policy: policy.name.clone(),
+            label: break_glass.label.clone(),
+            label_value: label_value.to_owned(),
+            expired_at,
+            action,
+        });
+    }
+    plans
+}
+
+/// The merge patch that undoes every suspension the `windows`' rules find on `item` and removes
+/// their labels and reasons, or what cannot be undone.
+/// A field that is `true` when suspended goes back to `false` (as `flux resume` leaves
+/// `spec.suspend`), one that is anything but `true` goes to `true` (Argo CD's `selfHeal`), a
+/// suspension annotation is removed. A field suspended by being absent cannot be undone (what it
+/// held is unknown), nor one below a list or a missing parent (a merge patch would write more
+/// than the field).
+fn undo_patch(
+    windows: &[(&SuspensionRules, &BreakGlassRules)],
+    item: &Listed<'_>,
+) -> Result<Value, Vec<String>> {
+    let mut patch = json!({"metadata": {"labels": {}, "annotations": {}}});
+    if let Some(version) = &item.object.metadata.resource_version {
+        patch["metadata"]["resourceVersion"] = json!(version);
+    }
+    let mut cannot = Vec::new();
+    for (rules, break_glass) in windows {
+        patch["metadata"]["labels"][break_glass.label.as_str()] = Value::Null;
+        patch["metadata"]["annotations"][break_glass.reason_annotation.as_str()] = Value::Null;
+        undo_fields(rules, item, &mut patch, &mut cannot);
+    }
+    // Two policies may define the same field: say it once.
+    let mut said = BTreeSet::new();
+    cannot.retain(|what| said.insert(what.clone()));
+    if cannot.is_empty() {
+        Ok(patch)
+    } else {
+        Err(cannot)
+    }
+}
+
+/// Adds to `patch` the undoing of each suspension `rules` find on `item`; what cannot be undone
+/// goes to `cannot`.
+fn undo_fields(
+    rules: &SuspensionRules,
+    item: &Listed<'_>,
+    patch: &mut Value,
+    cannot: &mut Vec<String>,
+) {
+    for field in rules.holding_fields(item.group, item.kind, item.object) {
+        let undone = match field.suspended_when {
+            SuspendedWhen::IsTrue => json!(false),
+            SuspendedWhen::NotTrue => json!(true),
+            SuspendedWhen::Absent => {
+                cannot.push(format!("{} (removed: what it held is unknown)", field.path));
+                continue;
+            }
+        };
+        let segments = field.path.segments();
+        if !parents_are_objects(&item.object.data, segments) {
+            cannot.push(format!(
+                "{} (below a list or a missing field: a patch would write more than it)",
+                field.path
+            ));
+            continue;
+        }
+        set_at(patch, segments, undone);
+    }
+    for suspension in rules.suspensions(item.group, item.kind, item.object) {
+        if let crate::policy::suspensions::Suspension::Annotation(key) = suspension {
+            patch["metadata"]["annotations"][key.as_str()] = Value::Null;
+        }
+    }
+}
+
+/// Whether every field above the last of `segments` is an object in `data`.
+fn parents_are_objects(data: &Value, segments: &[String]) -> bool {
+    let Some((_, parents)) = segments.split_last() else {
+        return false;
+    };
+    parents
+        .iter()
+        .try_fold(data, |value, segment| match value.get(segment) {
+            Some(child @ Value::Object(_)) => Some(child),
+            _ => None,
+        })
+        .is_some_and(Value::is_object)
+}
+
+/// Sets `value` at `segments` in `patch`, creating the objects above it.
+fn set_at(patch: &mut Value, segments: &[String], value: Value) {
+    let mut at = patch;
+    for segment in segments {
+        if !at.get(segment).is_some_and(Value::is_object) {
+            at[segment.as_str()] = json!({});
+        }
+        at = &mut at[segment.as_str()];
+    }
+    *at = value;
+}
+
+/// "Kustomization flux-system/apps"
+pub fn object_words(item: &Listed<'_>) -> String {
+    let meta = &item.object.metadata;
+    let name = meta.name.as_deref().unwrap_or("");
+    match meta.namespace.as_deref() {
+        Some(namespace) => format!("{} {namespace}/{name}", item.kind),
+        None => format!("{} {name}", item.kind),
+    }
+}
+
+/// What driftgate says, once, about a suspension past its expiry it cannot undo.
+pub fn cannot_resume_note(item: &Listed<'_>, plan: &ResumePlan, cannot: &[String]) -> String {
+    format!(
+        "driftgate did not resume the GitOps controller's reconciliation of {}, suspended until {} (label {}) and past it: it cannot undo {}. Restore it as Git declares it and remove the label {}; until then it is counted as an expired suspension.",
+        object_words(item),
+        human_utc(plan.expired_at),
+        plan.label_value,
+        cannot.join(", "),
+        plan.label,
+    )
+}
+
+/// The suspensions driftgate could not resume that it has already said so about: each is said
+/// once, until it is no longer expired (resumed, extended, gone), and then again if it expires
+/// anew.
+#[derive(Debug, Default)]
+pub struct Reported {
+    said: BTreeSet<String>,
+}
+
+impl Reported {
+    /// The plans of `plans` that cannot undo and were not reported in an earlier round.
+    pub fn first_time<'p>(
+        &mut self,
+        listed: &[Listed<'_>],
+        plans: &'p [ResumePlan],
+    ) -> Vec<&'p ResumePlan> {
+        let current: Vec<(String, &ResumePlan)> = plans
+            .iter()
+            .filter(|plan| matches!(plan.action, ResumeAction::CannotUndo(_)))
+            .map(|plan| (report_key(&listed[plan.at], plan), plan))
+            .collect();
+        let fresh = current
+            .iter()
+            .filter(|(key, _)| !self.said.contains(key))
+            .map(|(_, plan)| *plan)
+            .collect();
+        self.said = current.into_iter().map(|(key, _)| key).collect();
+        fresh
+    }
+}
+
+/// One object's one expiry: its kind, name, uid and the label value it outlived.
+fn report_key(item: &Listed<'_>, plan: &ResumePlan) -> String {
+    let meta = &item.object.metadata;
+    format!(
+        "{}/{} {} {} {}",
+        item.group,
+        object_words(item),
+        meta.uid.as_deref().unwrap_or(""),
+        plan.label,
+        plan.label_value
+    )
 }
 
 /// Suspensions are counted where the GitOps objects are, and in the namespaces the policy
@@ -151,5 +403,169 @@ spec:
         let none = count_suspensions(&policies, &[], now);
         assert_eq!(none.len(), 3);
         assert!(none.values().all(|n| *n == 0));
+    }
+
+    fn application(spec: Value, label: &str, annotations: &[(&str, &str)]) -> DynamicObject {
+        let mut annotations: serde_json::Map<String, Value> = annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), json!(v)))
+            .collect();
+        annotations.insert(
+            "driftgate.dev/break-glass-reason".into(),
+            json!("INC-1: why"),
+        );
+        serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "shop", "namespace": "argocd", "uid": "u-1", "resourceVersion": "42",
+                "labels": {"driftgate.dev/break-glass": label}, "annotations": annotations},
+            "spec": spec
+        }))
+        .unwrap()
+    }
+
+    fn listed<'a>(group: &'a str, kind: &'a str, objects: &'a [DynamicObject]) -> Vec<Listed<'a>> {
+        objects
+            .iter()
+            .map(|object| Listed {
+                group,
+                kind,
+                object,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_expired_flux_suspension_is_resumed_by_one_patch_and_open_or_unbounded_ones_are_not() {
+        let policies = PolicySet::from_yaml("inline", POLICY).unwrap();
+        let now: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        let mut expired = object("flux-system", true, Some("20261130T0800Z"));
+        expired.metadata.resource_version = Some("7".into());
+        expired.metadata.annotations.get_or_insert_default().insert(
+            "kustomize.toolkit.fluxcd.io/reconcile".into(),
+            "disabled".into(),
+        );
+        let objects = [
+            object("flux-system", true, Some("20261130T1000Z")),
+            expired,
+            // No expiry: nothing says when it should end, so driftgate never resumes it.
+            object("flux-system", true, None),
+            object("flux-system", false, Some("20261130T0800Z")),
+            object("team-a", true, Some("20261130T0800Z")),
+        ];
+        let listed = listed("kustomize.toolkit.fluxcd.io", "Kustomization", &objects);
+        let plans = plan_resumes(&policies, &listed, now);
+        assert_eq!(
+            plans,
+            [ResumePlan {
+                at: 1,
+                policy: "production".into(),
+                label: "driftgate.dev/break-glass".into(),
+                label_value: "20261130T0800Z".into(),
+                expired_at: "2026-11-30T08:00:00Z".parse().unwrap(),
+                action: ResumeAction::Patch(json!({
+                    "spec": {"suspend": false},
+                    "metadata": {
+                        "resourceVersion": "7",
+                        "labels": {"driftgate.dev/break-glass": null},
+                        "annotations": {
+                            "driftgate.dev/break-glass-reason": null,
+                            "kustomize.toolkit.fluxcd.io/reconcile": null,
+                        },
+                    },
+                })),
+            }]
+        );
+        // The same objects an hour earlier: nothing has expired.
+        let earlier: Timestamp = "2026-11-30T07:00:00Z".parse().unwrap();
+        assert!(plan_resumes(&policies, &listed, earlier).is_empty());
+    }
+
+    #[test]
+    fn a_suspension_another_policy_still_holds_open_is_not_resumed() {
+        let other = r#"
+---
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: {name: platform}
+spec:
+  namespaces: {include: ["platform-*"]}
+  breakGlass: {label: platform.example/hold, maxDuration: 4h, openers: {groups: [sre-oncall]}}
+  suspensions: {}
+"#;
+        let policies = PolicySet::from_yaml("inline", &format!("{POLICY}{other}")).unwrap();
+        let now: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        let mut held = object("flux-system", true, Some("20261130T0800Z"));
+        held.metadata
+            .labels
+            .get_or_insert_default()
+            .insert("platform.example/hold".into(), "20261130T1000Z".into());
+        let objects = [held];
+        let listed = listed("kustomize.toolkit.fluxcd.io", "Kustomization", &objects);
+        assert!(plan_resumes(&policies, &listed, now).is_empty());
+        // Once both expired: one patch removes both windows' labels.
+        let later: Timestamp = "2026-11-30T11:00:00Z".parse().unwrap();
+        let plans = plan_resumes(&policies, &listed, later);
+        let ResumeAction::Patch(patch) = &plans[0].action else {
+            panic!("{plans:?}");
+        };
+        assert_eq!(
+            patch["metadata"]["labels"],
+            json!({"driftgate.dev/break-glass": null, "platform.example/hold": null})
+        );
+        assert_eq!(plans.len(), 1);
+    }
+
+    #[test]
+    fn argo_cd_self_heal_is_turned_back_on_but_a_removed_automated_sync_is_left_alone_and_said_once()
+     {
+        let policies = PolicySet::from_yaml("inline", POLICY).unwrap();
+        let now: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        let objects = [
+            application(
+                json!({"syncPolicy": {"automated": {"prune": true, "selfHeal": false}}}),
+                "20261130T0800Z",
+                &[("argocd.argoproj.io/skip-reconcile", "true")],
+            ),
+            application(json!({"syncPolicy": {}}), "20261130T0830Z", &[]),
+        ];
+        let listed = listed("argoproj.io", "Application", &objects);
+        let plans = plan_resumes(&policies, &listed, now);
+        assert_eq!(plans.len(), 2);
+        assert_eq!(
+            plans[0].action,
+            ResumeAction::Patch(json!({
+                "spec": {"syncPolicy": {"automated": {"selfHeal": true}}},
+                "metadata": {
+                    "resourceVersion": "42",
+                    "labels": {"driftgate.dev/break-glass": null},
+                    "annotations": {
+                        "driftgate.dev/break-glass-reason": null,
+                        "argocd.argoproj.io/skip-reconcile": null,
+                    },
+                },
+            }))
+        );
+        let ResumeAction::CannotUndo(cannot) = &plans[1].action else {
+            panic!("a removed automated sync cannot be undone: {:?}", plans[1]);
+        };
+        assert_eq!(
+            cannot[0],
+            "spec.syncPolicy.automated (removed: what it held is unknown)"
+        );
+        let note = cannot_resume_note(&listed[1], &plans[1], cannot);
+        assert!(
+            note.starts_with("driftgate did not resume the GitOps controller's reconciliation of Application argocd/shop, suspended until 2026-11-30 08:30 UTC (label 20261130T0830Z) and past it: it cannot undo spec.syncPolicy.automated"),
+            "{note}"
+        );
+
+        // Said once while it stays expired; again once it expires anew.
+        let mut reported = Reported::default();
+        assert_eq!(reported.first_time(&listed, &plans).len(), 1);
+        assert!(reported.first_time(&listed, &plans).is_empty());
+        assert!(reported.first_time(&listed, &[]).is_empty());
+        assert_eq!(reported.first_time(&listed, &plans).len(), 1);
+        let mut extended = plans[1].clone();
+        extended.label_value = "20261130T0845Z".into();
+        assert_eq!(reported.first_time(&listed, &[extended]).len(), 1);
     }
 }

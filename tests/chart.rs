@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use driftgate::metrics::{Metrics, ReasonLabels, ReviewLabels, SuspensionLabels};
+use driftgate::metrics::{Metrics, ReasonLabels, ResumeLabels, ReviewLabels, SuspensionLabels};
 use driftgate::silence::ControllerKey;
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
@@ -1007,6 +1007,39 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             .iter()
             .any(|g| g.contains("validatingwebhookconfigurations"))
     );
+    // suspensions.autoResume adds patch on the suspendable kinds, and on nothing else.
+    let default = render(&[], &[]);
+    let resuming = render(&[], &["suspensions.autoResume=true"]);
+    let added: BTreeSet<String> = granted_by(resuming.one("ClusterRole"))
+        .difference(&granted_by(default.one("ClusterRole")))
+        .cloned()
+        .collect();
+    let expected: BTreeSet<String> = granted_by(default.one("ClusterRole"))
+        .iter()
+        .filter_map(|g| g.strip_suffix(":list"))
+        .filter(|g| {
+            [
+                "kustomize.toolkit",
+                "helm.toolkit",
+                "source.toolkit",
+                "argoproj.io",
+            ]
+            .iter()
+            .any(|group| g.starts_with(group))
+        })
+        .map(|g| format!("{g}:patch"))
+        .collect();
+    assert_eq!(expected.len(), 8, "{expected:?}");
+    assert_eq!(added, expected);
+}
+
+#[test]
+fn auto_resume_is_off_by_default_and_passes_its_flag_when_on() {
+    let flag = "--resume-expired-suspensions";
+    let off = render(&[], &[]);
+    assert!(!strings(&off.container()["args"]).contains(&flag));
+    let on = render(&[], &["suspensions.autoResume=true"]);
+    assert!(strings(&on.container()["args"]).contains(&flag));
 }
 
 /// `group/resource[names]:verb` for every right a role grants (no `[names]` when unrestricted).
@@ -1344,6 +1377,13 @@ fn exported_metrics() -> BTreeSet<String> {
             state: "expired".into(),
         })
         .set(1);
+    metrics
+        .suspension_resumes
+        .get_or_create(&ResumeLabels {
+            policy: "production".into(),
+            result: "success".into(),
+        })
+        .inc();
     let mut names = BTreeSet::new();
     for line in metrics.encode().lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -2347,8 +2387,11 @@ fn the_readmes_document_every_value_metric_alert_and_rbac_rule() {
 
     // The ClusterRole's rules and the leader Lease Role's, by group, resource and verb.
     let mut granted = BTreeSet::new();
-    // Every rule the chart can grant: GatePolicies add theirs.
-    let manifests = render(&[], &["gatePolicies.enabled=true"]);
+    // Every rule the chart can grant: GatePolicies and auto-resume add theirs.
+    let manifests = render(
+        &[],
+        &["gatePolicies.enabled=true", "suspensions.autoResume=true"],
+    );
     for role in [manifests.one("ClusterRole"), manifests.one("Role")] {
         for rule in role["rules"].as_array().unwrap() {
             for group in strings(&rule["apiGroups"]) {

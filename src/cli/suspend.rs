@@ -143,7 +143,7 @@ pub fn suspended_message(
         ),
     );
     text.push_str(&format!(
-        "Nothing resumes it at expiry: it is then reported as a forgotten suspension. Resume it with `{program} resume {target} -n {namespace}`; run this command again to extend it.\n"
+        "Nothing resumes it at expiry (unless driftgate runs with --resume-expired-suspensions): it is then reported as a forgotten suspension. Resume it with `{program} resume {target} -n {namespace}`; run this command again to extend it.\n"
     ));
     text
 }

@@ -96,6 +96,19 @@ impl SuspensionRules {
         found
     }
 
+    /// The suspension fields of `group/kind` that hold on `object`: what [`Self::suspensions`]
+    /// reports as `Suspension::Field`, with how each holds (to know how to undo it).
+    pub fn holding_fields(
+        &self,
+        group: &str,
+        kind: &str,
+        object: &DynamicObject,
+    ) -> Vec<&SuspensionField> {
+        self.fields_of(group, kind)
+            .filter(|field| field.holds(&object.data))
+            .collect()
+    }
+
     /// Whether a change at `path` is one of the suspension fields or annotations (or below one).
     pub fn covers(&self, group: &str, kind: &str, path: &FieldPath) -> bool {
         let segments = path.segments();

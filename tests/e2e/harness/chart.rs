@@ -114,8 +114,12 @@ fn configuration_with(name: &str, url: &str, ca_pem: &[u8], webhook: &str) -> Va
 /// of its leader Lease and runtime-certificate Secret, with the release namespace they live in),
 /// as one JSON list manifest.
 pub fn rbac_manifest() -> String {
-    // With every rule the chart can grant: the GatePolicy test's driftgate reads them.
-    let objects = render(&["gatePolicies.enabled=true".to_owned()]);
+    // With every rule the chart can grant: the GatePolicy test's driftgate reads them, and the
+    // auto-resume test's driftgate patches suspendable kinds (suspensions.autoResume).
+    let objects = render(&[
+        "gatePolicies.enabled=true".to_owned(),
+        "suspensions.autoResume=true".to_owned(),
+    ]);
     let namespace = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Namespace",

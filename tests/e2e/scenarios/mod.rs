@@ -7,6 +7,7 @@
 //! a deadline.
 
 mod argocd_capture;
+mod auto_resume;
 mod backport;
 mod blast_radius;
 mod break_glass;
