@@ -51,6 +51,9 @@ pub struct ControllerSilence {
     last_write: BTreeMap<ControllerKey, Timestamp>,
     /// What the durable record is known to hold (read from it, or written to it).
     recorded: BTreeMap<ControllerKey, Timestamp>,
+    /// Records of controllers this replica knew and the policies no longer configure: to
+    /// delete, so that `driftgate backlog` does not call a removed controller stopped.
+    retired: std::collections::BTreeSet<ControllerKey>,
 }
 
 /// A controller that has not written for longer than the threshold.
@@ -76,6 +79,7 @@ impl ControllerSilence {
             silent_after: SignedDuration::try_from(silent_after).unwrap_or(SignedDuration::MAX),
             last_write: BTreeMap::new(),
             recorded: BTreeMap::new(),
+            retired: Default::default(),
         }
     }
 
@@ -151,16 +155,39 @@ impl ControllerSilence {
             .collect()
     }
 
+    /// The records to delete: of controllers this replica knew that `policies` no longer
+    /// configure. Only those it knew: a record it never took in may be of a policy not loaded
+    /// yet (GatePolicy objects come after the start).
+    pub fn retired(&self) -> Vec<ControllerKey> {
+        self.retired.iter().cloned().collect()
+    }
+
+    /// The record of `key` is deleted (or was already gone).
+    pub fn mark_deleted(&mut self, key: &ControllerKey) {
+        self.retired.remove(key);
+    }
+
     fn forget_unconfigured(&mut self, policies: &PolicySet, changes: &mut SilenceChanges) {
+        let tracked = |key: &ControllerKey| is_tracked(policies, &key.policy, &key.controller);
         self.last_write.retain(|key, _| {
-            let configured = is_tracked(policies, &key.policy, &key.controller);
+            let configured = tracked(key);
             if !configured {
                 changes.forgotten.push(key.clone());
             }
             configured
         });
-        self.recorded
-            .retain(|key, _| is_tracked(policies, &key.policy, &key.controller));
+        let retired: Vec<ControllerKey> = self
+            .recorded
+            .keys()
+            .filter(|key| !tracked(key))
+            .cloned()
+            .collect();
+        for key in retired {
+            self.recorded.remove(&key);
+            self.retired.insert(key);
+        }
+        // Configured again (a reload undone): its record is live.
+        self.retired.retain(|key| !tracked(key));
     }
 
     /// Whether [`observe`](Self::observe) would change anything that matters: a tracked
@@ -603,6 +630,29 @@ spec:
                 .sentence(policy, at("2026-12-01T04:00:00Z"))
                 .is_some()
         );
+    }
+
+    #[test]
+    fn the_record_of_a_controller_no_longer_configured_is_to_delete_unless_it_comes_back() {
+        let policies = policies();
+        let renamed =
+            PolicySet::from_yaml("inline", &POLICY.replace("name: flux", "name: argo")).unwrap();
+        let mut silence = silence_after_30m();
+        silence.merge_recorded(&policies, [(flux_key(), at("2026-12-01T03:00:00Z"))]);
+        assert_eq!(silence.retired(), Vec::new());
+        silence.merge_recorded(&renamed, []);
+        assert_eq!(silence.retired(), vec![flux_key()]);
+        silence.merge_recorded(&policies, []);
+        assert_eq!(silence.retired(), Vec::new(), "configured again: kept");
+        silence.merge_recorded(&policies, [(flux_key(), at("2026-12-01T03:00:00Z"))]);
+        silence.observe(&renamed, &decision(Vec::new()), at("2026-12-01T03:00:00Z"));
+        assert_eq!(silence.retired(), vec![flux_key()]);
+        silence.mark_deleted(&flux_key());
+        assert_eq!(silence.retired(), Vec::new());
+        // A record never taken in (its policy not loaded yet) is never to delete.
+        let mut fresh = silence_after_30m();
+        fresh.merge_recorded(&renamed, [(flux_key(), at("2026-12-01T03:00:00Z"))]);
+        assert_eq!(fresh.retired(), Vec::new());
     }
 
     #[test]

@@ -951,6 +951,7 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             "coordination.k8s.io/leases:get",
             "coordination.k8s.io/leases:list",
             "coordination.k8s.io/leases:update",
+            "coordination.k8s.io/leases:delete",
         ]
         .into_iter()
         .map(str::to_owned)

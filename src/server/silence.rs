@@ -5,7 +5,8 @@
 //! and, with a records namespace (`serve --controller-silence-namespace`), shares them through
 //! the durable records of [`crate::silence::record`]: every [`record_interval`] it reads them
 //! all back (every replica's writes, and those from before its start) and records the writes it
-//! saw that they do not hold yet. Without one, it knows only what it reviewed since its start.
+//! saw that they do not hold yet, and deletes those of controllers it knew that the policies no
+//! longer configure. Without one, it knows only what it reviewed since its start.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +62,14 @@ impl SilenceTracker {
     /// Takes in the records' last writes (forward only), and sets the gauge.
     pub fn merge_recorded(&self, policies: &PolicySet, records: Vec<(ControllerKey, Timestamp)>) {
         self.change(|silence| silence.merge_recorded(policies, records));
+    }
+
+    /// Notes that the record of `key` is gone.
+    fn mark_deleted(&self, key: &ControllerKey) {
+        self.change(|silence| {
+            silence.mark_deleted(key);
+            SilenceChanges::default()
+        });
     }
 
     /// Notes that the record of `key` holds `at`.
@@ -188,6 +197,19 @@ impl Records {
                     .merge_recorded(&policies, vec![(key.clone(), held)]);
             }
             self.tracker.mark_recorded(&key, held);
+        }
+        for key in self.tracker.snapshot().retired() {
+            match self
+                .api
+                .delete(&record_name(&key), &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error),
+            }
+            tracing::info!(policy = %key.policy, controller = %key.controller, "deleted the last-write record of a controller no longer configured");
+            self.tracker.mark_deleted(&key);
         }
         Ok(())
     }

@@ -465,4 +465,32 @@ fn a_killed_kustomize_controller_is_seen_by_every_replica_by_backlog_and_after_a
     let (told, message) = bob_told_flux_may_be_down(ns, "restarted");
     assert!(told, "{message}");
     eprintln!("silence: restarted, the gauge says {after_restart:.3}");
+
+    // The policy drops flux (renamed): its record is deleted, so backlog no longer calls it
+    // stopped.
+    let policy = std::fs::read_to_string(&scene.policy).unwrap();
+    std::fs::write(
+        &scene.policy,
+        policy.replace("- name: flux", "- name: gitops"),
+    )
+    .unwrap();
+    wait("the record to be deleted", &mut || {
+        flux_record(ns).is_none().then_some(0.0)
+    });
+    // Each replica reloads on its own tick: the peer may have deleted it first.
+    wait("the series to be gone", &mut || {
+        flux_last_write(&restarted, ns).is_none().then_some(0.0)
+    });
+    let alice = driftgate_cli(
+        ALICE,
+        &[
+            "backlog",
+            "-n",
+            ns,
+            "--driftgate-namespace",
+            DRIFTGATE_NAMESPACE,
+        ],
+    )
+    .ok();
+    assert!(!alice.stdout.contains(&sentence), "{}", alice.stdout);
 }
