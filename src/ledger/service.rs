@@ -23,13 +23,13 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::decision::{Decision, PolicyVerdict};
+use crate::decision::{Decision, PolicyVerdict, Rule};
 use crate::events::EventSink;
 use crate::kube_state::NamespaceCache;
 use crate::ledger::controller::{WrittenObject, plan_controller_write};
 use crate::ledger::guard::LedgerGuard;
 use crate::ledger::plan::{
-    LedgerTask, Refusal, WindowKey, ledger_tasks, plan_recording, unrecorded_warning,
+    LedgerTask, Refusal, ledger_tasks, plan_recording, record_key, unrecorded_warning,
 };
 use crate::ledger::record::BackportRequirement;
 use crate::ledger::upkeep::{is_managed, plan_expiry, plan_retention, record_gauges};
@@ -256,10 +256,12 @@ impl Ledger {
                         rules,
                         now,
                     ),
-                LedgerTask::Record { verdict, rules } => {
-                    self.record(inner, facts, decision, verdict, rules, now)
-                        .await
-                }
+                LedgerTask::Record { verdict, rules } => self
+                    .record(inner, facts, decision, verdict, rules, now)
+                    .await
+                    // Resuming is always allowed: a resume the ledger could not record is
+                    // still made (the record stays Open or Expired, and says so).
+                    .filter(|_| verdict.rule != Rule::Resumed),
             };
             if refusal.is_some() {
                 return refusal;
@@ -295,7 +297,7 @@ impl Ledger {
             return None;
         };
         Metrics::count_result(&self.metrics.ledger_writes, false);
-        tracing::warn!(%error, uid = %facts.request().uid, "could not write the backport record; refusing the break-glass change");
+        tracing::warn!(%error, uid = %facts.request().uid, rule = %verdict.rule, "could not write the backport record");
         Some(Refusal::unrecorded(
             &decision.record,
             &verdict.policy,
@@ -379,7 +381,7 @@ impl Connected {
         rules: &BreakGlassRules,
         now: Timestamp,
     ) -> Result<(), kube::Error> {
-        let key = WindowKey::of(facts, decision, verdict);
+        let key = record_key(facts, decision, verdict);
         let listed = self
             .writer
             .list(&key.namespace, &key.label_selector())
