@@ -121,9 +121,11 @@ pub struct Metrics {
     pub webhook_selector_writes: Family<ResultLabels, Counter>,
     /// 1 while this replica holds the leader Lease.
     pub leader: Gauge,
-    /// When each policy's GitOps controller last wrote (Unix time), as this replica saw it;
-    /// absent until its first write since start.
+    /// When each policy's GitOps controller last wrote (Unix time): the later of what this
+    /// replica saw and what the shared records hold; absent until either has a write.
     pub controller_last_write: Family<ControllerLabels, Gauge<f64, AtomicU64>>,
+    /// Syncs with the controllers' last-write records (Leases), by result.
+    pub controller_silence_records: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -316,8 +318,14 @@ impl Metrics {
         let controller_last_write = Family::<ControllerLabels, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "controller_last_write_timestamp_seconds",
-            "Unix time of the last write (dry runs included) this replica saw from each policy's GitOps controller; absent until its first since start",
+            "Unix time of the last write (dry runs included) of each policy's GitOps controller, as this replica saw it or the shared records (Leases) hold it; absent until either has one",
             controller_last_write.clone(),
+        );
+        let controller_silence_records = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "controller_silence_record_syncs",
+            "Reads and writes of the controllers' last-write records (Leases in driftgate's namespace), by result",
+            controller_silence_records.clone(),
         );
         // Series that alerts read exist from the start, at zero, rather than appearing on first use.
         for family in [
@@ -327,6 +335,7 @@ impl Metrics {
             &parent_lookups,
             &ledger_writes,
             &webhook_selector_writes,
+            &controller_silence_records,
         ] {
             for result in ["success", "failure"] {
                 let _ = family.get_or_create(&ResultLabels {
@@ -370,6 +379,7 @@ impl Metrics {
             webhook_selector_writes,
             leader,
             controller_last_write,
+            controller_silence_records,
         }
     }
 

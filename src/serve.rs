@@ -120,6 +120,13 @@ pub struct ServeArgs {
     /// DriftgateControllerSilent alert (the chart passes controllerSilence.afterSeconds to both).
     #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = positive_flag_duration)]
     pub controller_silence_after: Duration,
+    /// The namespace (driftgate's own; the chart passes the release namespace) of the durable
+    /// records of each controller's last write, one coordination.k8s.io Lease per policy and
+    /// controller: every replica records the writes it sees there and reads the others', so the
+    /// gauge and refusals agree across replicas and survive restarts, and `driftgate backlog`
+    /// can read them. Without it, each replica knows only the writes it reviewed since its start.
+    #[arg(long, value_name = "NAMESPACE", conflicts_with = "no_kube")]
+    pub controller_silence_namespace: Option<String>,
     /// Close new connections to the webhook port at once while this many are open (each costs
     /// ~12 KiB before its handshake, ~60 KiB kept alive after a review; the API server keeps a
     /// few per replica). Counted in driftgate_webhook_connections_refused_total.
@@ -545,6 +552,17 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .with_body_budget(args.max_body_bytes_in_flight)
         .with_silence_after(args.controller_silence_after),
     );
+
+    if let (Some(client), Some(namespace)) = (&client, &args.controller_silence_namespace) {
+        tasks.push(crate::server::silence::spawn_records(
+            client.clone(),
+            namespace,
+            instance_name(&args),
+            policies.clone(),
+            state.silence.clone(),
+            shutdown.clone(),
+        ));
+    }
 
     let force_reload = Arc::new(Notify::new());
     tasks.push(spawn_policy_reloader(

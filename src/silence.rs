@@ -9,6 +9,12 @@
 //! A review counts whether it was admitted or refused, dry run or not: Flux dry-runs every object
 //! on every interval, and a controller that a window holds off (ControllerHeld), or whose revert
 //! the ledger refuses (RevertRefused), is still running.
+//!
+//! Every replica sees a share of the writes (the API server spreads reviews), and a restart
+//! forgets: so each replica also records the writes it sees in a durable record shared by all
+//! ([`record`]), and takes in the others' from it. What it knows is the later of both.
+
+pub mod record;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -43,6 +49,11 @@ pub struct ControllerKey {
 pub struct ControllerSilence {
     silent_after: SignedDuration,
     last_write: BTreeMap<ControllerKey, Timestamp>,
+    /// What the durable record is known to hold (read from it, or written to it).
+    recorded: BTreeMap<ControllerKey, Timestamp>,
+    /// Records of controllers this replica knew and the policies no longer configure: to
+    /// delete, so that `driftgate backlog` does not call a removed controller stopped.
+    retired: std::collections::BTreeSet<ControllerKey>,
 }
 
 /// A controller that has not written for longer than the threshold.
@@ -67,6 +78,8 @@ impl ControllerSilence {
         ControllerSilence {
             silent_after: SignedDuration::try_from(silent_after).unwrap_or(SignedDuration::MAX),
             last_write: BTreeMap::new(),
+            recorded: BTreeMap::new(),
+            retired: Default::default(),
         }
     }
 
@@ -101,14 +114,80 @@ impl ControllerSilence {
             *last = (*last).max(now);
             changes.written.push((key, *last));
         }
+        self.forget_unconfigured(policies, &mut changes);
+        changes
+    }
+
+    /// Takes in last writes read from the durable records (every replica's): a tracked
+    /// controller's time moves forward to the record's, never back.
+    pub fn merge_recorded(
+        &mut self,
+        policies: &PolicySet,
+        records: impl IntoIterator<Item = (ControllerKey, Timestamp)>,
+    ) -> SilenceChanges {
+        let mut changes = SilenceChanges::default();
+        for (key, at) in records {
+            if !is_tracked(policies, &key.policy, &key.controller) {
+                continue;
+            }
+            self.mark_recorded(&key, at);
+            if self.last_write.get(&key).is_none_or(|last| at > *last) {
+                self.last_write.insert(key.clone(), at);
+                changes.written.push((key, at));
+            }
+        }
+        self.forget_unconfigured(policies, &mut changes);
+        changes
+    }
+
+    /// The durable record holds `at` (or later) for `key`.
+    pub fn mark_recorded(&mut self, key: &ControllerKey, at: Timestamp) {
+        let recorded = self.recorded.entry(key.clone()).or_insert(at);
+        *recorded = (*recorded).max(at);
+    }
+
+    /// The writes seen here that the durable record does not hold yet: what to record.
+    pub fn unrecorded(&self) -> Vec<(ControllerKey, Timestamp)> {
+        self.last_write
+            .iter()
+            .filter(|(key, at)| self.recorded.get(*key).is_none_or(|r| r < *at))
+            .map(|(key, at)| (key.clone(), *at))
+            .collect()
+    }
+
+    /// The records to delete: of controllers this replica knew that `policies` no longer
+    /// configure. Only those it knew: a record it never took in may be of a policy not loaded
+    /// yet (GatePolicy objects come after the start).
+    pub fn retired(&self) -> Vec<ControllerKey> {
+        self.retired.iter().cloned().collect()
+    }
+
+    /// The record of `key` is deleted (or was already gone).
+    pub fn mark_deleted(&mut self, key: &ControllerKey) {
+        self.retired.remove(key);
+    }
+
+    fn forget_unconfigured(&mut self, policies: &PolicySet, changes: &mut SilenceChanges) {
+        let tracked = |key: &ControllerKey| is_tracked(policies, &key.policy, &key.controller);
         self.last_write.retain(|key, _| {
-            let configured = is_tracked(policies, &key.policy, &key.controller);
+            let configured = tracked(key);
             if !configured {
                 changes.forgotten.push(key.clone());
             }
             configured
         });
-        changes
+        let retired: Vec<ControllerKey> = self
+            .recorded
+            .keys()
+            .filter(|key| !tracked(key))
+            .cloned()
+            .collect();
+        for key in retired {
+            self.recorded.remove(&key);
+            self.retired.insert(key);
+        }
+        // Configured again (a reload undone): its record is live.
+        self.retired.retain(|key| !tracked(key));
     }
 
     /// Whether [`observe`](Self::observe) would change anything that matters: a tracked
@@ -159,15 +238,30 @@ impl ControllerSilence {
             .take(MAX_NAMED)
             .map(|s| {
                 format!(
-                    "{} has not written in policy \"{}\"'s namespaces for {} (since {}); it may be down, and then a change in Git does not reach the cluster until it is back.",
-                    echo(&s.controller, MAX_NAME_CHARS),
-                    echo(&policy.name, MAX_NAME_CHARS),
-                    human_duration(s.silent_for),
-                    human_utc(s.last_write.round(jiff::Unit::Second).unwrap_or(s.last_write)),
+                    "{}, and then a change in Git does not reach the cluster until it is back.",
+                    s.sentence_start(&policy.name)
                 )
             })
             .collect();
         (!sentences.is_empty()).then(|| sentences.join(" "))
+    }
+}
+
+impl Silence {
+    /// "flux has not written in policy "production"'s namespaces for 3h 12m (since
+    /// 2026-12-01 03:00 UTC); it may be down": what a refusal and `driftgate backlog` say.
+    pub fn sentence_start(&self, policy: &str) -> String {
+        format!(
+            "{} has not written in policy \"{}\"'s namespaces for {} (since {}); it may be down",
+            echo(&self.controller, MAX_NAME_CHARS),
+            echo(policy, MAX_NAME_CHARS),
+            human_duration(self.silent_for),
+            human_utc(
+                self.last_write
+                    .round(jiff::Unit::Second)
+                    .unwrap_or(self.last_write)
+            ),
+        )
     }
 }
 
@@ -446,6 +540,119 @@ spec:
         assert!(!refusal_points_to_git(Rule::ControllerHeld));
         assert!(!refusal_points_to_git(Rule::BreakGlassRefused));
         assert!(!refusal_points_to_git(Rule::Unreadable));
+    }
+
+    fn flux_key() -> ControllerKey {
+        ControllerKey {
+            policy: "production".into(),
+            controller: "flux".into(),
+        }
+    }
+
+    #[test]
+    fn what_is_seen_here_and_not_yet_recorded_is_to_record() {
+        let policies = policies();
+        let mut silence = silence_after_30m();
+        silence.observe(
+            &policies,
+            &flux_wrote(Rule::Controller),
+            at("2026-12-01T03:00:00Z"),
+        );
+        assert_eq!(
+            silence.unrecorded(),
+            vec![(flux_key(), at("2026-12-01T03:00:00Z"))]
+        );
+        silence.mark_recorded(&flux_key(), at("2026-12-01T03:00:00Z"));
+        assert_eq!(silence.unrecorded(), Vec::new());
+        silence.observe(
+            &policies,
+            &flux_wrote(Rule::Controller),
+            at("2026-12-01T03:00:20Z"),
+        );
+        assert_eq!(
+            silence.unrecorded(),
+            vec![(flux_key(), at("2026-12-01T03:00:20Z"))]
+        );
+    }
+
+    #[test]
+    fn another_replicas_later_write_is_taken_in_an_earlier_one_is_not() {
+        let policies = policies();
+        let mut silence = silence_after_30m();
+        silence.observe(
+            &policies,
+            &flux_wrote(Rule::Controller),
+            at("2026-12-01T03:00:10Z"),
+        );
+        let earlier = silence.merge_recorded(&policies, [(flux_key(), at("2026-12-01T03:00:00Z"))]);
+        assert!(earlier.written.is_empty());
+        assert_eq!(
+            silence.last_write("production", "flux"),
+            Some(at("2026-12-01T03:00:10Z"))
+        );
+        // The record is behind: this replica's write is still to record.
+        assert_eq!(silence.unrecorded().len(), 1);
+        let later = silence.merge_recorded(&policies, [(flux_key(), at("2026-12-01T03:05:00Z"))]);
+        assert_eq!(
+            later.written,
+            vec![(flux_key(), at("2026-12-01T03:05:00Z"))]
+        );
+        assert_eq!(
+            silence.last_write("production", "flux"),
+            Some(at("2026-12-01T03:05:00Z"))
+        );
+        assert_eq!(silence.unrecorded(), Vec::new(), "the record holds it");
+    }
+
+    #[test]
+    fn a_record_read_at_start_is_the_last_write_and_untracked_records_are_ignored() {
+        let policies = policies();
+        let mut silence = silence_after_30m();
+        let kubernetes = ControllerKey {
+            policy: "production".into(),
+            controller: "kubernetes".into(),
+        };
+        let changes = silence.merge_recorded(
+            &policies,
+            [
+                (flux_key(), at("2026-12-01T03:00:00Z")),
+                (kubernetes, at("2026-12-01T03:00:00Z")),
+            ],
+        );
+        assert_eq!(
+            changes.written,
+            vec![(flux_key(), at("2026-12-01T03:00:00Z"))]
+        );
+        assert_eq!(silence.last_write("production", "kubernetes"), None);
+        let policy = &policies.policies()[0];
+        assert!(
+            silence
+                .sentence(policy, at("2026-12-01T04:00:00Z"))
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn the_record_of_a_controller_no_longer_configured_is_to_delete_unless_it_comes_back() {
+        let policies = policies();
+        let renamed =
+            PolicySet::from_yaml("inline", &POLICY.replace("name: flux", "name: argo")).unwrap();
+        let mut silence = silence_after_30m();
+        silence.merge_recorded(&policies, [(flux_key(), at("2026-12-01T03:00:00Z"))]);
+        assert_eq!(silence.retired(), Vec::new());
+        silence.merge_recorded(&renamed, []);
+        assert_eq!(silence.retired(), vec![flux_key()]);
+        silence.merge_recorded(&policies, []);
+        assert_eq!(silence.retired(), Vec::new(), "configured again: kept");
+        silence.merge_recorded(&policies, [(flux_key(), at("2026-12-01T03:00:00Z"))]);
+        silence.observe(&renamed, &decision(Vec::new()), at("2026-12-01T03:00:00Z"));
+        assert_eq!(silence.retired(), vec![flux_key()]);
+        silence.mark_deleted(&flux_key());
+        assert_eq!(silence.retired(), Vec::new());
+        // A record never taken in (its policy not loaded yet) is never to delete.
+        let mut fresh = silence_after_30m();
+        fresh.merge_recorded(&renamed, [(flux_key(), at("2026-12-01T03:00:00Z"))]);
+        assert_eq!(fresh.retired(), Vec::new());
     }
 
     #[test]

@@ -947,6 +947,11 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             "coordination.k8s.io/leases:create",
             "coordination.k8s.io/leases[driftgate-leader]:get",
             "coordination.k8s.io/leases[driftgate-leader]:patch",
+            // The controllers' last-write records, beside it.
+            "coordination.k8s.io/leases:get",
+            "coordination.k8s.io/leases:list",
+            "coordination.k8s.io/leases:update",
+            "coordination.k8s.io/leases:delete",
         ]
         .into_iter()
         .map(str::to_owned)

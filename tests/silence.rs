@@ -20,7 +20,7 @@ use driftgate::policy::PolicySet;
 use driftgate::request::RequestFacts;
 use driftgate::review::read_review;
 use driftgate::server::{AppState, admin_router, router};
-use driftgate::silence::ControllerSilence;
+use driftgate::silence::{ControllerKey, ControllerSilence};
 use http_body_util::BodyExt;
 use jiff::Timestamp;
 use kube::core::DynamicObject;
@@ -37,6 +37,7 @@ const GAUGE: &str = "driftgate_controller_last_write_timestamp_seconds";
 
 struct Harness {
     clock: Arc<AtomicI64>,
+    state: Arc<AppState>,
     webhook: Router,
     admin: Router,
     _shutdown: CancellationToken,
@@ -68,7 +69,8 @@ fn harness() -> Harness {
     Harness {
         clock,
         webhook: router(state.clone(), Duration::from_secs(4)),
-        admin: admin_router(state),
+        admin: admin_router(state.clone()),
+        state,
         _shutdown: shutdown,
     }
 }
@@ -202,6 +204,48 @@ async fn kubernetes_own_controllers_are_not_tracked() {
         true
     );
     assert_eq!(h.gauge().await, Vec::new());
+}
+
+/// Another replica's write, or one from before this replica started, read from the durable
+/// records: the gauge shows it and refusals say Flux may be down, though this replica reviewed
+/// nothing of Flux; a write it then sees itself moves the gauge on, and an older record does not
+/// move it back.
+#[tokio::test]
+async fn a_recorded_write_is_in_the_gauge_and_the_refusal_without_a_review() {
+    let h = harness();
+    let flux = ControllerKey {
+        policy: "production".into(),
+        controller: "flux".into(),
+    };
+    let policies = PolicySet::load(Path::new("policies/example.yaml")).unwrap();
+    let recorded = Timestamp::from_second(FLUX_WROTE).unwrap();
+    h.state
+        .silence
+        .merge_recorded(&policies, vec![(flux.clone(), recorded)]);
+    assert_eq!(h.gauge().await[0].1, FLUX_WROTE as f64);
+    h.set_clock(3 * 3600 + 12 * 60 + 5);
+    let message = h.refusal("kubectl-edit.json").await;
+    assert!(
+        message.contains(&format!("{SILENT} 3h 12m (since 2026-11-30 06:00 UTC)")),
+        "{message}"
+    );
+    h.review("flux-ssa-dryrun.json").await;
+    let seen = (FLUX_WROTE + 3 * 3600 + 12 * 60 + 5) as f64;
+    assert_eq!(h.gauge().await[0].1, seen);
+    h.state
+        .silence
+        .merge_recorded(&policies, vec![(flux.clone(), recorded)]);
+    assert_eq!(
+        h.gauge().await[0].1,
+        seen,
+        "an older record moves nothing back"
+    );
+    // What this replica saw and the record does not hold is what it records next.
+    let unrecorded = h.state.silence.snapshot().unrecorded();
+    assert_eq!(
+        unrecorded,
+        vec![(flux, Timestamp::from_second(seen as i64).unwrap())]
+    );
 }
 
 /// `request` decided by the example policy at `seconds_after_flux`, with `silence`.

@@ -13,11 +13,13 @@ use serde::Serialize;
 use crate::cli::break_glass::NamespaceScope;
 use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::CliError;
-use crate::cli::output::{Listed, OutputArgs, render};
+use crate::cli::output::{Listed, OutputArgs, OutputFormat, render};
 use crate::ledger::identity::{WhoAmIError, who_am_i};
 use crate::ledger::phase::{is_settled, phase_of, resolved, status_patch};
 use crate::ledger::record::BackportRequirement;
+use crate::silence::record::{read_record, selector};
 use crate::text::{MAX_REASON_CHARS, echo};
+use k8s_openapi::api::coordination::v1::Lease;
 
 /// RBAC's and kubectl's name for the records.
 const RECORDS: &str = "backportrequirements.driftgate.dev";
@@ -33,6 +35,11 @@ pub struct BacklogArgs {
     pub all: bool,
     #[command(flatten)]
     pub output: OutputArgs,
+    /// The namespace driftgate is installed in, where it records each GitOps controller's last
+    /// write (Leases): backlog says when one looks stopped, past the threshold the records carry
+    /// (`serve --controller-silence-after`).
+    #[arg(long, value_name = "NS", default_value = "driftgate-system")]
+    pub driftgate_namespace: String,
     #[command(flatten)]
     pub connection: ConnectionArgs,
 }
@@ -166,7 +173,13 @@ impl Listed for BacklogEntry {
     }
 }
 
-pub async fn run(args: &BacklogArgs, out: &mut impl Write) -> Result<(), CliError> {
+/// The backlog on `out`; on `err`, what does not belong in the listing (a controller's
+/// records that could not be read; with `-o name`, the silent controllers).
+pub async fn run(
+    args: &BacklogArgs,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<(), CliError> {
     let cluster = connect(&args.connection).await?;
     if let Some(BacklogCommand::Resolve {
         name,
@@ -197,13 +210,148 @@ pub async fn run(args: &BacklogArgs, out: &mut impl Write) -> Result<(), CliErro
         .await
         .map_err(|e| cluster.error(attempt, e))?
         .items;
-    let entries = entries(&records, args.all, Timestamp::now());
-    let _ = write!(
-        out,
-        "{}",
-        render(&entries, &args.output, "Nothing to backport.")
-    );
+    let now = Timestamp::now();
+    let entries = entries(&records, args.all, now);
+    let silences = read_silences(&cluster, &args.driftgate_namespace, now).await;
+    let _ = write!(out, "{}", render_backlog(&entries, &silences, &args.output));
+    let structured = matches!(args.output.output, OutputFormat::Json | OutputFormat::Yaml);
+    if !structured {
+        let notes: Vec<String> = match &silences {
+            Ok(silent) if args.output.output == OutputFormat::Name => {
+                silent.iter().map(|s| s.message.clone()).collect()
+            }
+            Ok(_) => Vec::new(),
+            Err(unreadable) => vec![unreadable.clone()],
+        };
+        for note in notes {
+            let _ = writeln!(err, "{note}");
+        }
+    }
     Ok(())
+}
+
+/// A GitOps controller that looks stopped, from driftgate's records.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SilentController {
+    pub policy: String,
+    pub controller: String,
+    pub last_write: Timestamp,
+    pub silent_for_seconds: i64,
+    /// The threshold the record carries (the serving driftgate's --controller-silence-after).
+    pub silent_after_seconds: i64,
+    pub message: String,
+}
+
+/// The controllers the records show silent past their threshold at `now`, the longest first.
+/// A Lease that is not a record is left out.
+pub fn silent_controllers(leases: &[Lease], now: Timestamp) -> Vec<SilentController> {
+    let mut silent: Vec<SilentController> = leases
+        .iter()
+        .filter_map(|lease| read_record(lease).ok())
+        .filter_map(|record| {
+            let silence = record.silence(now)?;
+            Some(SilentController {
+                message: format!("{}.", silence.sentence_start(&record.key.policy)),
+                policy: record.key.policy,
+                controller: record.key.controller,
+                last_write: silence.last_write,
+                silent_for_seconds: silence.silent_for.as_secs(),
+                silent_after_seconds: record.silent_after.map_or(0, |d| d.as_secs()),
+            })
+        })
+        .collect();
+    silent.sort_by(|a, b| {
+        b.silent_for_seconds
+            .cmp(&a.silent_for_seconds)
+            .then_with(|| (&a.policy, &a.controller).cmp(&(&b.policy, &b.controller)))
+    });
+    silent
+}
+
+/// The silent controllers, or the one sentence that says why they could not be read.
+async fn read_silences(
+    cluster: &Cluster,
+    namespace: &str,
+    now: Timestamp,
+) -> Result<Vec<SilentController>, String> {
+    let api: Api<Lease> = Api::namespaced(cluster.client.clone(), namespace);
+    let attempt = Attempt {
+        doing: "reading the controllers' last writes",
+        verb: "list",
+        resource: "leases.coordination.k8s.io",
+        kind: "Lease",
+        name: None,
+        namespace: Some(namespace),
+    };
+    match api.list(&ListParams::default().labels(&selector())).await {
+        Ok(leases) => Ok(silent_controllers(&leases.items, now)),
+        Err(error) => Err(unreadable_sentence(&cluster.error(attempt, error))),
+    }
+}
+
+/// One sentence: the backlog is listed, whether a controller is stopped is not known.
+fn unreadable_sentence(error: &CliError) -> String {
+    let why = match error {
+        CliError::Forbidden {
+            user,
+            verb,
+            resource,
+            namespace,
+        } => format!(
+            "{user} may not {verb} {resource}{} (Kubernetes RBAC)",
+            namespace
+                .as_deref()
+                .map(|ns| format!(" in namespace {ns}"))
+                .unwrap_or_default()
+        ),
+        other => other.to_string(),
+    };
+    format!(
+        "Cannot tell whether a GitOps controller looks stopped: {}.",
+        why.trim_end_matches('.')
+    )
+}
+
+/// `-o json|yaml`: the entries and what is known of the controllers.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BacklogListing<'a> {
+    items: &'a [BacklogEntry],
+    silent_controllers: &'a [SilentController],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    silence_unreadable: Option<&'a str>,
+}
+
+/// The backlog in `args`' format: for a table, the silent controllers' sentences above it; in
+/// JSON and YAML, as fields beside the items.
+pub fn render_backlog(
+    entries: &[BacklogEntry],
+    silences: &Result<Vec<SilentController>, String>,
+    args: &OutputArgs,
+) -> String {
+    let (silent, unreadable) = match silences {
+        Ok(silent) => (silent.as_slice(), None),
+        Err(sentence) => (&[][..], Some(sentence.as_str())),
+    };
+    let listing = BacklogListing {
+        items: entries,
+        silent_controllers: silent,
+        silence_unreadable: unreadable,
+    };
+    match args.output {
+        OutputFormat::Json => {
+            let mut json = serde_json::to_string_pretty(&listing).expect("the backlog serializes");
+            json.push('\n');
+            json
+        }
+        OutputFormat::Yaml => serde_saphyr::to_string(&listing).expect("the backlog serializes"),
+        OutputFormat::Name => render(entries, args, ""),
+        OutputFormat::Table | OutputFormat::Wide => {
+            let lines: String = silent.iter().map(|s| format!("{}\n", s.message)).collect();
+            format!("{lines}{}", render(entries, args, "Nothing to backport."))
+        }
+    }
 }
 
 async fn resolve(
@@ -398,5 +546,106 @@ mod tests {
         );
         assert_eq!(first.cells(true).len(), BacklogEntry::headers(true).len());
         assert_eq!(first.cells(true)[7], "alice");
+    }
+
+    fn flux_record(policy: &str, last_write: &str, silent_after: u64) -> Lease {
+        crate::silence::record::new_record(
+            &crate::silence::ControllerKey {
+                policy: policy.into(),
+                controller: "flux".into(),
+            },
+            last_write.parse().unwrap(),
+            std::time::Duration::from_secs(silent_after),
+            "driftgate-0",
+        )
+    }
+
+    #[test]
+    fn a_controller_silent_past_its_records_threshold_is_said_above_the_table() {
+        let now: Timestamp = "2026-12-01T06:12:30Z".parse().unwrap();
+        let leases = [
+            flux_record("production", "2026-12-01T03:00:00Z", 1800),
+            // Silent for 10 minutes, its threshold 30: running.
+            flux_record("staging", "2026-12-01T06:02:30Z", 1800),
+            flux_record("payments", "2026-12-01T06:00:00Z", 60),
+        ];
+        let silent = silent_controllers(&leases, now);
+        let policies: Vec<&str> = silent.iter().map(|s| s.policy.as_str()).collect();
+        assert_eq!(policies, ["production", "payments"]);
+        assert_eq!(
+            silent[0].message,
+            "flux has not written in policy \"production\"'s namespaces for 3h 12m (since 2026-12-01 03:00 UTC); it may be down."
+        );
+        assert_eq!(silent[0].silent_for_seconds, 3 * 3600 + 12 * 60 + 30);
+        assert_eq!(silent[0].silent_after_seconds, 1800);
+
+        let records = [record(
+            "old",
+            Phase::AwaitingBackport,
+            "2026-11-30T11:00:00Z",
+        )];
+        let listed = entries(&records, false, now);
+        let table_args = OutputArgs {
+            output: OutputFormat::Table,
+            no_headers: false,
+        };
+        let table = render_backlog(&listed, &Ok(silent.clone()), &table_args);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], silent[0].message);
+        assert_eq!(lines[1], silent[1].message);
+        assert!(lines[2].starts_with("NAMESPACE   NAME"), "{table}");
+        assert_eq!(lines.len(), 4, "{table}");
+        let nothing = render_backlog(&[], &Ok(silent.clone()), &table_args);
+        assert!(
+            nothing.ends_with("it may be down.\nNothing to backport.\n"),
+            "{nothing}"
+        );
+
+        let json_args = OutputArgs {
+            output: OutputFormat::Json,
+            no_headers: false,
+        };
+        let json: serde_json::Value =
+            serde_json::from_str(&render_backlog(&listed, &Ok(silent), &json_args)).unwrap();
+        assert_eq!(json["items"][0]["name"], "old");
+        assert_eq!(json["silentControllers"][0]["policy"], "production");
+        assert_eq!(
+            json["silentControllers"][0]["lastWrite"],
+            "2026-12-01T03:00:00Z"
+        );
+        assert!(json.get("silenceUnreadable").is_none());
+        let yaml_args = OutputArgs {
+            output: OutputFormat::Yaml,
+            no_headers: false,
+        };
+        let unreadable =
+            Err("Cannot tell whether a GitOps controller looks stopped: x.".to_owned());
+        let yaml: serde_json::Value =
+            serde_saphyr::from_str(&render_backlog(&listed, &unreadable, &yaml_args)).unwrap();
+        assert_eq!(yaml["silentControllers"], json!([]));
+        assert_eq!(
+            yaml["silenceUnreadable"],
+            "Cannot tell whether a GitOps controller looks stopped: x."
+        );
+        assert_eq!(
+            render_backlog(&listed, &unreadable, &table_args)
+                .lines()
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn records_that_cannot_be_read_are_one_sentence() {
+        let forbidden = CliError::Forbidden {
+            user: "bob".into(),
+            verb: "list".into(),
+            resource: "leases.coordination.k8s.io".into(),
+            namespace: Some("driftgate-system".into()),
+        };
+        assert_eq!(
+            unreadable_sentence(&forbidden),
+            "Cannot tell whether a GitOps controller looks stopped: bob may not list leases.coordination.k8s.io in namespace driftgate-system (Kubernetes RBAC)."
+        );
     }
 }

@@ -102,7 +102,11 @@ pub fn run(cli: Cli) -> ExitCode {
             suspend::suspend(&args, program, &mut out),
         ),
         Command::Resume(args) => run_cluster(program, "resume", suspend::resume(&args, &mut out)),
-        Command::Backlog(args) => run_cluster(program, "backlog", backlog::run(&args, &mut out)),
+        Command::Backlog(args) => run_cluster(
+            program,
+            "backlog",
+            backlog::run(&args, &mut out, &mut std::io::stderr()),
+        ),
         Command::Backport(args) => run_cluster(program, "backport", backport::run(&args, &mut out)),
         Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, &mut out),
         Command::Version(args) => version(&args, &mut out),

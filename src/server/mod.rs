@@ -79,7 +79,7 @@ pub struct AppState {
     /// Approximate open windows, used only when the ledger (which counts them exactly) is off.
     pub windows: WindowTracker,
     /// When each policy's GitOps controller last wrote, for the gauge and for refusals.
-    pub silence: SilenceTracker,
+    pub silence: Arc<SilenceTracker>,
     pub clock: Clock,
     /// Cleared when shutdown starts, so the API server's endpoints drop this pod first.
     pub accepting: AtomicBool,
@@ -114,7 +114,7 @@ impl AppState {
             events,
             ledger: Ledger::disabled(metrics.clone()),
             windows: WindowTracker::new(metrics.clone()),
-            silence: SilenceTracker::new(DEFAULT_SILENCE_AFTER, metrics.clone()),
+            silence: Arc::new(SilenceTracker::new(DEFAULT_SILENCE_AFTER, metrics.clone())),
             metrics,
             clock: Arc::new(Timestamp::now),
             accepting: AtomicBool::new(true),
@@ -156,7 +156,7 @@ impl AppState {
 
     /// How long a GitOps controller may be silent before refusals say it may be down.
     pub fn with_silence_after(mut self, silent_after: Duration) -> Self {
-        self.silence = SilenceTracker::new(silent_after, self.metrics.clone());
+        self.silence = Arc::new(SilenceTracker::new(silent_after, self.metrics.clone()));
         self
     }
 

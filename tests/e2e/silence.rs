@@ -4,13 +4,16 @@
 //! write appears; Flux stops; past the threshold bob's refused write says that Flux may be down,
 //! and the gauge is older than the threshold. The rules of it (what counts as a write, which
 //! refusals say it) are tested in tests/silence.rs and src/silence.rs. Then the same with Flux's
-//! real kustomize-controller, suspended and resumed: the one controller of the test binary
-//! serves every real-Flux test, so it is one Kustomization that stops, not the process.
+//! real kustomize-controller, suspended and resumed. And a real stop: a kustomize-controller of
+//! the test's own (the shared one serves every real-Flux test) killed, with driftgate's durable
+//! records (`--controller-silence-namespace`): a second replica that reviews nothing agrees,
+//! `driftgate backlog` says Flux may be down, and a restarted driftgate still knows the last write.
 
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::harness::chart::NAMESPACE as DRIFTGATE_NAMESPACE;
 use crate::harness::flux::{FLUX_NAMESPACE, flux};
-use crate::harness::{ALICE, BOB, Driftgate, KubectlOutput, control_plane, driftgate_cli};
+use crate::harness::{ADMIN, ALICE, BOB, Driftgate, KubectlOutput, control_plane, driftgate_cli};
 use crate::ledger::Scene;
 use crate::scenarios::namespace_with_api;
 
@@ -220,4 +223,274 @@ fn the_real_flux_suspended_crosses_the_threshold_and_resumed_is_seen_again() {
     assert!(message.contains("rule NotPermitted"), "{message}");
     // Left running, it would reconcile every 2s for the other tests' whole run.
     suspend(ns, true);
+}
+
+/// The record (Lease in driftgate's namespace) of `policy`'s flux: its renewTime as Unix
+/// seconds and its leaseDurationSeconds, once it exists.
+fn flux_record(policy: &str) -> Option<(f64, i64)> {
+    let selector = format!(
+        "driftgate.dev/record=controller-silence,driftgate.dev/policy={policy},driftgate.dev/controller=flux"
+    );
+    let out = control_plane()
+        .kubectl(
+            ADMIN,
+            &[
+                "get",
+                "leases",
+                "-n",
+                DRIFTGATE_NAMESPACE,
+                "-l",
+                &selector,
+                "-o",
+                "json",
+            ],
+        )
+        .ok();
+    let list: serde_json::Value = serde_json::from_str(&out.stdout).expect("kubectl prints JSON");
+    let items = list["items"].as_array()?;
+    assert!(
+        items.len() <= 1,
+        "one record per policy and controller: {items:#?}"
+    );
+    let spec = &items.first()?["spec"];
+    let renewed: jiff::Timestamp = spec["renewTime"].as_str()?.parse().ok()?;
+    Some((
+        renewed.as_microsecond() as f64 / 1e6,
+        spec["leaseDurationSeconds"].as_i64()?,
+    ))
+}
+
+/// Lets the group sre-oncall (alice) read the records, as the chart README's on-call Role does;
+/// bob may not.
+fn grant_on_call_the_records() {
+    control_plane()
+        .apply(
+            ADMIN,
+            &format!(
+                r#"apiVersion: v1
+kind: List
+items:
+  - apiVersion: rbac.authorization.k8s.io/v1
+    kind: Role
+    metadata: {{name: driftgate-controller-silence, namespace: {DRIFTGATE_NAMESPACE}}}
+    rules:
+      - apiGroups: [coordination.k8s.io]
+        resources: [leases]
+        verbs: [list]
+  - apiVersion: rbac.authorization.k8s.io/v1
+    kind: RoleBinding
+    metadata: {{name: driftgate-controller-silence, namespace: {DRIFTGATE_NAMESPACE}}}
+    roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: driftgate-controller-silence}}
+    subjects:
+      - {{apiGroup: rbac.authorization.k8s.io, kind: Group, name: sre-oncall}}
+"#
+            ),
+        )
+        .ok();
+}
+
+/// Gauge values are milliseconds, records microseconds.
+fn same_time(a: f64, b: f64) -> bool {
+    (a - b).abs() < 0.002
+}
+
+/// A real stop (issue 14's proof): a kustomize-controller of the test's own reconciles every 2s
+/// and the gauge advances; killed, the gauge stays behind until it is older than the threshold,
+/// bob's refusal says Flux may be down, and so does `driftgate backlog`. A second driftgate that
+/// reviews nothing knows the same last write from the record, and so does the first once
+/// restarted.
+#[test]
+fn a_killed_kustomize_controller_is_seen_by_every_replica_by_backlog_and_after_a_restart() {
+    let threshold = 6.0;
+    let ns = "silence-stop";
+    let args = [
+        "--controller-silence-after",
+        "6s",
+        "--controller-silence-namespace",
+        DRIFTGATE_NAMESPACE,
+    ];
+    let scene = Scene::new(ns, &[]);
+    let driftgate = scene.start(ns, &args);
+    // Registered nowhere: it reviews nothing, and knows Flux only from the record.
+    let peer = Driftgate::start("silence-stop-peer", &scene.policy, &args);
+    grant_on_call_the_records();
+
+    flux().publish(ns, &namespace_with_api(ns));
+    let mut own = flux().start_own(ns);
+    flux().kustomize_own(ns, "2s", ns);
+    let log = own.log.display().to_string();
+    let wait = |what: &str, check: &mut dyn FnMut() -> Option<f64>| -> f64 {
+        let deadline = Instant::now() + FIRST_APPLY;
+        loop {
+            if let Some(value) = check() {
+                return value;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; the controller's log: {log}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let first = wait("the own controller's first write", &mut || {
+        flux_last_write(&driftgate, ns)
+    });
+    let moved = wait("its next interval", &mut || {
+        flux_last_write(&driftgate, ns).filter(|at| *at > first)
+    });
+    let peer_saw = wait("the peer to read a write from the record", &mut || {
+        flux_last_write(&peer, ns).filter(|at| *at >= first)
+    });
+    eprintln!(
+        "silence: own kustomize-controller wrote at {first:.3}, then {moved:.3}; the peer read {peer_saw:.3} from the record"
+    );
+
+    own.process.kill();
+    let killed_at = unix_now();
+    let last = wait(
+        "the gauge to fall behind by more than the threshold",
+        &mut || flux_last_write(&driftgate, ns).filter(|at| unix_now() - at > threshold),
+    );
+    let (told, message) = bob_told_flux_may_be_down(ns, "killed");
+    assert!(told, "{message}");
+    assert!(message.contains("rule NotPermitted"), "{message}");
+    // A review the API server had in flight at the kill may be decided a moment later.
+    assert!(
+        last <= killed_at + 1.0,
+        "no write after the kill: {last} > {killed_at}"
+    );
+    let recorded = wait("the record to hold the last write", &mut || {
+        flux_record(ns)
+            .map(|(at, _)| at)
+            .filter(|at| same_time(*at, last))
+    });
+    assert_eq!(
+        flux_record(ns).map(|(_, after)| after),
+        Some(6),
+        "the threshold is on the record"
+    );
+    let peer_last = wait("the peer to agree", &mut || {
+        flux_last_write(&peer, ns).filter(|at| same_time(*at, last))
+    });
+    eprintln!(
+        "silence: killed at {killed_at:.3}; last write {last:.3} ({:.1}s old), recorded {recorded:.6}, the peer says {peer_last:.3}; bob was told: {}",
+        unix_now() - last,
+        message.trim()
+    );
+
+    // backlog: alice may read the records, bob may not.
+    let sentence = format!("flux has not written in policy \"{ns}\"'s namespaces for");
+    let alice = driftgate_cli(
+        ALICE,
+        &[
+            "backlog",
+            "-n",
+            ns,
+            "--driftgate-namespace",
+            DRIFTGATE_NAMESPACE,
+        ],
+    )
+    .ok();
+    let lines: Vec<&str> = alice.stdout.lines().collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&sentence) && l.ends_with("; it may be down.")),
+        "{}",
+        alice.stdout
+    );
+    assert_eq!(
+        lines.last(),
+        Some(&"Nothing to backport."),
+        "{}",
+        alice.stdout
+    );
+    let json = driftgate_cli(
+        ALICE,
+        &[
+            "backlog",
+            "-n",
+            ns,
+            "--driftgate-namespace",
+            DRIFTGATE_NAMESPACE,
+            "-o",
+            "json",
+        ],
+    )
+    .ok();
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let silent = json["silentControllers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["policy"] == ns)
+        .unwrap_or_else(|| panic!("{json:#}"));
+    assert_eq!(silent["controller"], "flux");
+    assert_eq!(silent["silentAfterSeconds"], 6);
+    assert!(
+        silent["silentForSeconds"].as_i64().unwrap() >= 6,
+        "{silent}"
+    );
+    assert_eq!(json["items"], serde_json::json!([]));
+    let bob = driftgate_cli(
+        BOB,
+        &[
+            "backlog",
+            "-n",
+            ns,
+            "--driftgate-namespace",
+            DRIFTGATE_NAMESPACE,
+        ],
+    )
+    .ok();
+    assert_eq!(bob.stdout, "Nothing to backport.\n");
+    assert_eq!(
+        bob.stderr.trim_end(),
+        format!(
+            "Cannot tell whether a GitOps controller looks stopped: bob may not list leases.coordination.k8s.io in namespace {DRIFTGATE_NAMESPACE} (Kubernetes RBAC)."
+        )
+    );
+    eprintln!("silence: alice's backlog: {}", alice.stdout.trim());
+
+    // A restart forgets nothing: the record is read back at start.
+    drop(driftgate);
+    let restarted = scene.start(ns, &args);
+    let after_restart = wait("the restarted driftgate to read the record", &mut || {
+        flux_last_write(&restarted, ns)
+    });
+    assert!(
+        same_time(after_restart, last),
+        "{after_restart} after the restart, {last} before"
+    );
+    let (told, message) = bob_told_flux_may_be_down(ns, "restarted");
+    assert!(told, "{message}");
+    eprintln!("silence: restarted, the gauge says {after_restart:.3}");
+
+    // The policy drops flux (renamed): its record is deleted, so backlog no longer calls it
+    // stopped.
+    let policy = std::fs::read_to_string(&scene.policy).unwrap();
+    std::fs::write(
+        &scene.policy,
+        policy.replace("- name: flux", "- name: gitops"),
+    )
+    .unwrap();
+    wait("the record to be deleted", &mut || {
+        flux_record(ns).is_none().then_some(0.0)
+    });
+    // Each replica reloads on its own tick: the peer may have deleted it first.
+    wait("the series to be gone", &mut || {
+        flux_last_write(&restarted, ns).is_none().then_some(0.0)
+    });
+    let alice = driftgate_cli(
+        ALICE,
+        &[
+            "backlog",
+            "-n",
+            ns,
+            "--driftgate-namespace",
+            DRIFTGATE_NAMESPACE,
+        ],
+    )
+    .ok();
+    assert!(!alice.stdout.contains(&sentence), "{}", alice.stdout);
 }

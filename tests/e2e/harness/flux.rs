@@ -33,6 +33,21 @@ pub struct Flux {
     artifacts: ArtifactServer,
     log: PathBuf,
     revisions: AtomicU32,
+    /// The controller's built directory and kubeconfig, for [`Flux::start_own`].
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+/// The label that gives a Kustomization to a kustomize-controller of a test's own
+/// ([`Flux::start_own`]); the shared controller leaves such Kustomizations alone, as Flux's
+/// sharding does (`--watch-label-selector`).
+pub const OWN_CONTROLLER_LABEL: &str = "e2e.driftgate.dev/controller";
+
+/// A kustomize-controller of one test's own: the same binary and identity as the shared one,
+/// reconciling only the Kustomizations labelled for it, so the test may kill it.
+pub struct OwnController {
+    pub process: Guarded,
+    pub log: PathBuf,
 }
 
 /// The one kustomize-controller of this test binary, started on first use.
@@ -76,19 +91,8 @@ impl Flux {
             )
             .ok();
         let log = plane.dir().join("kustomize-controller.log");
-        let mut command = Command::new(dir.join("kustomize-controller"));
-        command
-            .env("KUBECONFIG", service_account_kubeconfig())
-            .env("RUNTIME_NAMESPACE", FLUX_NAMESPACE)
-            .args([
-                "--watch-all-namespaces=true",
-                "--enable-leader-election=false",
-                "--feature-gates=ExternalArtifact=true",
-                "--log-level=debug",
-                "--log-encoding=console",
-            ])
-            .arg(format!("--metrics-addr=127.0.0.1:{}", free_port()))
-            .arg(format!("--health-addr=127.0.0.1:{}", free_port()));
+        let kubeconfig = service_account_kubeconfig();
+        let command = controller_command(&dir, &kubeconfig, &format!("!{OWN_CONTROLLER_LABEL}"));
         let process = Guarded::spawn(
             "kustomize-controller",
             &command,
@@ -101,7 +105,30 @@ impl Flux {
             artifacts: ArtifactServer::start(plane.dir().join("artifacts")),
             log,
             revisions: AtomicU32::new(0),
+            dir,
+            kubeconfig,
         }
+    }
+
+    /// Starts a second kustomize-controller, reconciling only the Kustomizations labelled
+    /// [`OWN_CONTROLLER_LABEL`]`=name` (see [`Flux::kustomize_own`]).
+    pub fn start_own(&self, name: &str) -> OwnController {
+        let log = control_plane()
+            .dir()
+            .join(format!("kustomize-controller-{name}.log"));
+        let command = controller_command(
+            &self.dir,
+            &self.kubeconfig,
+            &format!("{OWN_CONTROLLER_LABEL}={name}"),
+        );
+        let process = Guarded::spawn(
+            &format!("kustomize-controller ({name})"),
+            &command,
+            &log,
+            None,
+            Duration::from_secs(5),
+        );
+        OwnController { process, log }
     }
 
     /// The controller's log, for a failing test to show.
@@ -166,27 +193,16 @@ impl Flux {
             "kustomize-controller exited: see {}",
             self.log.display()
         );
-        control_plane()
-            .apply(
-                ADMIN,
-                &format!(
-                    r#"apiVersion: kustomize.toolkit.fluxcd.io/v1
-kind: Kustomization
-metadata:
-  name: {name}
-  namespace: {FLUX_NAMESPACE}
-spec:
-  interval: {interval}
-  retryInterval: {interval}
-  prune: true
-  path: ./
-  sourceRef:
-    kind: ExternalArtifact
-    name: {name}
-"#
-                ),
-            )
-            .ok();
+        apply_kustomization(name, interval, "{}");
+    }
+
+    /// [`Flux::kustomize`] for the controller [`Flux::start_own`] started as `controller`.
+    pub fn kustomize_own(&self, name: &str, interval: &str, controller: &str) {
+        apply_kustomization(
+            name,
+            interval,
+            &format!("{{{OWN_CONTROLLER_LABEL}: {controller}}}"),
+        );
     }
 
     /// Kustomization `name` as the API server has it (JSON).
@@ -212,6 +228,52 @@ spec:
         let mut process = self.process.lock().unwrap_or_else(|e| e.into_inner());
         process.exited().is_some()
     }
+}
+
+/// kustomize-controller as the harness runs it, watching the Kustomizations that
+/// `label_selector` selects; free ports for its metrics and health endpoints.
+fn controller_command(dir: &Path, kubeconfig: &Path, label_selector: &str) -> Command {
+    let mut command = Command::new(dir.join("kustomize-controller"));
+    command
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUNTIME_NAMESPACE", FLUX_NAMESPACE)
+        .args([
+            "--watch-all-namespaces=true",
+            "--enable-leader-election=false",
+            "--feature-gates=ExternalArtifact=true",
+            "--log-level=debug",
+            "--log-encoding=console",
+        ])
+        .arg(format!("--watch-label-selector={label_selector}"))
+        .arg(format!("--metrics-addr=127.0.0.1:{}", free_port()))
+        .arg(format!("--health-addr=127.0.0.1:{}", free_port()));
+    command
+}
+
+/// A Kustomization of source `name` every `interval`, pruning, with `labels` (a YAML map).
+fn apply_kustomization(name: &str, interval: &str, labels: &str) {
+    control_plane()
+        .apply(
+            ADMIN,
+            &format!(
+                r#"apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata:
+  name: {name}
+  namespace: {FLUX_NAMESPACE}
+  labels: {labels}
+spec:
+  interval: {interval}
+  retryInterval: {interval}
+  prune: true
+  path: ./
+  sourceRef:
+    kind: ExternalArtifact
+    name: {name}
+"#
+            ),
+        )
+        .ok();
 }
 
 /// The ServiceAccount kustomize-controller runs as in a cluster Flux installs.

@@ -309,15 +309,15 @@ fn backlog_lists_the_record_in_every_format(
         (Timestamp::now() - created).get_seconds(),
     );
     for listed in [&mut json, &mut yaml] {
-        let age = listed[0]["ageSeconds"].take().as_i64().unwrap();
+        let age = listed["items"][0]["ageSeconds"].take().as_i64().unwrap();
         assert!(
             (least..=most).contains(&age),
             "{age} not in {least}..={most}"
         );
     }
     assert_eq!(json, yaml);
-    assert_eq!(json[0]["name"], name.as_str());
-    assert_eq!(json[0]["phase"], "AwaitingBackport");
+    assert_eq!(json["items"][0]["name"], name.as_str());
+    assert_eq!(json["items"][0]["phase"], "AwaitingBackport");
 }
 
 /// The example policy, guarding `namespace` instead of `prod-*` and `payments`: a driftgate of
