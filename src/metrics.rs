@@ -98,6 +98,9 @@ pub struct Metrics {
     /// Backport records whose window ended and that Git has not caught up with.
     pub backport_pending: Gauge,
     pub backport_oldest_pending_seconds: Gauge<f64, AtomicU64>,
+    /// The oldest record awaiting backport that no pull request is linked to, and that one is.
+    pub backport_oldest_unlinked_seconds: Gauge<f64, AtomicU64>,
+    pub backport_oldest_linked_seconds: Gauge<f64, AtomicU64>,
     pub emergency_changes_reverted: Counter,
     /// Writes of backport records before admitting a break-glass change, by result.
     pub ledger_writes: Family<ResultLabels, Counter>,
@@ -243,6 +246,18 @@ impl Metrics {
             "Age of the oldest record awaiting backport, since its window ended",
             backport_oldest_pending_seconds.clone(),
         );
+        let backport_oldest_unlinked_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "backport_oldest_unlinked_seconds",
+            "Age of the oldest record awaiting backport with no pull request linked, since its window ended",
+            backport_oldest_unlinked_seconds.clone(),
+        );
+        let backport_oldest_linked_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "backport_oldest_linked_seconds",
+            "Age of the oldest record awaiting backport whose pull request is linked but not yet reconciled, since its window ended",
+            backport_oldest_linked_seconds.clone(),
+        );
         let emergency_changes_reverted = Counter::default();
         registry.register(
             "emergency_changes_reverted",
@@ -366,6 +381,8 @@ impl Metrics {
             build_info,
             backport_pending,
             backport_oldest_pending_seconds,
+            backport_oldest_unlinked_seconds,
+            backport_oldest_linked_seconds,
             emergency_changes_reverted,
             webhook_connections_open,
             webhook_connections_refused,

@@ -1449,6 +1449,7 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
     assert_eq!(
         alerts.keys().copied().collect::<Vec<_>>(),
         [
+            "DriftgateBackportNotLinked",
             "DriftgateBackportPendingTooLong",
             "DriftgateBreakGlassWindowOpenTooLong",
             "DriftgateCertificateNearExpiry",
@@ -1468,7 +1469,19 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
         expr_of(&alerts, "DriftgateSuspensionExpired")
     );
     assert_eq!(alerts["DriftgateSuspensionExpired"]["for"], "5m");
-    assert!(expr_of(&alerts, "DriftgateBackportPendingTooLong").contains("> 86400"));
+    // A day to link the backport's pull request (the seed's deadline), two for Git to have it.
+    let not_linked = expr_of(&alerts, "DriftgateBackportNotLinked");
+    assert!(
+        not_linked.contains("driftgate_backport_oldest_unlinked_seconds")
+            && not_linked.contains("> 86400"),
+        "{not_linked}"
+    );
+    let pending = expr_of(&alerts, "DriftgateBackportPendingTooLong");
+    assert!(
+        pending.contains("driftgate_backport_oldest_linked_seconds")
+            && pending.contains("> 172800"),
+        "{pending}"
+    );
     assert!(
         expr_of(&alerts, "DriftgateEmergencyChangeReverted")
             .contains("driftgate_emergency_changes_reverted_total")

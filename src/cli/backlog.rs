@@ -1,5 +1,6 @@
 //! `driftgate backlog`: what must still be backported to Git, oldest first; and
-//! `driftgate backlog resolve NAME --note` for a person to close a record.
+//! `driftgate backlog resolve NAME --note` for a person to close a record, and
+//! `driftgate backlog link NAME --url` to say which pull request backports it.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -16,7 +17,7 @@ use crate::cli::error::CliError;
 use crate::cli::output::{Listed, OutputArgs, OutputFormat, render};
 use crate::ledger::identity::{WhoAmIError, who_am_i};
 use crate::ledger::phase::{is_settled, phase_of, resolved, status_patch};
-use crate::ledger::record::BackportRequirement;
+use crate::ledger::record::{BackportRequirement, PULL_REQUEST_ANNOTATION, pull_request_of};
 use crate::silence::record::{read_record, selector};
 use crate::text::{MAX_REASON_CHARS, echo};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -56,6 +57,18 @@ pub enum BacklogCommand {
         #[arg(long, value_name = "TEXT")]
         note: String,
     },
+    /// Say which pull request backports a record (kept on it; `backlog` shows it, and the
+    /// DriftgateBackportNotLinked alert stops counting it).
+    Link {
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The record's namespace (default: the kubeconfig context's).
+        #[arg(short = 'n', long, value_name = "NS")]
+        namespace: Option<String>,
+        /// The pull (merge) request's address, http:// or https://.
+        #[arg(long, value_name = "URL")]
+        url: String,
+    },
 }
 
 /// One line of the backlog.
@@ -70,6 +83,8 @@ pub struct BacklogEntry {
     pub opener: String,
     pub changed_by: Vec<String>,
     pub reason: String,
+    /// The pull request that backports it (`driftgate backlog link`), if one was linked.
+    pub pull_request: Option<String>,
     /// Seconds since the record was created (its metadata.creationTimestamp).
     pub age_seconds: i64,
 }
@@ -112,6 +127,7 @@ pub fn entries(records: &[BackportRequirement], all: bool, now: Timestamp) -> Ve
                 opener: r.spec.window.opener.clone().unwrap_or_else(|| "?".into()),
                 changed_by: users.into_iter().collect(),
                 reason: r.spec.window.reason.clone().unwrap_or_default(),
+                pull_request: pull_request_of(r).map(str::to_owned),
                 age_seconds: r
                     .metadata
                     .creation_timestamp
@@ -147,6 +163,7 @@ impl Listed for BacklogEntry {
         if wide {
             headers.push("CHANGED-BY");
         }
+        headers.push("PULL-REQUEST");
         headers.push("REASON");
         headers
     }
@@ -164,6 +181,7 @@ impl Listed for BacklogEntry {
         if wide {
             cells.push(self.changed_by.join(","));
         }
+        cells.push(self.pull_request.clone().unwrap_or_else(|| "-".into()));
         cells.push(echo(&self.reason, MAX_REASON_CHARS).into_owned());
         cells
     }
@@ -181,16 +199,28 @@ pub async fn run(
     err: &mut impl Write,
 ) -> Result<(), CliError> {
     let cluster = connect(&args.connection).await?;
-    if let Some(BacklogCommand::Resolve {
-        name,
-        namespace,
-        note,
-    }) = &args.command
-    {
-        let namespace = namespace
-            .clone()
-            .unwrap_or_else(|| cluster.namespace.clone());
-        return resolve(&cluster, &namespace, name, note, out).await;
+    match &args.command {
+        Some(BacklogCommand::Resolve {
+            name,
+            namespace,
+            note,
+        }) => {
+            let namespace = namespace
+                .clone()
+                .unwrap_or_else(|| cluster.namespace.clone());
+            return resolve(&cluster, &namespace, name, note, out).await;
+        }
+        Some(BacklogCommand::Link {
+            name,
+            namespace,
+            url,
+        }) => {
+            let namespace = namespace
+                .clone()
+                .unwrap_or_else(|| cluster.namespace.clone());
+            return link(&cluster, &namespace, name, url, out).await;
+        }
+        None => {}
     }
     let namespace = args.scope.namespace(&cluster);
     let api: Api<BackportRequirement> = match &namespace {
@@ -352,6 +382,43 @@ pub fn render_backlog(
             format!("{lines}{}", render(entries, args, "Nothing to backport."))
         }
     }
+}
+
+async fn link(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+    url: &str,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    crate::ledger::record::pull_request_problem(url).map_or(Ok(()), |problem| {
+        Err(CliError::PullRequestUrl {
+            url: url.to_owned(),
+            problem,
+        })
+    })?;
+    let api: Api<BackportRequirement> = Api::namespaced(cluster.client.clone(), namespace);
+    let patch = serde_json::json!({"metadata": {"annotations": {PULL_REQUEST_ANNOTATION: url}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| {
+            cluster.error(
+                Attempt {
+                    doing: "linking the record",
+                    verb: "patch",
+                    resource: RECORDS,
+                    kind: "BackportRequirement",
+                    name: Some(name),
+                    namespace: Some(namespace),
+                },
+                e,
+            )
+        })?;
+    let _ = writeln!(
+        out,
+        "BackportRequirement {namespace}/{name} is backported by {url}; the controller's reconcile of the merged change settles it."
+    );
+    Ok(())
 }
 
 async fn resolve(

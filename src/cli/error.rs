@@ -48,6 +48,8 @@ pub enum CliError {
     Reason,
     #[error("--note must say what happened (e.g. \"backported in payments-gitops#412\")")]
     Note,
+    #[error("--url {url:?} is not a pull request's address: {problem}")]
+    PullRequestUrl { url: String, problem: &'static str },
     #[error("--as-group needs --as: Kubernetes impersonates groups only together with a user")]
     GroupsWithoutUser,
     #[error("--kubeconfig {}: cannot be read: {source}", path.display())]
@@ -138,6 +140,7 @@ impl CliError {
             | CliError::DurationTooFar { .. }
             | CliError::Reason
             | CliError::Note
+            | CliError::PullRequestUrl { .. }
             | CliError::GroupsWithoutUser
             | CliError::Kubeconfig { .. }
             | CliError::NoSuchContext { .. }

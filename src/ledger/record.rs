@@ -6,6 +6,35 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The annotation on a record naming the pull request that backports it (`driftgate backlog
+/// link`). An annotation, not status: it is a person's pointer, not evidence (the controller's
+/// writes are), so the guard leaves it free as it leaves every non-driftgate.dev/ key.
+pub const PULL_REQUEST_ANNOTATION: &str = "backport.driftgate.dev/pull-request";
+
+/// The pull request linked to `record`, if any.
+pub fn pull_request_of(record: &BackportRequirement) -> Option<&str> {
+    record
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(PULL_REQUEST_ANNOTATION)
+        .map(String::as_str)
+        .filter(|url| !url.trim().is_empty())
+}
+
+/// Why `url` is not a pull request's address, if it is not.
+pub fn pull_request_problem(url: &str) -> Option<&'static str> {
+    if !(url.starts_with("https://") || url.starts_with("http://")) {
+        Some("it must start with https:// (or http://)")
+    } else if url.len() > 2048 {
+        Some("it is longer than 2048 characters")
+    } else if url.contains(char::is_whitespace) || url.contains(char::is_control) {
+        Some("it contains spaces or control characters")
+    } else {
+        None
+    }
+}
+
 /// One break-glass window on one object (or on a namespace), and what was changed under it.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(

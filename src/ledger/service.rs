@@ -474,5 +474,11 @@ impl Connected {
         metrics
             .backport_oldest_pending_seconds
             .set(gauges.oldest_pending_seconds);
+        metrics
+            .backport_oldest_unlinked_seconds
+            .set(gauges.oldest_unlinked_seconds);
+        metrics
+            .backport_oldest_linked_seconds
+            .set(gauges.oldest_linked_seconds);
     }
 }

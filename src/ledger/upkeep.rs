@@ -15,7 +15,7 @@ use crate::ledger::phase::{
     PhaseChange, awaiting_since, is_suspension, past_retention, phase_of, suspension_ended,
     window_ended,
 };
-use crate::ledger::record::{BackportRequirement, Phase, RecordScope};
+use crate::ledger::record::{BackportRequirement, Phase, RecordScope, pull_request_of};
 use crate::policy::{NamespaceLabels, PolicySet};
 use crate::timefmt::human_utc;
 
@@ -164,6 +164,10 @@ pub struct RecordGauges {
     pub pending: usize,
     /// The age of the oldest pending record, since it began awaiting; 0 without one.
     pub oldest_pending_seconds: f64,
+    /// The same among pending records no pull request is linked to (the alert that asks for one),
+    /// and among those one is linked to (the alert that it is taking too long).
+    pub oldest_unlinked_seconds: f64,
+    pub oldest_linked_seconds: f64,
 }
 
 /// The gauges from the records alone: nothing kept in memory, so a restart changes nothing.
@@ -182,15 +186,20 @@ pub fn record_gauges(records: &[Arc<BackportRequirement>], now: Timestamp) -> Re
             _ => false,
         })
         .collect();
-    let oldest_pending_seconds = pending
-        .iter()
-        .filter_map(|r| awaiting_since(r, now))
-        .map(|since| (now - since).get_seconds() as f64)
-        .fold(0.0, f64::max);
+    let oldest = |records: &mut dyn Iterator<Item = &&Arc<BackportRequirement>>| {
+        records
+            .filter_map(|r| awaiting_since(r, now))
+            .map(|since| (now - since).get_seconds() as f64)
+            .fold(0.0, f64::max)
+    };
     RecordGauges {
         windows_open,
         pending: pending.len(),
-        oldest_pending_seconds,
+        oldest_pending_seconds: oldest(&mut pending.iter()),
+        oldest_unlinked_seconds: oldest(
+            &mut pending.iter().filter(|r| pull_request_of(r).is_none()),
+        ),
+        oldest_linked_seconds: oldest(&mut pending.iter().filter(|r| pull_request_of(r).is_some())),
     }
 }
 
@@ -242,6 +251,8 @@ mod tests {
                 windows_open: 1,
                 pending: 1,
                 oldest_pending_seconds: 86_340.0,
+                oldest_unlinked_seconds: 86_340.0,
+                oldest_linked_seconds: 0.0,
             }
         );
         // The window ended and no expiry check has run (driftgate was down): pending since
@@ -253,6 +264,8 @@ mod tests {
                 windows_open: 0,
                 pending: 2,
                 oldest_pending_seconds: 86_460.0,
+                oldest_unlinked_seconds: 86_460.0,
+                oldest_linked_seconds: 0.0,
             }
         );
         assert_eq!(
@@ -261,8 +274,28 @@ mod tests {
                 windows_open: 0,
                 pending: 0,
                 oldest_pending_seconds: 0.0,
+                oldest_unlinked_seconds: 0.0,
+                oldest_linked_seconds: 0.0,
             }
         );
+    }
+
+    #[test]
+    fn a_linked_pull_request_takes_a_record_out_of_the_unlinked_gauge_only() {
+        let mut linked = record_in(Phase::AwaitingBackport, "2026-11-29T09:00:00Z");
+        linked.metadata.annotations = Some(BTreeMap::from([(
+            crate::ledger::record::PULL_REQUEST_ANNOTATION.to_owned(),
+            "https://git.example/payments/pull/412".to_owned(),
+        )]));
+        let records = [
+            Arc::new(linked),
+            named("r", Phase::AwaitingBackport, "2026-11-30T08:00:00Z"),
+        ];
+        let gauges = record_gauges(&records, "2026-11-30T09:00:00Z".parse().unwrap());
+        assert_eq!(gauges.pending, 2);
+        assert_eq!(gauges.oldest_pending_seconds, 86_400.0);
+        assert_eq!(gauges.oldest_unlinked_seconds, 3_600.0, "the unlinked one");
+        assert_eq!(gauges.oldest_linked_seconds, 86_400.0, "the linked one");
     }
 
     #[test]
