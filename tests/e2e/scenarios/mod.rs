@@ -10,6 +10,7 @@ mod argocd_capture;
 mod blast_radius;
 mod break_glass;
 mod bypass;
+mod cluster_scoped;
 mod deep;
 mod effects;
 mod gatepolicy;
