@@ -621,7 +621,8 @@ fn listed_window(
 }
 
 /// The windows on one resource in `namespace` (all when `None`); `None` when it is not
-/// searched (cluster-scoped other than Namespace, or not listable).
+/// searched (not listable, or cluster-scoped other than Namespace when a namespace is asked
+/// for: windows on ClusterRoles, CRDs are listed with -A).
 async fn windows_of(
     cluster: &Cluster,
     (resource, caps): &(ApiResource, ApiCapabilities),
@@ -631,7 +632,7 @@ async fn windows_of(
 ) -> Option<Result<Vec<ListedWindow>, CliError>> {
     let is_namespace = resource.group.is_empty() && resource.kind == "Namespace";
     if !caps.supports_operation(kube::discovery::verbs::LIST)
-        || (caps.scope == Scope::Cluster && !is_namespace)
+        || (caps.scope == Scope::Cluster && !is_namespace && namespace.is_some())
     {
         return None;
     }

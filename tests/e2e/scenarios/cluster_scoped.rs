@@ -218,6 +218,12 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
     );
     let backlog = show(driftgate_cli(ALICE, &["backlog", "-n", NAMESPACE])).ok();
     assert!(backlog.stdout.contains(ROLE), "{}", backlog.stdout);
+    let listed = show(driftgate_cli(ADMIN, &["break-glass", "list", "-A", "-o", "json"])).ok();
+    assert!(
+        listed.stdout.contains(&format!("\"object\": \"clusterrole/{ROLE}\"")),
+        "{}",
+        listed.stdout
+    );
 
     // The window holds Flux off the object until it closes.
     let held = show(flux_apply(&cluster_role("[get]")));
