@@ -943,7 +943,8 @@ fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
                         &facts.request.resource.resource,
                     )
                 } else {
-                    policy.guards_unresolved_resource(facts.group(), &facts.request.resource.resource)
+                    policy
+                        .guards_unresolved_resource(facts.group(), &facts.request.resource.resource)
                 }
         }
 }

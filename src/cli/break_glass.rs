@@ -423,7 +423,10 @@ pub fn opened_message(
             format!("{command_target}-n {ns}"),
         ),
         None => (
-            format!("{} objects (policy clusterScoped)", words.split('/').next().unwrap_or(words)),
+            format!(
+                "{} objects (policy clusterScoped)",
+                words.split('/').next().unwrap_or(words)
+            ),
             "-A".to_owned(),
             command_target.trim_end().to_owned(),
         ),

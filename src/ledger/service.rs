@@ -464,10 +464,10 @@ impl Connected {
                     .is_some_and(|namespace| {
                         home.as_deref() == Some(namespace)
                             || is_managed(
-                            &policies,
-                            namespace,
-                            self.namespaces.get(namespace).as_deref(),
-                        )
+                                &policies,
+                                namespace,
+                                self.namespaces.get(namespace).as_deref(),
+                            )
                     })
             })
             .collect()

@@ -229,14 +229,16 @@ mod tests {
         assert!(problem("rbac.authorization.k8s.io", "ClusterRole", &known).is_none());
         assert!(problem("example.com", "Widget", &known).is_none());
         assert!(
-            said("admissionregistration.k8s.io", "ValidatingWebhookConfiguration")
-                .contains("never calls admission webhooks")
+            said(
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration"
+            )
+            .contains("never calls admission webhooks")
         );
         assert!(said("", "Namespace").contains("guarded already"));
         assert!(said("rbac.authorization.k8s.io", "Role").contains("is namespaced"));
         assert!(
-            said("rbac.authorization.k8s.io", "ClusterRol")
-                .contains("did you mean ClusterRole?")
+            said("rbac.authorization.k8s.io", "ClusterRol").contains("did you mean ClusterRole?")
         );
     }
 
@@ -284,10 +286,7 @@ spec:
         let errors = crate::policy::PolicySet::from_yaml("inline", &text)
             .unwrap_err()
             .0;
-        let found: Vec<(u64, &str)> = errors
-            .iter()
-            .map(|e| (e.line, e.field.as_str()))
-            .collect();
+        let found: Vec<(u64, &str)> = errors.iter().map(|e| (e.line, e.field.as_str())).collect();
         assert_eq!(
             found,
             [

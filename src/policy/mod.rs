@@ -21,8 +21,8 @@ use serde_saphyr::{Location, Spanned};
 
 pub use document::PolicyMode;
 use document::{
-    API_VERSION, BreakGlassSpec, ClusterScopedSpec, ControllerSpec, DelegationSpec, DeletionLimitSpec, DeletionsSpec,
-    GatePolicyDocument, GuardedOperation, KIND,
+    API_VERSION, BreakGlassSpec, ClusterScopedSpec, ControllerSpec, DelegationSpec,
+    DeletionLimitSpec, DeletionsSpec, GatePolicyDocument, GuardedOperation, KIND,
 };
 
 use reading::Node;
@@ -210,7 +210,8 @@ impl DeletionRules {
 pub const DEFAULT_PROTECTED_KINDS: &[&str] = &["core/PersistentVolumeClaim", "core/Namespace"];
 /// Added to [`DEFAULT_PROTECTED_KINDS`] when the policy guards cluster-scoped kinds: deleting a
 /// CRD deletes every object of its kind.
-pub const DEFAULT_PROTECTED_CLUSTER_KINDS: &[&str] = &["apiextensions.k8s.io/CustomResourceDefinition"];
+pub const DEFAULT_PROTECTED_CLUSTER_KINDS: &[&str] =
+    &["apiextensions.k8s.io/CustomResourceDefinition"];
 /// The annotation that allows deleting one protected object.
 pub const DEFAULT_ALLOW_DELETION_ANNOTATION: &str = "driftgate.dev/allow-deletion";
 /// Kubernetes' controllers whose deletes follow a deliberate deletion (of the namespace, of the
@@ -1196,7 +1197,11 @@ impl Checker<'_> {
         } else {
             &[]
         };
-        let defaults: Vec<&str> = DEFAULT_PROTECTED_KINDS.iter().chain(extra).copied().collect();
+        let defaults: Vec<&str> = DEFAULT_PROTECTED_KINDS
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
         let kind_patterns: Vec<String> = match &spec.kinds {
             None => defaults.iter().map(|k| k.to_string()).collect(),
             Some(list) => {

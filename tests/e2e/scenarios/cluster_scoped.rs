@@ -150,12 +150,19 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
     // Only the chart's clusterScoped rules (the shared driftgate sees the namespaced writes),
     // and one the chart refuses to render: webhook configurations, to see that the API server
     // never sends them.
-    let rules = webhook["rules"].as_array_mut().expect("the webhook has rules");
-    rules.retain(|r| r["resources"] != json!(["namespaces", "namespaces/status", "namespaces/finalize"]) && r["scope"] == "Cluster");
+    let rules = webhook["rules"]
+        .as_array_mut()
+        .expect("the webhook has rules");
+    rules.retain(|r| {
+        r["resources"] != json!(["namespaces", "namespaces/status", "namespaces/finalize"])
+            && r["scope"] == "Cluster"
+    });
     assert_eq!(rules.len(), 2, "{rules:?}");
-    rules.push(json!({"apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["*"],
+    rules.push(
+        json!({"apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["*"],
         "operations": ["CREATE", "UPDATE", "DELETE"],
-        "resources": ["validatingwebhookconfigurations"], "scope": "Cluster"}));
+        "resources": ["validatingwebhookconfigurations"], "scope": "Cluster"}),
+    );
     webhook["matchConditions"]
         .as_array_mut()
         .expect("the webhook has matchConditions")
@@ -165,7 +172,14 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
     driftgate.register_with_probe(configuration, || {
         control_plane.kubectl(
             ADMIN,
-            &["create", "clusterrole", ROLE, "--verb=get", "--resource=pods", "--dry-run=server"],
+            &[
+                "create",
+                "clusterrole",
+                ROLE,
+                "--verb=get",
+                "--resource=pods",
+                "--dry-run=server",
+            ],
         );
     });
 
@@ -174,10 +188,15 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
 
     // Bob's edit is refused, with the whole sentence and the command to open a window.
     let patch = r#"[{"op": "add", "path": "/rules/0/verbs/-", "value": "list"}]"#;
-    let bob = kubectl(BOB, &["patch", "clusterrole", ROLE, "--type=json", "-p", patch]);
+    let bob = kubectl(
+        BOB,
+        &["patch", "clusterrole", ROLE, "--type=json", "-p", patch],
+    );
     assert_denied(
         &bob,
-        &format!("bob may not update ClusterRole {ROLE}: only the GitOps controller (flux) writes here (policy \"platform\", rule NotPermitted). Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): driftgate break-glass open clusterroles.rbac.authorization.k8s.io/{ROLE} --for 1h --reason \"INC-…: what and why\" (policy owner: team-platform)."),
+        &format!(
+            "bob may not update ClusterRole {ROLE}: only the GitOps controller (flux) writes here (policy \"platform\", rule NotPermitted). Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): driftgate break-glass open clusterroles.rbac.authorization.k8s.io/{ROLE} --for 1h --reason \"INC-…: what and why\" (policy owner: team-platform)."
+        ),
         "NotPermitted",
     );
 
@@ -185,19 +204,34 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
     let target = format!("clusterroles.rbac.authorization.k8s.io/{ROLE}");
     let opened = show(driftgate_cli(
         ALICE,
-        &["break-glass", "open", &target, "--for", "30m", "--reason", "INC-14: pods unreadable"],
+        &[
+            "break-glass",
+            "open",
+            &target,
+            "--for",
+            "30m",
+            "--reason",
+            "INC-14: pods unreadable",
+        ],
     ))
     .ok();
     assert!(
-        opened.stdout.contains(&format!("break-glass window open on clusterrole/{ROLE} (cluster-scoped) until"))
-            && opened.stdout.contains("controller flux is held off it until then")
+        opened.stdout.contains(&format!(
+            "break-glass window open on clusterrole/{ROLE} (cluster-scoped) until"
+        )) && opened
+            .stdout
+            .contains("controller flux is held off it until then")
             && opened.stdout.contains("backlog -A"),
         "{}",
         opened.stdout
     );
 
     // Her edit is admitted under it, and recorded in driftgate's own namespace.
-    let alice = kubectl(ALICE, &["patch", "clusterrole", ROLE, "--type=json", "-p", patch]).ok();
+    let alice = kubectl(
+        ALICE,
+        &["patch", "clusterrole", ROLE, "--type=json", "-p", patch],
+    )
+    .ok();
     assert!(
         alice.stderr.contains(&format!(
             "driftgate: alice changed ClusterRole {ROLE} under the break-glass window on the object"
@@ -213,14 +247,23 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
     assert_eq!(record.spec.policy, "platform");
     assert_eq!(record.spec.changes.len(), 1, "{record:#?}");
     assert!(
-        record.spec.changes[0].fields.iter().any(|f| f.path.starts_with("rules")),
+        record.spec.changes[0]
+            .fields
+            .iter()
+            .any(|f| f.path.starts_with("rules")),
         "{record:#?}"
     );
     let backlog = show(driftgate_cli(ALICE, &["backlog", "-n", NAMESPACE])).ok();
     assert!(backlog.stdout.contains(ROLE), "{}", backlog.stdout);
-    let listed = show(driftgate_cli(ADMIN, &["break-glass", "list", "-A", "-o", "json"])).ok();
+    let listed = show(driftgate_cli(
+        ADMIN,
+        &["break-glass", "list", "-A", "-o", "json"],
+    ))
+    .ok();
     assert!(
-        listed.stdout.contains(&format!("\"object\": \"clusterrole/{ROLE}\"")),
+        listed
+            .stdout
+            .contains(&format!("\"object\": \"clusterrole/{ROLE}\"")),
         "{}",
         listed.stdout
     );
@@ -229,7 +272,9 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
     let held = show(flux_apply(&cluster_role("[get]")));
     assert_denied(
         &held,
-        &format!("Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not update ClusterRole {ROLE} while the break-glass window on the object"),
+        &format!(
+            "Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not update ClusterRole {ROLE} while the break-glass window on the object"
+        ),
         "ControllerHeld",
     );
 
@@ -237,14 +282,17 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
     // the record, which driftgate found in its own namespace.
     show(driftgate_cli(ALICE, &["break-glass", "close", &target])).ok();
     show(flux_apply(&cluster_role("[get, list]"))).ok();
-    let phase = eventually("the record of the ClusterRole's window backported", || async {
-        records(NAMESPACE)
-            .await
-            .iter()
-            .find(|r| r.spec.object.name == ROLE)
-            .map(phase_of)
-            .filter(|phase| *phase == Phase::Backported)
-    })
+    let phase = eventually(
+        "the record of the ClusterRole's window backported",
+        || async {
+            records(NAMESPACE)
+                .await
+                .iter()
+                .find(|r| r.spec.object.name == ROLE)
+                .map(phase_of)
+                .filter(|phase| *phase == Phase::Backported)
+        },
+    )
     .await;
     assert_eq!(phase, Phase::Backported);
 
@@ -254,12 +302,23 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
     let prune = kubectl(FLUX, &["delete", "crd", CRD, "--wait=false"]);
     assert_denied(
         &prune,
-        &format!("Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not delete CustomResourceDefinition {CRD}: the policy protects every CustomResourceDefinition from deletion by anyone, the GitOps controller included, unless deleting it is a deliberate act (policy \"platform\", rule DeletionProtected). If it is meant, mark it first, in Git or with kubectl annotate customresourcedefinitions.apiextensions.k8s.io/{CRD} driftgate.dev/allow-deletion=true"),
+        &format!(
+            "Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not delete CustomResourceDefinition {CRD}: the policy protects every CustomResourceDefinition from deletion by anyone, the GitOps controller included, unless deleting it is a deliberate act (policy \"platform\", rule DeletionProtected). If it is meant, mark it first, in Git or with kubectl annotate customresourcedefinitions.apiextensions.k8s.io/{CRD} driftgate.dev/allow-deletion=true"
+        ),
         "DeletionProtected",
     );
     show(flux_apply(&crd("{driftgate.dev/allow-deletion: \"true\"}"))).ok();
     kubectl(FLUX, &["delete", "crd", CRD, "--wait=false"]).ok();
-    let gone = control_plane.kubectl(ADMIN, &["get", "crd", CRD, "-o", "jsonpath={.metadata.deletionTimestamp}"]);
+    let gone = control_plane.kubectl(
+        ADMIN,
+        &[
+            "get",
+            "crd",
+            CRD,
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ],
+    );
     assert!(
         !gone.success() || !gone.stdout.trim().is_empty(),
         "CRD {CRD} is neither deleted nor being deleted: {}{}",
@@ -274,17 +333,53 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": PROBE_CONFIGURATION}, "webhooks": []});
     control_plane.apply(ADMIN, &probe.to_string());
-    kubectl(ADMIN, &["delete", "validatingwebhookconfiguration", PROBE_CONFIGURATION]).ok();
-    assert_eq!(driftgate.reviews(), before, "a webhook configuration was sent");
+    kubectl(
+        ADMIN,
+        &[
+            "delete",
+            "validatingwebhookconfiguration",
+            PROBE_CONFIGURATION,
+        ],
+    )
+    .ok();
+    assert_eq!(
+        driftgate.reviews(),
+        before,
+        "a webhook configuration was sent"
+    );
     let control = kubectl(
         BOB,
-        &["patch", "clusterrole", ROLE, "--type=json", "-p", patch, "--dry-run=server"],
+        &[
+            "patch",
+            "clusterrole",
+            ROLE,
+            "--type=json",
+            "-p",
+            patch,
+            "--dry-run=server",
+        ],
     );
     assert!(!control.success());
-    assert!(driftgate.reviews() > before, "the ClusterRole write was not sent");
+    assert!(
+        driftgate.reviews() > before,
+        "the ClusterRole write was not sent"
+    );
 
     // The admin removes the test's objects once this driftgate no longer sees them.
     driftgate.unregister("driftgate-e2e-cluster-scoped");
-    kubectl(ADMIN, &["delete", "clusterrole", ROLE, "--ignore-not-found"]).ok();
-    control_plane.kubectl(ADMIN, &["delete", "clusterrole,clusterrolebinding", "e2e-cluster-editor"]).ok();
+    kubectl(
+        ADMIN,
+        &["delete", "clusterrole", ROLE, "--ignore-not-found"],
+    )
+    .ok();
+    control_plane
+        .kubectl(
+            ADMIN,
+            &[
+                "delete",
+                "clusterrole,clusterrolebinding",
+                "e2e-cluster-editor",
+            ],
+        )
+        .ok();
 }
