@@ -18,7 +18,8 @@ use crate::harness::{
 use super::{assert_denied, eventually, flux_apply, kubectl, records, show};
 
 const ROLE: &str = "e2e-cluster-viewer";
-const CRD: &str = "widgets.e2e-cluster.example.com";
+/// A kind no other test names: kubectl resolves `widget` to whichever CRD serves one.
+const CRD: &str = "gadgets.e2e-cluster.example.com";
 /// A ValidatingWebhookConfiguration this test writes, to see whether the API server sends it.
 const PROBE_CONFIGURATION: &str = "e2e-cluster-probe";
 
@@ -56,7 +57,7 @@ rules:
     verbs: [get, update, patch, delete, escalate]
   - apiGroups: [apiextensions.k8s.io]
     resources: [customresourcedefinitions]
-    resourceNames: [widgets.e2e-cluster.example.com]
+    resourceNames: [gadgets.e2e-cluster.example.com]
     verbs: [get, update, patch, delete]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -84,7 +85,7 @@ metadata:
 spec:
   group: e2e-cluster.example.com
   scope: Namespaced
-  names: {{kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}}
+  names: {{kind: ClusterScopedGadget, plural: gadgets, singular: gadget, listKind: ClusterScopedGadgetList}}
   versions:
     - name: v1
       served: true
