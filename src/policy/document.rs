@@ -173,8 +173,8 @@ pub struct BreakGlassSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DeletionsSpec {
-    /// `group/Kind` globs (default: PersistentVolumeClaims and Namespaces), whatever
-    /// `resources` says.
+    /// `group/Kind` globs (default: PersistentVolumeClaims and Namespaces, and
+    /// CustomResourceDefinitions when the policy has `clusterScoped`), whatever `resources` says.
     #[serde(default)]
     pub kinds: Option<Vec<Spanned<String>>>,
     /// The annotation (value `"true"`) that allows deleting one object.
