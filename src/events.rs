@@ -81,6 +81,8 @@ pub enum EventReason {
     Suspended,
     /// A suspension was lifted: the controller reconciles the object again.
     Resumed,
+    /// A suspension outlived its expiry and nobody resumed it: Git is still not in charge.
+    SuspensionExpired,
 }
 
 impl EventReason {
@@ -100,6 +102,7 @@ impl EventReason {
             EventReason::LedgerUnavailable => "LedgerUnavailable",
             EventReason::Suspended => "Suspended",
             EventReason::Resumed => "Resumed",
+            EventReason::SuspensionExpired => "SuspensionExpired",
         }
     }
 
@@ -119,6 +122,7 @@ impl EventReason {
             EventReason::RevertRefused | EventReason::LedgerUnavailable => "Deny",
             EventReason::Suspended => "Suspend",
             EventReason::Resumed => "Resume",
+            EventReason::SuspensionExpired => "Expire",
         }
     }
 
@@ -138,7 +142,8 @@ impl EventReason {
             | EventReason::RevertRefused
             | EventReason::LedgerUnavailable
             // Nothing reconciles the object until it is resumed: worth a look.
-            | EventReason::Suspended => EventType::Warning,
+            | EventReason::Suspended
+            | EventReason::SuspensionExpired => EventType::Warning,
         }
     }
 }

@@ -15,8 +15,8 @@ use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::CliError;
 use crate::cli::output::{Listed, OutputArgs, render};
 use crate::ledger::identity::{WhoAmIError, who_am_i};
-use crate::ledger::phase::{phase_of, resolved, status_patch};
-use crate::ledger::record::{BackportRequirement, Phase};
+use crate::ledger::phase::{is_settled, phase_of, resolved, status_patch};
+use crate::ledger::record::BackportRequirement;
 use crate::text::{MAX_REASON_CHARS, echo};
 
 /// RBAC's and kubectl's name for the records.
@@ -71,7 +71,7 @@ pub struct BacklogEntry {
 pub fn entries(records: &[BackportRequirement], all: bool, now: Timestamp) -> Vec<BacklogEntry> {
     let mut entries: Vec<BacklogEntry> = records
         .iter()
-        .filter(|r| all || !matches!(phase_of(r), Phase::Backported | Phase::Resolved))
+        .filter(|r| all || !is_settled(phase_of(r)))
         .map(|r| {
             let mut fields = BTreeSet::new();
             let mut users = BTreeSet::new();

@@ -224,7 +224,7 @@ fn judge_record(
 fn is_settled(record: Option<&BackportRequirement>) -> bool {
     record
         .and_then(|r| r.status.as_ref())
-        .is_some_and(|s| matches!(s.phase, Phase::Backported | Phase::Resolved))
+        .is_some_and(|s| crate::ledger::phase::is_settled(s.phase))
 }
 
 fn judge_delete(

@@ -8,7 +8,9 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
-use crate::ledger::record::{BackportRequirement, BackportStatus, DryRunMatch, Phase, Transition};
+use crate::ledger::record::{
+    BackportRequirement, BackportStatus, DryRunMatch, Phase, RecordScope, Transition,
+};
 use crate::timefmt::human_utc;
 
 impl Phase {
@@ -19,6 +21,8 @@ impl Phase {
             Phase::Backported => "Backported",
             Phase::Reverted => "Reverted",
             Phase::Resolved => "Resolved",
+            Phase::Expired => "Expired",
+            Phase::Resumed => "Resumed",
         }
     }
 }
@@ -57,6 +61,9 @@ pub fn phase_since(record: &BackportRequirement) -> Option<Timestamp> {
 /// or, for an Open record whose window has ended before the expiry check noticed, since the
 /// end of its window. None while the window is open or once the record is settled.
 pub fn awaiting_since(record: &BackportRequirement, now: Timestamp) -> Option<Timestamp> {
+    if is_suspension(record) {
+        return None;
+    }
     match phase_of(record) {
         Phase::AwaitingBackport => phase_since(record),
         Phase::Open => {
@@ -70,12 +77,32 @@ pub fn awaiting_since(record: &BackportRequirement, now: Timestamp) -> Option<Ti
 /// Whether a record is Open with its window ended: the expiry check (or the next write that
 /// meets it) moves it to AwaitingBackport.
 pub fn window_ended(record: &BackportRequirement, now: Timestamp) -> bool {
-    phase_of(record) == Phase::Open && record.spec.window.expires_at.0 <= now
+    !is_suspension(record)
+        && phase_of(record) == Phase::Open
+        && record.spec.window.expires_at.0 <= now
 }
 
-/// Whether a record settled (Backported or Resolved) at least `retention` before `now`.
+/// Whether a record is a suspension's, which never awaits backport.
+pub fn is_suspension(record: &BackportRequirement) -> bool {
+    record.spec.scope == RecordScope::Suspension
+}
+
+/// Whether a suspension's record is Open past its expiry: the expiry check (or the next write
+/// that meets it) moves it to Expired.
+pub fn suspension_ended(record: &BackportRequirement, now: Timestamp) -> bool {
+    is_suspension(record)
+        && phase_of(record) == Phase::Open
+        && record.spec.window.expires_at.0 <= now
+}
+
+/// Whether a record is settled: nothing more happens to it but its deletion after retention.
+pub fn is_settled(phase: Phase) -> bool {
+    matches!(phase, Phase::Backported | Phase::Resolved | Phase::Resumed)
+}
+
+/// Whether a record settled (Backported, Resolved or Resumed) at least `retention` before `now`.
 pub fn past_retention(record: &BackportRequirement, retention: Duration, now: Timestamp) -> bool {
-    matches!(phase_of(record), Phase::Backported | Phase::Resolved)
+    is_settled(phase_of(record))
         && phase_since(record).is_some_and(|since| {
             jiff::SignedDuration::try_from(retention)
                 .ok()
@@ -94,6 +121,8 @@ pub struct PhaseChange {
     pub reason: &'static str,
     pub message: String,
     pub reverted_fields: Vec<String>,
+    /// For `Resumed`, who resumed the suspension.
+    pub resumed_by: Option<String>,
 }
 
 impl PhaseChange {
@@ -103,6 +132,7 @@ impl PhaseChange {
             reason,
             message,
             reverted_fields: Vec::new(),
+            resumed_by: None,
         }
     }
 
@@ -160,6 +190,41 @@ impl PhaseChange {
     pub fn resolved(note: &str) -> PhaseChange {
         PhaseChange::new(Phase::Resolved, "ResolvedByPerson", note.to_owned())
     }
+
+    /// `user` suspended the controller (`how`: which fields or annotations) until `expires_at`.
+    pub fn suspended(user: &str, how: &str, expires_at: Timestamp) -> PhaseChange {
+        let message = format!(
+            "{user} suspended it ({how}) until {}",
+            human_utc(expires_at)
+        );
+        PhaseChange::new(Phase::Open, "Suspended", message)
+    }
+
+    /// `user` suspended again, until `expires_at`, a suspension that had outlived its expiry.
+    pub fn suspended_again(user: &str, expires_at: Timestamp) -> PhaseChange {
+        let message = format!(
+            "{user} renewed the expired suspension until {}",
+            human_utc(expires_at)
+        );
+        PhaseChange::new(Phase::Open, "Suspended", message)
+    }
+
+    /// The suspension's expiry passed with nobody resuming it.
+    pub fn suspension_expired(record: &BackportRequirement) -> PhaseChange {
+        let message = format!(
+            "the suspension reached its expiry at {} and nobody resumed it: the controller is still not reconciling",
+            human_utc(record.spec.window.expires_at.0)
+        );
+        PhaseChange::new(Phase::Expired, "Expired", message)
+    }
+
+    /// `user` resumed the suspension.
+    pub fn resumed(user: &str) -> PhaseChange {
+        PhaseChange {
+            resumed_by: Some(user.to_owned()),
+            ..PhaseChange::new(Phase::Resumed, "Resumed", format!("{user} resumed it"))
+        }
+    }
 }
 
 /// `status` (none before the first) after `change` at `now`: the phase, and one transition
@@ -179,6 +244,10 @@ pub fn transitioned(
     });
     if !change.reverted_fields.is_empty() {
         status.reverted_fields = change.reverted_fields.clone();
+    }
+    if let Some(user) = &change.resumed_by {
+        status.resumed_by = Some(user.clone());
+        status.resumed_at = Some(Time(now));
     }
     status
 }

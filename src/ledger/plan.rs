@@ -116,7 +116,32 @@ fn is_break_glass_write(rule: Rule) -> bool {
             | Rule::BreakGlassAmended
             | Rule::BreakGlassClosed
             | Rule::BreakGlassWindow
+            | Rule::Suspended
+            | Rule::Resumed
     )
+}
+
+/// Whether a verdict suspends or resumes the controller: its record is the suspension's.
+pub fn is_suspension_rule(rule: Rule) -> bool {
+    matches!(rule, Rule::Suspended | Rule::Resumed)
+}
+
+/// The record key of `verdict`: a suspension's record is on the object suspended, apart from
+/// any break-glass window on it.
+pub fn record_key(
+    facts: &RequestFacts<'_>,
+    decision: &Decision,
+    verdict: &PolicyVerdict,
+) -> WindowKey {
+    let key = WindowKey::of(facts, decision, verdict);
+    if is_suspension_rule(verdict.rule) {
+        WindowKey {
+            scope: RecordScope::Suspension,
+            ..key
+        }
+    } else {
+        key
+    }
 }
 
 /// Which window a break-glass write belongs to, and so which record.
@@ -142,7 +167,7 @@ impl WindowKey {
             _ => RecordScope::Object,
         };
         let (window_object, window_uid) = match scope {
-            RecordScope::Object => (
+            RecordScope::Object | RecordScope::Suspension => (
                 RecordedObject {
                     api_version: facts.api_version(),
                     kind: object.kind.clone(),
@@ -188,10 +213,16 @@ impl WindowKey {
         first: PhaseChange,
     ) -> NewRecord {
         let spec = new_record(self.object.clone(), self.scope, window, policy, opened);
+        // A suspension's record and a window's on the same object with the same expiry label
+        // are two records.
+        let named_by = match self.scope {
+            RecordScope::Suspension => format!("{}/suspension", self.window_uid),
+            _ => self.window_uid.clone(),
+        };
         let name = record_name(
             &spec.object.kind,
             &spec.object.name,
-            &self.window_uid,
+            &named_by,
             &spec.window.label_value,
         );
         let mut record = BackportRequirement::new(&name, spec);
@@ -234,6 +265,13 @@ pub enum RecordWrite<'a> {
         record: &'a BackportRequirement,
         patch: Value,
     },
+    /// An expired suspension was suspended again with a new expiry: the record moves back to
+    /// Open, then its window is patched.
+    Renew {
+        record: &'a BackportRequirement,
+        change: PhaseChange,
+        patch: Value,
+    },
     /// A window was opened: its record is created.
     Create(Box<NewRecord>),
     /// A change under the window is appended to its record.
@@ -263,6 +301,12 @@ pub fn plan_recording<'a>(
     listed: &'a [BackportRequirement],
     now: Timestamp,
 ) -> RecordingPlan<'a> {
+    if key.scope == RecordScope::Suspension {
+        return RecordingPlan {
+            expire: Vec::new(),
+            write: plan_suspension(key, facts, decision, verdict, rules, listed, now),
+        };
+    }
     // A record is one window. One whose window has ended is expired now.
     let (current, ended): (Vec<_>, Vec<_>) = listed
         .iter()
@@ -313,6 +357,66 @@ pub fn plan_recording<'a>(
     RecordingPlan {
         expire: ended.into_iter().map(expiry_of).collect(),
         write,
+    }
+}
+
+/// What a suspension or a resume writes: a suspension's record lasts while the controller is
+/// suspended, past its expiry too (Expired, until somebody resumes it), so the one to write
+/// is the record of the object's suspension still unresumed, whatever its expiry.
+fn plan_suspension<'a>(
+    key: &WindowKey,
+    facts: &RequestFacts<'_>,
+    decision: &Decision,
+    verdict: &PolicyVerdict,
+    rules: &BreakGlassRules,
+    listed: &'a [BackportRequirement],
+    now: Timestamp,
+) -> RecordWrite<'a> {
+    let existing = listed.iter().find(|r| {
+        r.spec.scope == RecordScope::Suspension
+            && matches!(phase_of(r), Phase::Open | Phase::Expired)
+    });
+    let user = decision.record.user.as_str();
+    match (verdict.rule, existing, verdict.new_window.as_ref()) {
+        (Rule::Resumed, Some(record), _) => RecordWrite::Transition {
+            record,
+            change: PhaseChange::resumed(user),
+        },
+        (Rule::Suspended, Some(record), Some(window)) if phase_of(record) == Phase::Expired => {
+            RecordWrite::Renew {
+                record,
+                change: PhaseChange::suspended_again(user, window.expires_at),
+                patch: window_patch(window),
+            }
+        }
+        (Rule::Suspended, Some(record), Some(window)) => RecordWrite::UpdateWindow {
+            record,
+            patch: window_patch(window),
+        },
+        (Rule::Suspended, None, Some(window)) => {
+            let how: Vec<&str> = decision
+                .record
+                .changed_fields
+                .iter()
+                .map(String::as_str)
+                .filter(|path| {
+                    !path.contains(&rules.label) && !path.contains(&rules.reason_annotation)
+                })
+                .collect();
+            let how = how.join(", ");
+            let mut new = key.new_record(
+                window,
+                &verdict.policy,
+                Some((user, now)),
+                PhaseChange::suspended(user, &how, window.expires_at),
+            );
+            new.record
+                .spec
+                .changes
+                .push(recorded_change(facts, decision, key.scope, rules, now));
+            RecordWrite::Create(Box::new(new))
+        }
+        _ => RecordWrite::Nothing,
     }
 }
 
@@ -641,7 +745,7 @@ spec:
         let policies = policies();
         let verdict = &decision.record.verdicts[0];
         let facts = RequestFacts::new(request);
-        let key = WindowKey::of(&facts, decision, verdict);
+        let key = record_key(&facts, decision, verdict);
         plan_recording(
             &key,
             &facts,
@@ -749,6 +853,7 @@ spec:
                     reason: "Closed",
                     message: "alice closed the window".into(),
                     reverted_fields: Vec::new(),
+                    resumed_by: None,
                 },
             }
         );
@@ -1023,5 +1128,163 @@ spec:
             63
         );
         assert_eq!(label_safe("-a/b-"), "a-b");
+    }
+
+    /// alice's suspension (rule Suspended) of the object, until `until`.
+    fn suspension(
+        user: &str,
+        rule: Rule,
+        until: &str,
+    ) -> (AdmissionRequest<DynamicObject>, Decision) {
+        let request = update(user, "Deployment", "dep-uid", 5);
+        let mut decision = decision(&request, rule, Some(window(WindowScope::Object, until)));
+        decision.record.changed_fields = vec![
+            "spec.suspend".into(),
+            "metadata.labels.driftgate.dev/break-glass".into(),
+            "metadata.annotations.driftgate.dev/break-glass-reason".into(),
+        ];
+        (request, decision)
+    }
+
+    fn created(plan: RecordingPlan<'_>) -> NewRecord {
+        match plan.write {
+            RecordWrite::Create(new) => *new,
+            other => panic!("expected a new record, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_suspension_creates_a_record_of_its_own_with_who_why_until_and_the_change() {
+        let (request, decision) = suspension("alice", Rule::Suspended, "2026-11-30T10:00:00Z");
+        // A window's record on the same object with the same expiry is another record.
+        let window_record = open_record("w", "2026-11-30T10:00:00Z");
+        let listed = [window_record.clone()];
+        let plan = plan(&request, &decision, &listed, "2026-11-30T09:00:00Z");
+        assert!(plan.expire.is_empty());
+        let new = created(plan);
+        let spec = &new.record.spec;
+        assert_eq!(spec.scope, RecordScope::Suspension);
+        assert_eq!(spec.window.opener.as_deref(), Some("alice"));
+        assert_eq!(spec.window.reason.as_deref(), Some("INC-7"));
+        assert_eq!(spec.window.expires_at.0, at("2026-11-30T10:00:00Z"));
+        assert_eq!(spec.changes.len(), 1);
+        assert_eq!(spec.changes[0].user, "alice");
+        assert_eq!(new.first.phase, Phase::Open);
+        assert_eq!(new.first.reason, "Suspended");
+        assert!(
+            new.first
+                .message
+                .starts_with("alice suspended it (spec.suspend) until "),
+            "{}",
+            new.first.message
+        );
+        let same_window = created(super::tests::plan(
+            &update("alice", "Deployment", "dep-uid", 5),
+            &decision_with(Rule::BreakGlassOpened),
+            &[],
+            "2026-11-30T09:00:00Z",
+        ));
+        assert_ne!(new.record.name_any(), same_window.record.name_any());
+        assert_eq!(
+            new.record
+                .labels()
+                .get(OBJECT_UID_LABEL)
+                .map(String::as_str),
+            Some("dep-uid"),
+            "listed with the object's other records"
+        );
+    }
+
+    fn decision_with(rule: Rule) -> Decision {
+        let request = update("alice", "Deployment", "dep-uid", 5);
+        decision(
+            &request,
+            rule,
+            Some(window(WindowScope::Object, "2026-11-30T10:00:00Z")),
+        )
+    }
+
+    /// The record a suspension created, in `phase`.
+    fn suspension_record(phase: Phase) -> BackportRequirement {
+        let (request, decision) = suspension("alice", Rule::Suspended, "2026-11-30T10:00:00Z");
+        let mut record = created(plan(&request, &decision, &[], "2026-11-30T09:00:00Z")).record;
+        record.metadata.resource_version = Some("7".into());
+        record.status = Some(crate::ledger::record::BackportStatus {
+            phase,
+            ..Default::default()
+        });
+        record
+    }
+
+    #[test]
+    fn a_resume_moves_the_open_or_expired_suspension_to_resumed_naming_who_and_when() {
+        for phase in [Phase::Open, Phase::Expired] {
+            let listed = [
+                open_record("w", "2026-11-30T10:00:00Z"),
+                suspension_record(phase),
+            ];
+            let (request, decision) = suspension("bob", Rule::Resumed, "2026-11-30T10:00:00Z");
+            let plan = plan(&request, &decision, &listed, "2026-11-30T11:00:00Z");
+            let RecordWrite::Transition { record, change } = plan.write else {
+                panic!("expected a transition, got {:?}", plan.write);
+            };
+            assert_eq!(
+                record.spec.scope,
+                RecordScope::Suspension,
+                "not the window's record"
+            );
+            let now = at("2026-11-30T11:00:00Z");
+            let status = crate::ledger::phase::transitioned(record.status.as_ref(), &change, now);
+            assert_eq!(status.phase, Phase::Resumed);
+            assert_eq!(status.resumed_by.as_deref(), Some("bob"));
+            assert_eq!(status.resumed_at.map(|t| t.0), Some(now));
+            assert_eq!(status.transitions.last().unwrap().message, "bob resumed it");
+        }
+    }
+
+    #[test]
+    fn a_resume_without_a_suspension_record_or_of_a_resumed_one_writes_nothing() {
+        for listed in [
+            vec![],
+            vec![open_record("w", "2026-11-30T10:00:00Z")],
+            vec![suspension_record(Phase::Resumed)],
+        ] {
+            let (request, decision) = suspension("bob", Rule::Resumed, "2026-11-30T10:00:00Z");
+            let plan = plan(&request, &decision, &listed, "2026-11-30T09:30:00Z");
+            assert_eq!(plan.write, RecordWrite::Nothing);
+        }
+    }
+
+    #[test]
+    fn suspending_again_extends_an_open_suspension_and_renews_an_expired_one() {
+        let (request, decision) = suspension("alice", Rule::Suspended, "2026-11-30T12:00:00Z");
+        let open = [suspension_record(Phase::Open)];
+        let plan_open = plan(&request, &decision, &open, "2026-11-30T09:30:00Z");
+        assert!(
+            matches!(plan_open.write, RecordWrite::UpdateWindow { .. }),
+            "{:?}",
+            plan_open.write
+        );
+        let expired = [suspension_record(Phase::Expired)];
+        let plan_expired = plan(&request, &decision, &expired, "2026-11-30T10:30:00Z");
+        let RecordWrite::Renew { change, patch, .. } = plan_expired.write else {
+            panic!("expected a renewal, got {:?}", plan_expired.write);
+        };
+        assert_eq!(change.phase, Phase::Open);
+        assert!(
+            change
+                .message
+                .starts_with("alice renewed the expired suspension until "),
+            "{}",
+            change.message
+        );
+        assert_eq!(
+            patch["spec"]["window"]["expiresAt"],
+            json!("2026-11-30T12:00:00Z")
+        );
+        assert!(
+            plan_expired.expire.is_empty(),
+            "a suspension's record never awaits backport"
+        );
     }
 }

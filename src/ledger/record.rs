@@ -55,6 +55,10 @@ pub struct RecordedObject {
 pub enum RecordScope {
     Object,
     Namespace,
+    /// A suspension of the GitOps controller (the object is the Kustomization, HelmRelease or
+    /// Application suspended): who suspended it, why, until when, and who resumed it. Nothing
+    /// in it awaits backport; the changes made while it lasted have records of their own.
+    Suspension,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -142,6 +146,10 @@ pub enum Phase {
     Reverted,
     /// A person closed the record with a note.
     Resolved,
+    /// A suspension outlived its expiry and nobody has resumed it yet.
+    Expired,
+    /// A suspension was resumed (by whom and when: `status.resumedBy`, `status.resumedAt`).
+    Resumed,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
@@ -166,6 +174,12 @@ pub struct BackportStatus {
     pub resolved_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    /// Who resumed a suspension (their username as the API server authenticated them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_by: Option<String>,
+    /// When a suspension was resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<Time>,
     /// The controller's last dry run that carried every recorded value, while the record
     /// awaited backport: half of the proof that Git has the change (a later dry run carrying
     /// them too, with nothing applied between, is the other half).

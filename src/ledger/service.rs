@@ -23,13 +23,13 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::decision::{Decision, PolicyVerdict};
+use crate::decision::{Decision, PolicyVerdict, Rule};
 use crate::events::EventSink;
 use crate::kube_state::NamespaceCache;
 use crate::ledger::controller::{WrittenObject, plan_controller_write};
 use crate::ledger::guard::LedgerGuard;
 use crate::ledger::plan::{
-    LedgerTask, Refusal, WindowKey, ledger_tasks, plan_recording, unrecorded_warning,
+    LedgerTask, Refusal, ledger_tasks, plan_recording, record_key, unrecorded_warning,
 };
 use crate::ledger::record::BackportRequirement;
 use crate::ledger::upkeep::{is_managed, plan_expiry, plan_retention, record_gauges};
@@ -261,10 +261,12 @@ impl Ledger {
                         rules,
                         now,
                     ),
-                LedgerTask::Record { verdict, rules } => {
-                    self.record(inner, facts, decision, verdict, rules, now)
-                        .await
-                }
+                LedgerTask::Record { verdict, rules } => self
+                    .record(inner, facts, decision, verdict, rules, now)
+                    .await
+                    // Resuming is always allowed: a resume the ledger could not record is
+                    // still made (the record stays Open or Expired, and says so).
+                    .filter(|_| verdict.rule != Rule::Resumed),
             };
             if refusal.is_some() {
                 return refusal;
@@ -300,7 +302,7 @@ impl Ledger {
             return None;
         };
         Metrics::count_result(&self.metrics.ledger_writes, false);
-        tracing::warn!(%error, uid = %facts.request().uid, "could not write the backport record; refusing the break-glass change");
+        tracing::warn!(%error, uid = %facts.request().uid, rule = %verdict.rule, "could not write the backport record");
         Some(Refusal::unrecorded(
             &decision.record,
             &verdict.policy,
@@ -384,7 +386,7 @@ impl Connected {
         rules: &BreakGlassRules,
         now: Timestamp,
     ) -> Result<(), String> {
-        let mut key = WindowKey::of(facts, decision, verdict);
+        let mut key = record_key(facts, decision, verdict);
         if key.namespace.is_empty() {
             // A cluster-scoped object: its records are kept in driftgate's own namespace.
             key.namespace = self.home().ok_or_else(|| {

@@ -11,7 +11,10 @@ use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::ResourceExt;
 
 use crate::events::{EventReason, PlannedEvent};
-use crate::ledger::phase::{PhaseChange, awaiting_since, past_retention, phase_of, window_ended};
+use crate::ledger::phase::{
+    PhaseChange, awaiting_since, is_suspension, past_retention, phase_of, suspension_ended,
+    window_ended,
+};
 use crate::ledger::record::{BackportRequirement, Phase, RecordScope};
 use crate::policy::{NamespaceLabels, PolicySet};
 use crate::timefmt::human_utc;
@@ -31,7 +34,12 @@ pub fn is_managed(policies: &PolicySet, namespace: &str, known: Option<&Namespac
         .policies()
         .iter()
         .filter(|p| p.break_glass.is_some())
-        .any(|p| p.guards_namespace(namespace, labels))
+        .any(|p| {
+            p.guards_namespace(namespace, labels)
+                || p.suspensions
+                    .as_ref()
+                    .is_some_and(|s| s.holds_namespace(namespace))
+        })
 }
 
 /// An Open record whose window ended: its move to AwaitingBackport, and the BreakGlassExpired
@@ -54,31 +62,66 @@ pub fn expiry_of(record: &BackportRequirement) -> Expiry<'_> {
         record.spec.changes.len(),
         record.name_any(),
     );
+    Expiry {
+        record,
+        change: PhaseChange::expired(record),
+        event: PlannedEvent::new(EventReason::BreakGlassExpired, note, regarding(record)),
+    }
+}
+
+/// The windows among `records` that ended by `now` and are still Open, and the suspensions
+/// past their expiry still Open.
+pub fn plan_expiry(records: &[Arc<BackportRequirement>], now: Timestamp) -> Vec<Expiry<'_>> {
+    records
+        .iter()
+        .filter_map(|r| {
+            if window_ended(r, now) {
+                Some(expiry_of(r))
+            } else if suspension_ended(r, now) {
+                Some(suspension_expiry_of(r))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The move of a suspension past its expiry to Expired, and its SuspensionExpired Event.
+pub fn suspension_expiry_of(record: &BackportRequirement) -> Expiry<'_> {
+    let window = &record.spec.window;
     let object = &record.spec.object;
-    let regarding = ObjectReference {
+    let namespace = record.metadata.namespace.clone().unwrap_or_default();
+    let note = format!(
+        "The suspension of {} {namespace}/{} by {} (reason \"{}\") expired at {} and nobody resumed it: Git is not in charge until it is resumed (driftgate resume {}/{} -n {namespace}). Record {}.",
+        object.kind,
+        object.name,
+        window.opener_words(),
+        window.reason_words(),
+        human_utc(window.expires_at.0),
+        object.kind.to_lowercase(),
+        object.name,
+        record.name_any(),
+    );
+    Expiry {
+        record,
+        change: PhaseChange::suspension_expired(record),
+        event: PlannedEvent::new(EventReason::SuspensionExpired, note, regarding(record)),
+    }
+}
+
+/// The object a record is about, as its Events name it.
+fn regarding(record: &BackportRequirement) -> ObjectReference {
+    let object = &record.spec.object;
+    ObjectReference {
         api_version: Some(object.api_version.clone()),
         kind: Some(object.kind.clone()),
         name: Some(object.name.clone()),
-        namespace: (record.spec.scope == RecordScope::Object)
+        namespace: (record.spec.scope != RecordScope::Namespace)
             .then(|| record.metadata.namespace.clone())
             .flatten(),
         uid: Some(object.uid.clone()).filter(|u| !u.is_empty()),
         ..ObjectReference::default()
-    };
-    Expiry {
-        record,
-        change: PhaseChange::expired(record),
-        event: PlannedEvent::new(EventReason::BreakGlassExpired, note, regarding),
     }
-}
-
-/// The windows among `records` that ended by `now` and are still Open.
-pub fn plan_expiry(records: &[Arc<BackportRequirement>], now: Timestamp) -> Vec<Expiry<'_>> {
-    records
-        .iter()
-        .filter(|r| window_ended(r, now))
-        .map(|r| expiry_of(r))
-        .collect()
 }
 
 /// A settled record to delete, conditioned on the uid and version looked at: a record changed
@@ -125,15 +168,17 @@ pub struct RecordGauges {
 
 /// The gauges from the records alone: nothing kept in memory, so a restart changes nothing.
 pub fn record_gauges(records: &[Arc<BackportRequirement>], now: Timestamp) -> RecordGauges {
+    // Suspensions have gauges of their own (driftgate_suspensions), from the objects.
     let windows_open = records
         .iter()
+        .filter(|r| !is_suspension(r))
         .filter(|r| phase_of(r) == Phase::Open && r.spec.window.expires_at.0 > now)
         .count();
     let pending: Vec<_> = records
         .iter()
         .filter(|r| match phase_of(r) {
             Phase::AwaitingBackport => true,
-            Phase::Open => r.spec.window.expires_at.0 <= now,
+            Phase::Open => window_ended(r, now),
             _ => false,
         })
         .collect();
@@ -171,6 +216,14 @@ mod tests {
         )
         .unwrap();
         assert!(!is_managed(&without_windows, "prod-payments", None));
+        // Suspensions' records are where the GitOps objects are.
+        let with_suspensions = PolicySet::from_yaml(
+            "inline",
+            "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: p}\nspec:\n  namespaces: {include: [\"prod-*\"]}\n  breakGlass: {maxDuration: 4h, openers: {groups: [sre]}}\n  suspensions: {namespaces: [gitops]}\n",
+        )
+        .unwrap();
+        assert!(is_managed(&with_suspensions, "gitops", None));
+        assert!(!is_managed(&policies, "gitops", None));
     }
 
     #[test]
@@ -236,6 +289,7 @@ mod tests {
                     "the window ended at 2026-11-30 09:00 UTC with 0 change(s) not yet seen in Git"
                         .into(),
                 reverted_fields: Vec::new(),
+                resumed_by: None,
             }
         );
         assert_eq!(expiry.event.reason, EventReason::BreakGlassExpired);
@@ -276,5 +330,42 @@ mod tests {
                 phase: Phase::Backported,
             }]
         );
+    }
+
+    fn suspension_in(phase: Phase) -> Arc<BackportRequirement> {
+        let mut record = record_in(phase, "2026-11-30T08:00:00Z");
+        record.spec.scope = RecordScope::Suspension;
+        record.metadata.name = Some("kustomization-apps-1".into());
+        Arc::new(record)
+    }
+
+    #[test]
+    fn a_suspension_past_its_expiry_moves_to_expired_with_an_event_saying_how_to_resume() {
+        let records = [
+            suspension_in(Phase::Open),
+            suspension_in(Phase::Expired),
+            suspension_in(Phase::Resumed),
+        ];
+        let before = plan_expiry(&records, "2026-11-30T08:59:59Z".parse().unwrap());
+        assert!(before.is_empty(), "not before its expiry");
+        let planned = plan_expiry(&records, "2026-11-30T09:30:00Z".parse().unwrap());
+        assert_eq!(planned.len(), 1, "only the Open one");
+        let expiry = &planned[0];
+        assert_eq!(expiry.change.phase, Phase::Expired);
+        assert_eq!(expiry.event.reason, EventReason::SuspensionExpired);
+        assert_eq!(
+            expiry.event.note,
+            "The suspension of Deployment prod/api by alice (reason \"INC-1\") expired at 2026-11-30 09:00 UTC and nobody resumed it: Git is not in charge until it is resumed (driftgate resume deployment/api -n prod). Record kustomization-apps-1."
+        );
+        assert_eq!(expiry.event.regarding.namespace.as_deref(), Some("prod"));
+    }
+
+    #[test]
+    fn suspensions_count_in_no_backport_gauge() {
+        let records = [suspension_in(Phase::Open), suspension_in(Phase::Expired)];
+        for now in ["2026-11-30T08:30:00Z", "2026-11-30T09:30:00Z"] {
+            let gauges = record_gauges(&records, now.parse().unwrap());
+            assert_eq!((gauges.windows_open, gauges.pending), (0, 0), "{now}");
+        }
     }
 }

@@ -13,7 +13,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use crate::events::EventSink;
 use crate::ledger::controller::{DryRunMark, SettleStep, Settlement, settle_step};
 use crate::ledger::phase::{
-    PhaseChange, dry_run_matched, has_transitions, status_patch, transitioned,
+    PhaseChange, dry_run_matched, has_transitions, phase_of, status_patch, transitioned,
 };
 use crate::ledger::plan::{AppendTo, NewRecord, RecordWrite, RecordingPlan, append_patch, holds};
 use crate::ledger::record::{BackportRequirement, BackportStatus, Phase, RecordedChange};
@@ -75,6 +75,11 @@ impl RecordWriter {
                 .await?;
                 Ok(())
             }
+            RecordWrite::Renew {
+                record,
+                change,
+                patch,
+            } => self.renew(&api, record, &change, &patch, now).await,
             RecordWrite::Create(new) => self.create(&api, *new, now).await.map(|_| ()),
             RecordWrite::Append { to, change } => {
                 let record = match to {
@@ -84,6 +89,36 @@ impl RecordWriter {
                 self.append(&api, record, change).await
             }
         }
+    }
+
+    /// Moves an expired suspension's record back to Open, then patches its window. Open first:
+    /// should the window's patch fail, the expiry check finds the record Open past its old
+    /// expiry and marks it Expired again. A conflict is read again, and the move made while the
+    /// record is still Expired (another replica may have made it).
+    async fn renew(
+        &self,
+        api: &Api<BackportRequirement>,
+        record: &BackportRequirement,
+        change: &PhaseChange,
+        patch: &serde_json::Value,
+        now: Timestamp,
+    ) -> Result<(), kube::Error> {
+        let mut record = record.clone();
+        for _ in 0..3 {
+            if phase_of(&record) != Phase::Expired
+                || self.transition(&record, change, now).await?.is_some()
+            {
+                break;
+            }
+            record = api.get(&record.name_any()).await?;
+        }
+        api.patch(
+            &record.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Appends `change` to `record` unless it holds the change already. The append is

@@ -128,6 +128,39 @@ fn fixture_of(review: &Value) -> Value {
     review
 }
 
+/// The ledger's record of the suspension of Kustomization `name`, once it is in `phase`.
+async fn suspension_record(name: &str, phase: &str) -> Value {
+    super::eventually(
+        &format!("the suspension record of {name} in phase {phase}"),
+        || async {
+            let out = control_plane()
+                .kubectl(
+                    ADMIN,
+                    &[
+                        "get",
+                        "backportrequirements",
+                        "-n",
+                        FLUX_NAMESPACE,
+                        "-o",
+                        "json",
+                    ],
+                )
+                .ok();
+            let listed: Value = serde_json::from_str(&out.stdout).expect("kubectl prints JSON");
+            listed["items"]
+                .as_array()?
+                .iter()
+                .find(|r| {
+                    r["spec"]["scope"] == "Suspension"
+                        && r["spec"]["object"]["name"] == name
+                        && r["status"]["phase"] == phase
+                })
+                .cloned()
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 async fn suspending_the_real_flux_needs_an_expiry_and_it_reconciles_again_once_resumed() {
     install_crypto_provider();
@@ -254,6 +287,25 @@ async fn suspending_the_real_flux_needs_an_expiry_and_it_reconciles_again_once_r
         note.contains(&format!("label {expiry}, reason \"{REASON}\"")),
         "{note}"
     );
+    // Recorded in the ledger: who, why, until, and the change.
+    let record = suspension_record(NAME, "Open").await;
+    let window = &record["spec"]["window"];
+    assert_eq!(
+        (&window["opener"], &window["reason"], &window["labelValue"]),
+        (&json!(ALICE.user), &json!(REASON), &json!(expiry)),
+        "{record}"
+    );
+    assert_eq!(record["spec"]["object"]["kind"], "Kustomization");
+    let changes = record["spec"]["changes"].as_array().expect("changes");
+    assert_eq!(changes.len(), 1, "{record}");
+    assert!(
+        changes[0]["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["path"] == "spec.suspend"),
+        "{record}"
+    );
 
     // Flux stops: a manual change survives, and a new revision is not applied.
     kubectl(
@@ -323,6 +375,9 @@ async fn suspending_the_real_flux_needs_an_expiry_and_it_reconciles_again_once_r
         &format!("bob resumed the GitOps controller's reconciliation of Kustomization {FLUX_NAMESPACE}/{NAME} (suspended until "),
     )
     .await;
+    let record = suspension_record(NAME, "Resumed").await;
+    assert_eq!(record["status"]["resumedBy"], BOB.user, "{record}");
+    assert!(record["status"]["resumedAt"].is_string(), "{record}");
 
     let picked = [
         (
@@ -397,7 +452,29 @@ async fn a_suspension_past_its_expiry_is_counted_for_the_alert_until_it_is_resum
         start.elapsed().as_secs_f64()
     );
     assert_eq!(flux().kustomization(name)["spec"]["suspend"], true);
+    // The ledger's record says so, and an Event says how to resume it.
+    let record = suspension_record(name, "Expired").await;
+    assert_eq!(record["spec"]["window"]["opener"], ALICE.user, "{record}");
+    wait_for_event(
+        FLUX_NAMESPACE,
+        "SuspensionExpired",
+        "Kustomization",
+        name,
+        &format!("nobody resumed it: Git is not in charge until it is resumed (driftgate resume kustomization/{name} -n {FLUX_NAMESPACE})"),
+    )
+    .await;
+    let backlog = driftgate_cli(ALICE, &["backlog", "-n", FLUX_NAMESPACE]).ok();
+    assert!(
+        backlog
+            .stdout
+            .lines()
+            .any(|l| l.contains("Expired") && l.contains(&format!("kustomization/{name} "))),
+        "the backlog lists the forgotten suspension:\n{}",
+        backlog.stdout
+    );
     driftgate_cli(ALICE, &["resume", &target, "-n", FLUX_NAMESPACE]).ok();
+    let record = suspension_record(name, "Resumed").await;
+    assert_eq!(record["status"]["resumedBy"], ALICE.user, "{record}");
     super::eventually("the resumed suspension no longer counted", || async {
         suspensions_gauge("expired").filter(|n| *n == 0)
     })
