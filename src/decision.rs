@@ -646,7 +646,12 @@ impl<'a> Facts<'a> {
             );
         }
         let target = format!("{}/{name}", self.target_type());
-        let ns = self.namespace.unwrap_or("default");
+        let Some(ns) = self.namespace else {
+            // A cluster-scoped object: its window is on the object, found without -n.
+            return format!(
+                "driftgate break-glass open {target} --for 1h --reason \"{REASON_PLACEHOLDER}\""
+            );
+        };
         format!(
             "driftgate break-glass open {target} -n {ns} --for 1h --reason \"{REASON_PLACEHOLDER}\""
         )
@@ -927,12 +932,29 @@ fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
     };
     policy.guards_operation(operation)
         && policy.guards_subresource(facts.subresource)
-        && guards_namespace(policy, facts)
-        && if facts.kind_known {
-            policy.guards_resource(facts.group(), &facts.kind, &facts.request.resource.resource)
+        && if facts.namespace.is_none() {
+            guards_cluster_object(policy, facts)
         } else {
-            policy.guards_unresolved_resource(facts.group(), &facts.request.resource.resource)
+            guards_namespace(policy, facts)
+                && if facts.kind_known {
+                    policy.guards_resource(
+                        facts.group(),
+                        &facts.kind,
+                        &facts.request.resource.resource,
+                    )
+                } else {
+                    policy
+                        .guards_unresolved_resource(facts.group(), &facts.request.resource.resource)
+                }
         }
+}
+
+/// Whether the write is of a cluster-scoped object (not a Namespace, which scopes itself) of a
+/// kind the policy's `clusterScoped` lists. `resources` does not apply: no namespace selects it.
+fn guards_cluster_object(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
+    facts.namespace.is_none()
+        && facts.kind_known
+        && policy.guards_cluster_kind(facts.group(), &facts.kind)
 }
 
 fn guards_namespace(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
@@ -1229,7 +1251,7 @@ fn refuse_deletion(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome
     let rules = policy.deletions.as_ref()?;
     if facts.request.operation != Operation::Delete
         || !facts.subresource.is_empty()
-        || !guards_namespace(policy, facts)
+        || !(guards_namespace(policy, facts) || guards_cluster_object(policy, facts))
     {
         return None;
     }
@@ -1265,18 +1287,21 @@ fn deletion_protected(
     rules: &DeletionRules,
 ) -> RuleOutcome {
     let name = echo(&facts.request.name, MAX_NAME_CHARS);
-    let annotate = if facts.is_namespace_object() {
-        format!(
+    let annotate = match facts.namespace {
+        _ if facts.is_namespace_object() => format!(
             "kubectl annotate namespace/{name} {}=true",
             rules.allow_annotation
-        )
-    } else {
-        format!(
-            "kubectl annotate {}/{name} -n {} {}=true",
+        ),
+        Some(namespace) => format!(
+            "kubectl annotate {}/{name} -n {namespace} {}=true",
             facts.target_type(),
-            facts.namespace.unwrap_or("default"),
             rules.allow_annotation
-        )
+        ),
+        None => format!(
+            "kubectl annotate {}/{name} {}=true",
+            facts.target_type(),
+            rules.allow_annotation
+        ),
     };
     let window = match &policy.break_glass {
         Some(rules) => format!(
@@ -1967,7 +1992,11 @@ fn may_guard_with(
         return true;
     }
     let Some(name) = request.namespace.as_deref().filter(|ns| !ns.is_empty()) else {
-        return false;
+        // A cluster-scoped object: its kind is in the envelope (a subresource's parent kind
+        // may not be, so any subresource counts where the policy guards cluster-scoped kinds).
+        let subresource = request.sub_resource.as_deref().unwrap_or("");
+        return policy.guards_cluster_kind(&request.kind.group, &request.kind.kind)
+            || (!subresource.is_empty() && policy.cluster_scoped.is_some());
     };
     let labels = match namespace {
         Some(meta) => NamespaceLabels::Known(meta.labels.as_ref().unwrap_or(empty_labels())),

@@ -516,6 +516,10 @@ fn the_values_schema_refuses_unsafe_values() {
             "records.webhookName=gate.driftgate.dev",
             "must differ from webhook.name",
         ),
+        (
+            "webhook.clusterScoped[0].apiGroups={admissionregistration.k8s.io},webhook.clusterScoped[0].resources={validatingwebhookconfigurations}",
+            "the API server never sends webhook configurations",
+        ),
     ] {
         let out = run_helm(&["template", RELEASE, &chart, "--set", set]);
         assert!(!out.status.success(), "--set {set} rendered");
@@ -2603,4 +2607,40 @@ fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_restores_t
 
     let out = run_helm_on(&admin, &["uninstall", RELEASE, "--namespace", NAMESPACE]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn cluster_scoped_kinds_are_sent_only_as_webhook_cluster_scoped_lists_them() {
+    let cluster_rules = |manifests: &Manifests| -> Vec<Value> {
+        manifests.one("ValidatingWebhookConfiguration")["webhooks"][0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["scope"] == "Cluster")
+            .cloned()
+            .collect()
+    };
+    let namespaces = json!({"apiGroups": [""], "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE", "DELETE"],
+        "resources": ["namespaces", "namespaces/status", "namespaces/finalize"], "scope": "Cluster"});
+    assert_eq!(
+        cluster_rules(&render(&[], &[])),
+        std::slice::from_ref(&namespaces)
+    );
+    let listed = render(
+        &[],
+        &[
+            "webhook.clusterScoped[0].apiGroups={rbac.authorization.k8s.io}",
+            "webhook.clusterScoped[0].resources={clusterroles,clusterrolebindings}",
+        ],
+    );
+    assert_eq!(
+        cluster_rules(&listed),
+        [
+            namespaces,
+            json!({"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["*"],
+                "operations": ["CREATE", "UPDATE", "DELETE"],
+                "resources": ["clusterroles", "clusterrolebindings"], "scope": "Cluster"}),
+        ]
+    );
 }

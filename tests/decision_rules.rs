@@ -2935,3 +2935,172 @@ fn the_suspension_namespaces_are_read_from_the_envelope_but_not_their_leases() {
         None
     ));
 }
+
+/// The test policy guarding ClusterRoles and CRDs too, with Kubernetes' ClusterRole
+/// aggregation controller as a controller windows do not hold.
+fn cluster_scoped_policies() -> PolicySet {
+    let text = POLICY.replace(
+        "  delegations:\n",
+        "    - name: kubernetes\n      usernames: [\"system:serviceaccount:kube-system:clusterrole-aggregation-controller\"]\n      heldByWindows: false\n  delegations:\n",
+    ) + "  deletions: {}\n  clusterScoped:\n    resources:\n      - {group: rbac.authorization.k8s.io, kind: ClusterRole}\n      - {group: apiextensions.k8s.io, kind: CustomResourceDefinition}\n";
+    PolicySet::from_yaml("inline", &text).unwrap()
+}
+
+/// ClusterRole `viewer` (no namespace) with `labels` and `annotations`, reading `verbs`.
+fn cluster_role(labels: Value, annotations: Value, verbs: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "viewer", "uid": "cr-1", "labels": labels, "annotations": annotations},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
+}
+
+fn crd(annotations: Value) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com", "uid": "crd-1", "annotations": annotations},
+        "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced"}})
+}
+
+impl Req {
+    fn cluster_role(mut self) -> Self {
+        self.kind = ("rbac.authorization.k8s.io", "ClusterRole");
+        self.resource = ("rbac.authorization.k8s.io", "clusterroles");
+        self.namespace = "";
+        self.name = "viewer";
+        self
+    }
+
+    fn widgets_crd(mut self) -> Self {
+        self.kind = ("apiextensions.k8s.io", "CustomResourceDefinition");
+        self.resource = ("apiextensions.k8s.io", "customresourcedefinitions");
+        self.namespace = "";
+        self.name = "widgets.example.com";
+        self
+    }
+}
+
+#[test]
+fn cluster_scoped_objects_follow_the_namespaces_rules_with_windows_on_the_object() {
+    let guarding = cluster_scoped_policies();
+    let role = |verbs: Value| cluster_role(json!({}), json!({}), verbs);
+    let open = |verbs: Value| {
+        cluster_role(
+            json!({LABEL: "20261130T1000Z"}),
+            json!({REASON: "INC-7: pods unreadable"}),
+            verbs,
+        )
+    };
+    let get = json!(["get"]);
+    let get_list = json!(["get", "list"]);
+    let cases = vec![
+        case(
+            "bob edits a guarded ClusterRole",
+            Req::update("bob", role(get.clone()), role(get_list.clone())).cluster_role(),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("bob may not update ClusterRole viewer: only its controllers (flux, kubernetes) write here (policy \"prod\", rule NotPermitted). Change it in Git, or, in an emergency, open a break-glass window (user carol; group sre-oncall may): driftgate break-glass open clusterroles.rbac.authorization.k8s.io/viewer --for 1h --reason \"INC-…: what and why\" (policy owner: team-platform (#platform-oncall))."),
+        case(
+            "bob creates a guarded ClusterRole",
+            Req::update("bob", Value::Null, role(get.clone()))
+                .op("CREATE")
+                .cluster_role(),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "Flux applies it",
+            Req::update(FLUX, role(get.clone()), role(get_list.clone()))
+                .fm(Some("kustomize-controller"))
+                .cluster_role(),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "the aggregation controller, which windows never hold, writes it",
+            Req::update(
+                "system:serviceaccount:kube-system:clusterrole-aggregation-controller",
+                open(get.clone()),
+                open(get_list.clone()),
+            )
+            .fm(Some("clusterrole-aggregation-controller"))
+            .cluster_role(),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "alice opens a window on it",
+            Req::update("alice", role(get.clone()), open(get.clone())).cluster_role(),
+            true,
+            Rule::BreakGlassOpened,
+        ),
+        case(
+            "alice edits it under the window",
+            Req::update("alice", open(get.clone()), open(get_list.clone())).cluster_role(),
+            true,
+            Rule::BreakGlassWindow,
+        ),
+        case(
+            "the window holds Flux off it",
+            Req::update(FLUX, open(get.clone()), open(get_list.clone()))
+                .fm(Some("kustomize-controller"))
+                .cluster_role(),
+            false,
+            Rule::ControllerHeld,
+        )
+        .says("Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not update ClusterRole viewer while the break-glass window on the object (until 2026-11-30 10:00 UTC, reason \"INC-7: pods unreadable\") holds it"),
+        case(
+            "bob may not use alice's window",
+            Req::update("bob", open(get.clone()), open(get_list.clone())).cluster_role(),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "a ClusterRoleBinding is not listed, so not guarded",
+            Req {
+                kind: ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+                resource: ("rbac.authorization.k8s.io", "clusterrolebindings"),
+                ..Req::update("bob", role(get.clone()), role(get_list.clone())).cluster_role()
+            },
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "bob deletes a CRD",
+            Req::delete("bob", crd(json!({}))).widgets_crd(),
+            false,
+            Rule::DeletionProtected,
+        )
+        .says("bob may not delete CustomResourceDefinition widgets.example.com: the policy protects every CustomResourceDefinition from deletion by anyone, the GitOps controller included, unless deleting it is a deliberate act (policy \"prod\", rule DeletionProtected). If it is meant, mark it first, in Git or with kubectl annotate customresourcedefinitions.apiextensions.k8s.io/widgets.example.com driftgate.dev/allow-deletion=true, or delete it under a break-glass window (user carol; group sre-oncall may open one: driftgate break-glass open customresourcedefinitions.apiextensions.k8s.io/widgets.example.com --for 1h"),
+        case(
+            "Flux prunes a CRD",
+            Req::delete(FLUX, crd(json!({}))).widgets_crd(),
+            false,
+            Rule::DeletionProtected,
+        )
+        .says("Controller flux"),
+        case(
+            "Flux prunes a CRD marked for deletion",
+            Req::delete(FLUX, crd(json!({"driftgate.dev/allow-deletion": "true"}))).widgets_crd(),
+            true,
+            Rule::Controller,
+        ),
+    ];
+    check(&guarding, cases, None);
+
+    // Without clusterScoped, the same writes are nobody's: ClusterRoles and CRDs are out of
+    // scope, as before.
+    let cases = vec![
+        case(
+            "bob edits a ClusterRole no policy lists",
+            Req::update("bob", role(get.clone()), role(get_list)).cluster_role(),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "bob deletes a CRD no policy lists",
+            Req::delete("bob", crd(json!({}))).widgets_crd(),
+            true,
+            Rule::OutOfScope,
+        ),
+    ];
+    check(&policies(), cases, None);
+}

@@ -206,6 +206,9 @@ pub(crate) struct Located {
     kind: String,
     /// The namespace of a namespaced object; none for the Namespace itself.
     namespace: Option<String>,
+    /// An object of a cluster-scoped kind other than Namespace (a ClusterRole): -n does not
+    /// apply to it.
+    cluster_scoped: bool,
     /// The resource as discovery serves it (group and Kind).
     pub(crate) served: ApiResource,
 }
@@ -275,6 +278,7 @@ pub(crate) async fn locate(
             resource: "namespaces".to_owned(),
             kind: "namespace".to_owned(),
             namespace: None,
+            cluster_scoped: false,
             served: resource,
         });
     };
@@ -292,13 +296,19 @@ pub(crate) async fn locate(
         Api::all_with(cluster.client.clone(), &resource)
     };
     let kind_word = resource.kind.to_lowercase();
+    let words = if namespaced {
+        format!("{kind_word}/{name} in namespace {namespace}")
+    } else {
+        format!("{kind_word}/{name} (cluster-scoped)")
+    };
     Ok(Located {
         api,
         name: name.clone(),
-        words: format!("{kind_word}/{name} in namespace {namespace}"),
+        words,
         resource: resource_name(&resource),
         kind: kind_word,
         namespace: namespaced.then(|| namespace.to_owned()),
+        cluster_scoped: !namespaced,
         served: resource,
     })
 }
@@ -395,25 +405,42 @@ pub(crate) fn headline_and_warnings(
 
 /// What `open` prints once the window is open (pure): until when, driftgate's own words about
 /// it (that the controller is held off), what happens at expiry, how to extend, what follows.
+/// `namespace` is None for a cluster-scoped object, whose record driftgate keeps in its own
+/// namespace.
 pub fn opened_message(
     program: &str,
     words: &str,
     command_target: &str,
-    namespace: &str,
+    namespace: Option<&str>,
     expiry: (String, String),
     warnings: &[String],
 ) -> String {
     let (local, utc) = expiry;
+    let (guards, backlog, close) = match namespace {
+        Some(ns) => (
+            format!("namespace {ns}"),
+            format!("-n {ns}"),
+            format!("{command_target}-n {ns}"),
+        ),
+        None => (
+            format!(
+                "{} objects (policy clusterScoped)",
+                words.split('/').next().unwrap_or(words)
+            ),
+            "-A".to_owned(),
+            command_target.trim_end().to_owned(),
+        ),
+    };
     let mut text = headline_and_warnings(
         format!("break-glass window open on {words} until {local} ({utc})."),
         warnings,
-        &format!("check that its webhook guards namespace {namespace}, or nothing is held off"),
+        &format!("check that its webhook guards {guards}, or nothing is held off"),
     );
     text.push_str(
         "At expiry the controller reconciles it back to Git, undoing what was not backported; run this command again to extend the window.\n",
     );
     text.push_str(&format!(
-        "Next: `{program} backlog -n {namespace}` lists what must be backported; `{program} break-glass close {command_target}-n {namespace}` ends the window early.\n"
+        "Next: `{program} backlog {backlog}` lists what must be backported; `{program} break-glass close {close}` ends the window early.\n"
     ));
     text
 }
@@ -450,7 +477,7 @@ pub async fn open(args: &OpenArgs, program: &str, out: &mut impl Write) -> Resul
         program,
         &located.words,
         &command_target,
-        &namespace,
+        (!located.cluster_scoped).then_some(namespace.as_str()),
         (local(expiry), human_utc(expiry)),
         &warnings,
     );
@@ -597,7 +624,8 @@ fn listed_window(
 }
 
 /// The windows on one resource in `namespace` (all when `None`); `None` when it is not
-/// searched (cluster-scoped other than Namespace, or not listable).
+/// searched (not listable, or cluster-scoped other than Namespace when a namespace is asked
+/// for: windows on ClusterRoles, CRDs are listed with -A).
 async fn windows_of(
     cluster: &Cluster,
     (resource, caps): &(ApiResource, ApiCapabilities),
@@ -607,7 +635,7 @@ async fn windows_of(
 ) -> Option<Result<Vec<ListedWindow>, CliError>> {
     let is_namespace = resource.group.is_empty() && resource.kind == "Namespace";
     if !caps.supports_operation(kube::discovery::verbs::LIST)
-        || (caps.scope == Scope::Cluster && !is_namespace)
+        || (caps.scope == Scope::Cluster && !is_namespace && namespace.is_some())
     {
         return None;
     }
@@ -720,7 +748,7 @@ mod tests {
             "kubectl driftgate",
             "deployment/api in namespace prod",
             "deployment/api ",
-            "prod",
+            Some("prod"),
             ("2026-12-01 15:00 CET".into(), "2026-12-01 14:00 UTC".into()),
             std::slice::from_ref(&warning),
         );
@@ -743,7 +771,7 @@ mod tests {
             "driftgate",
             "namespace dev",
             "",
-            "dev",
+            Some("dev"),
             ("a".into(), "b".into()),
             &[],
         );
@@ -755,6 +783,20 @@ mod tests {
         assert!(
             unguarded.contains("`driftgate break-glass close -n dev`"),
             "{unguarded}"
+        );
+        let cluster_scoped = opened_message(
+            "driftgate",
+            "clusterrole/viewer (cluster-scoped)",
+            "clusterrole/viewer ",
+            None,
+            ("a".into(), "b".into()),
+            &[],
+        );
+        assert!(
+            cluster_scoped.contains("`driftgate backlog -A`")
+                && cluster_scoped.contains("`driftgate break-glass close clusterrole/viewer`")
+                && cluster_scoped.contains("its webhook guards clusterrole objects"),
+            "{cluster_scoped}"
         );
     }
 

@@ -27,3 +27,34 @@ pub async fn who_am_i(client: kube::Client) -> Result<String, WhoAmIError> {
         .filter(|u| !u.is_empty())
         .ok_or(WhoAmIError::NoUser)
 }
+
+/// The namespace of a service account's username (`system:serviceaccount:NS:NAME`): where
+/// driftgate keeps the records of windows on cluster-scoped objects, which have no namespace of
+/// their own. None for any other username.
+pub fn service_account_namespace(username: &str) -> Option<&str> {
+    let rest = username.strip_prefix("system:serviceaccount:")?;
+    let (namespace, name) = rest.split_once(':')?;
+    (!namespace.is_empty() && !name.is_empty() && !name.contains(':')).then_some(namespace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_service_accounts_namespace_is_read_from_its_username() {
+        assert_eq!(
+            service_account_namespace("system:serviceaccount:driftgate:driftgate"),
+            Some("driftgate")
+        );
+        for other in [
+            "alice",
+            "system:serviceaccount:driftgate",
+            "system:serviceaccount::x",
+            "system:serviceaccount:a:b:c",
+            "system:kube-controller-manager",
+        ] {
+            assert_eq!(service_account_namespace(other), None, "{other}");
+        }
+    }
+}

@@ -80,6 +80,9 @@ struct Connected {
     policies: Arc<ArcSwap<PolicySet>>,
     namespaces: NamespaceCache,
     retention: Option<Duration>,
+    /// The Ledger's guard, whose writer (`system:serviceaccount:NS:NAME`) names driftgate's
+    /// own namespace: where the records of cluster-scoped objects are kept.
+    guard: Arc<ArcSwap<LedgerGuard>>,
 }
 
 impl Ledger {
@@ -169,6 +172,7 @@ impl Ledger {
         shutdown: CancellationToken,
     ) -> (Ledger, Vec<JoinHandle<()>>) {
         let (store, writer) = reflector::store();
+        let guard: Arc<ArcSwap<LedgerGuard>> = Arc::default();
         let connected = Arc::new(Connected {
             writer: RecordWriter {
                 client: client.clone(),
@@ -181,6 +185,7 @@ impl Ledger {
             policies,
             namespaces,
             retention: upkeep.retention,
+            guard: guard.clone(),
         });
         let api: Api<BackportRequirement> = Api::all(client);
         let watcher_task = tokio::spawn(connected.clone().watch(api, writer, shutdown.clone()));
@@ -190,7 +195,7 @@ impl Ledger {
                 inner: Some(connected),
                 metrics,
                 write_timeout: DEFAULT_WRITE_TIMEOUT,
-                guard: Arc::default(),
+                guard,
                 identity_pending: Arc::default(),
             },
             vec![watcher_task, upkeep_task],
@@ -291,7 +296,7 @@ impl Ledger {
                 self.write_timeout
             )
         })
-        .and_then(|written| written.map_err(|e| e.to_string()));
+        .and_then(|written| written);
         let Err(error) = recorded else {
             Metrics::count_result(&self.metrics.ledger_writes, true);
             return None;
@@ -380,14 +385,32 @@ impl Connected {
         verdict: &PolicyVerdict,
         rules: &BreakGlassRules,
         now: Timestamp,
-    ) -> Result<(), kube::Error> {
-        let key = record_key(facts, decision, verdict);
+    ) -> Result<(), String> {
+        let mut key = record_key(facts, decision, verdict);
+        if key.namespace.is_empty() {
+            // A cluster-scoped object: its records are kept in driftgate's own namespace.
+            key.namespace = self.home().ok_or_else(|| {
+                "driftgate does not know its own namespace, where records of cluster-scoped objects are kept (serve --service-account system:serviceaccount:NS:NAME)".to_owned()
+            })?;
+        }
         let listed = self
             .writer
             .list(&key.namespace, &key.label_selector())
-            .await?;
+            .await
+            .map_err(|e| e.to_string())?;
         let plan = plan_recording(&key, facts, decision, verdict, rules, &listed, now);
-        self.writer.record(&key.namespace, plan, now).await
+        self.writer
+            .record(&key.namespace, plan, now)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// driftgate's own namespace, from its service account's username; None while it is not
+    /// known, or when driftgate runs as another kind of user.
+    fn home(&self) -> Option<String> {
+        let guard = self.guard.load();
+        let writer = guard.writer.as_deref()?;
+        crate::ledger::identity::service_account_namespace(writer).map(str::to_owned)
     }
 
     /// The controller's write, against records awaiting backport for this object: the
@@ -401,7 +424,10 @@ impl Connected {
         rules: &BreakGlassRules,
         now: Timestamp,
     ) -> Option<Refusal> {
-        let written = WrittenObject::of(facts)?;
+        let mut written = WrittenObject::of(facts)?;
+        if written.namespace.is_empty() {
+            written.namespace = self.home()?;
+        }
         // Filtered inside the store: every controller write asks, and few objects have records.
         let awaiting = self.store.state_filter(|r| written.awaited_by(r, now));
         if awaiting.is_empty() {
@@ -419,9 +445,16 @@ impl Connected {
         plan.refusal
     }
 
-    /// The records this driftgate looks after: those in namespaces its policies guard.
+    /// The records this driftgate looks after: those in namespaces its policies guard, and in
+    /// its own namespace those of cluster-scoped objects when a policy guards such kinds.
     fn managed_records(&self) -> Vec<Arc<BackportRequirement>> {
         let policies = self.policies.load();
+        let home = self.home().filter(|_| {
+            policies
+                .policies()
+                .iter()
+                .any(|p| p.break_glass.is_some() && p.cluster_scoped.is_some())
+        });
         self.store
             .state()
             .into_iter()
@@ -431,11 +464,12 @@ impl Connected {
                     .namespace
                     .as_deref()
                     .is_some_and(|namespace| {
-                        is_managed(
-                            &policies,
-                            namespace,
-                            self.namespaces.get(namespace).as_deref(),
-                        )
+                        home.as_deref() == Some(namespace)
+                            || is_managed(
+                                &policies,
+                                namespace,
+                                self.namespaces.get(namespace).as_deref(),
+                            )
                     })
             })
             .collect()

@@ -66,6 +66,10 @@ pub struct GatePolicySpec {
     /// opener, a reason and an expiry, as `breakGlass` says.
     #[serde(default)]
     pub suspensions: Option<Spanned<SuspensionsSpec>>,
+    /// Cluster-scoped kinds the policy guards too, by the same rules as in its namespaces,
+    /// with windows on the object.
+    #[serde(default)]
+    pub cluster_scoped: Option<Spanned<ClusterScopedSpec>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -169,8 +173,8 @@ pub struct BreakGlassSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct DeletionsSpec {
-    /// `group/Kind` globs (default: PersistentVolumeClaims and Namespaces), whatever
-    /// `resources` says.
+    /// `group/Kind` globs (default: PersistentVolumeClaims and Namespaces, and
+    /// CustomResourceDefinitions when the policy has `clusterScoped`), whatever `resources` says.
     #[serde(default)]
     pub kinds: Option<Vec<Spanned<String>>>,
     /// The annotation (value `"true"`) that allows deleting one object.
@@ -251,4 +255,23 @@ pub enum SuspendedWhen {
 pub struct SuspensionAnnotationSpec {
     pub key: Spanned<String>,
     pub value: Spanned<String>,
+}
+
+/// The cluster-scoped kinds a policy guards (ClusterRoles, CRDs): no namespace selects them, so
+/// they are listed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterScopedSpec {
+    /// Default: CustomResourceDefinition, ClusterRole and ClusterRoleBinding.
+    #[serde(default)]
+    pub resources: Option<Vec<Spanned<ClusterScopedResourceSpec>>>,
+}
+
+/// One cluster-scoped kind, by API group (`""` or `core` for the core group) and kind.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterScopedResourceSpec {
+    #[serde(default)]
+    pub group: Option<Spanned<String>>,
+    pub kind: Spanned<String>,
 }

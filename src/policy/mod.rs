@@ -4,6 +4,7 @@
 //! naming its file, line, document and field, and what is allowed instead.
 
 pub mod admission;
+pub mod cluster_scoped;
 pub mod document;
 mod foreign;
 pub mod gatepolicy;
@@ -20,8 +21,8 @@ use serde_saphyr::{Location, Spanned};
 
 pub use document::PolicyMode;
 use document::{
-    API_VERSION, BreakGlassSpec, ControllerSpec, DelegationSpec, DeletionLimitSpec, DeletionsSpec,
-    GatePolicyDocument, GuardedOperation, KIND,
+    API_VERSION, BreakGlassSpec, ClusterScopedSpec, ControllerSpec, DelegationSpec,
+    DeletionLimitSpec, DeletionsSpec, GatePolicyDocument, GuardedOperation, KIND,
 };
 
 use reading::Node;
@@ -207,6 +208,10 @@ impl DeletionRules {
 
 /// The kinds protected from deletion when `deletions.kinds` is not given.
 pub const DEFAULT_PROTECTED_KINDS: &[&str] = &["core/PersistentVolumeClaim", "core/Namespace"];
+/// Added to [`DEFAULT_PROTECTED_KINDS`] when the policy guards cluster-scoped kinds: deleting a
+/// CRD deletes every object of its kind.
+pub const DEFAULT_PROTECTED_CLUSTER_KINDS: &[&str] =
+    &["apiextensions.k8s.io/CustomResourceDefinition"];
 /// The annotation that allows deleting one protected object.
 pub const DEFAULT_ALLOW_DELETION_ANNOTATION: &str = "driftgate.dev/allow-deletion";
 /// Kubernetes' controllers whose deletes follow a deliberate deletion (of the namespace, of the
@@ -237,6 +242,8 @@ pub struct GatePolicy {
     /// What counts as suspending the GitOps controller; a suspension needs a window as
     /// `break_glass` opens one.
     pub suspensions: Option<suspensions::SuspensionRules>,
+    /// The cluster-scoped kinds this policy guards, by the same rules as its namespaces.
+    pub cluster_scoped: Option<cluster_scoped::ClusterScopedRules>,
 }
 
 /// Whether the labels of a namespace are known to the caller.
@@ -264,6 +271,14 @@ impl GatePolicy {
                 .iter()
                 .all(|(key, value)| labels.get(key) == Some(value)),
         }
+    }
+
+    /// Whether a write of `group`/`kind` outside any namespace (a ClusterRole, a CRD) is this
+    /// policy's, by `clusterScoped`.
+    pub fn guards_cluster_kind(&self, group: &str, kind: &str) -> bool {
+        self.cluster_scoped
+            .as_ref()
+            .is_some_and(|rules| rules.guards(group, kind))
     }
 
     /// `kind_name` and `resource_name` are both offered as `group/…`, so a policy may say
@@ -942,7 +957,12 @@ impl Checker<'_> {
         let controllers = self.controllers(&spec.controllers, holds);
         let delegations = self.delegations(&spec.delegations, &subresources);
         let break_glass = spec.break_glass.map(|bg| self.break_glass(bg.value));
-        let deletions = spec.deletions.map(|d| self.deletions(d.value));
+        let cluster_scoped = spec
+            .cluster_scoped
+            .map(|c| self.cluster_scoped(c.referenced, c.value));
+        let deletions = spec
+            .deletions
+            .map(|d| self.deletions(d.value, cluster_scoped.is_some()));
         if let (Some(section), None) = (&spec.suspensions, &break_glass) {
             self.error(
                 section.referenced,
@@ -972,7 +992,57 @@ impl Checker<'_> {
             break_glass: break_glass.flatten(),
             deletions: deletions.flatten(),
             suspensions,
+            cluster_scoped,
         })
+    }
+
+    /// `spec.clusterScoped`: every entry that cannot be guarded said at its line, with why.
+    fn cluster_scoped(
+        &mut self,
+        at: Location,
+        spec: ClusterScopedSpec,
+    ) -> cluster_scoped::ClusterScopedRules {
+        use cluster_scoped::{ClusterKind, DEFAULT_CLUSTER_SCOPED};
+        let Some(entries) = spec.resources else {
+            let kinds = DEFAULT_CLUSTER_SCOPED
+                .iter()
+                .map(|(group, kind)| ClusterKind {
+                    group: (*group).to_owned(),
+                    kind: (*kind).to_owned(),
+                })
+                .collect();
+            return cluster_scoped::ClusterScopedRules { kinds };
+        };
+        let known = cluster_scoped::built_in_kinds();
+        let mut kinds: Vec<ClusterKind> = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let field = format!("spec.clusterScoped.resources[{i}]");
+            let group = entry.value.group.as_ref().map_or("", |g| g.value.as_str());
+            let group = if group == "core" { "" } else { group };
+            let kind = ClusterKind {
+                group: group.to_owned(),
+                kind: entry.value.kind.value.clone(),
+            };
+            let problem = if kind.kind.is_empty() {
+                Some("kind must not be empty".to_owned())
+            } else if kinds.contains(&kind) {
+                Some(format!("{kind} is listed twice"))
+            } else {
+                cluster_scoped::problem(group, &kind.kind, &known)
+            };
+            match problem {
+                Some(problem) => self.error(entry.referenced, field, problem),
+                None => kinds.push(kind),
+            }
+        }
+        if entries.is_empty() {
+            self.error(
+                at,
+                "spec.clusterScoped.resources",
+                "is empty: list the kinds to guard, or leave it out for CustomResourceDefinition, ClusterRole and ClusterRoleBinding",
+            );
+        }
+        cluster_scoped::ClusterScopedRules { kinds }
     }
 
     fn resource_patterns(&mut self, field: &str, list: &[Spanned<String>]) {
@@ -1120,19 +1190,27 @@ impl Checker<'_> {
         out
     }
 
-    fn deletions(&mut self, spec: DeletionsSpec) -> Option<DeletionRules> {
+    /// `cluster_scoped`: the policy guards cluster-scoped kinds, so CRDs are protected by default.
+    fn deletions(&mut self, spec: DeletionsSpec, cluster_scoped: bool) -> Option<DeletionRules> {
+        let extra: &[&str] = if cluster_scoped {
+            DEFAULT_PROTECTED_CLUSTER_KINDS
+        } else {
+            &[]
+        };
+        let defaults: Vec<&str> = DEFAULT_PROTECTED_KINDS
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
         let kind_patterns: Vec<String> = match &spec.kinds {
-            None => DEFAULT_PROTECTED_KINDS
-                .iter()
-                .map(|k| k.to_string())
-                .collect(),
+            None => defaults.iter().map(|k| k.to_string()).collect(),
             Some(list) => {
                 self.resource_patterns("spec.deletions.kinds", list);
                 list.iter().map(|k| k.value.clone()).collect()
             }
         };
         let kinds = match &spec.kinds {
-            None => compile_globs(DEFAULT_PROTECTED_KINDS).unwrap_or_default(),
+            None => compile_globs(&defaults).unwrap_or_default(),
             Some(list) => self.globs("spec.deletions.kinds", list),
         };
         let allow_annotation = match spec.allow_annotation {

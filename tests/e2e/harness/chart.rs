@@ -93,13 +93,44 @@ pub fn policies_webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> V
     configuration_with(name, url, ca_pem, "policies.driftgate.dev")
 }
 
+/// The chart's gate webhook alone with `webhook.clusterScoped[i]` set to each of `cluster_scoped`
+/// (`(apiGroup, [resources])`), as a policy's `clusterScoped` section needs.
+pub fn cluster_scoped_webhook_configuration(
+    name: &str,
+    url: &str,
+    ca_pem: &[u8],
+    cluster_scoped: &[(&str, &[&str])],
+) -> Value {
+    let mut sets = Vec::new();
+    for (i, (group, resources)) in cluster_scoped.iter().enumerate() {
+        sets.push(format!("webhook.clusterScoped[{i}].apiGroups={{{group}}}"));
+        sets.push(format!(
+            "webhook.clusterScoped[{i}].resources={{{}}}",
+            resources.join(",")
+        ));
+    }
+    configuration_with_sets(name, url, ca_pem, "gate.driftgate.dev", &sets)
+}
+
 fn configuration_with(name: &str, url: &str, ca_pem: &[u8], webhook: &str) -> Value {
-    let objects = render(&[
+    configuration_with_sets(name, url, ca_pem, webhook, &[])
+}
+
+fn configuration_with_sets(
+    name: &str,
+    url: &str,
+    ca_pem: &[u8],
+    webhook: &str,
+    sets: &[String],
+) -> Value {
+    let mut all = vec![
         format!("webhook.url={url}"),
         format!("webhook.caBundle={}", BASE64_STANDARD.encode(ca_pem)),
         // Renders every webhook; the one asked for is kept.
         "gatePolicies.enabled=true".to_owned(),
-    ]);
+    ];
+    all.extend_from_slice(sets);
+    let objects = render(&all);
     let mut configuration = one(&objects, "ValidatingWebhookConfiguration");
     configuration["metadata"] = serde_json::json!({"name": name});
     let webhooks = configuration["webhooks"]

@@ -12,6 +12,7 @@ mod backport;
 mod blast_radius;
 mod break_glass;
 mod bypass;
+mod cluster_scoped;
 mod deep;
 mod effects;
 mod gatepolicy;
