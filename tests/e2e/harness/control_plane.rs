@@ -112,11 +112,11 @@ rules:
   - apiGroups: [kustomize.toolkit.fluxcd.io, helm.toolkit.fluxcd.io, source.toolkit.fluxcd.io]
     resources: ["*"]
     verbs: [get, list, watch, patch]
-  # What on-call engineers need for `driftgate backlog` and `backlog resolve` (the chart
-  # README gives the same role).
+  # What on-call engineers need for `driftgate backlog`, `backlog resolve` and `backlog link`
+  # (the chart README gives the same role).
   - apiGroups: [driftgate.dev]
     resources: [backportrequirements]
-    verbs: [get, list, watch]
+    verbs: [get, list, watch, patch]
   - apiGroups: [driftgate.dev]
     resources: [backportrequirements/status]
     verbs: [patch]

@@ -2,7 +2,8 @@
 //! into real Git repositories the tests make with the `git` CLI: a plain manifest, and a
 //! Kustomize base with an overlay patch; and says why it writes nothing for a Helm-rendered
 //! object or a checkout with uncommitted changes. The record is the real one the shared
-//! driftgate wrote for alice's window on the real API server.
+//! driftgate wrote for alice's window on the real API server. The last test is the whole on-call
+//! path with the real Flux: open, fix, backport, link, merge, Backported.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,7 +12,11 @@ use serde_json::Value;
 
 use crate::harness::{ALICE, HPA, control_plane, driftgate_cli, install_crypto_provider, shared};
 
-use super::{IMAGE, api_deployment, flux_apply, get_json, kubectl, records, show};
+use crate::harness::flux::flux;
+
+use super::{
+    IMAGE, api_deployment, flux_apply, get_json, kubectl, namespace_with_api, records, show,
+};
 
 const REASON: &str = "INC-1501: checkout latency, scaling out and rolling the fixed image";
 const HOTFIX: &str = "registry.example/payments-api:1.4.3";
@@ -342,4 +347,149 @@ async fn a_field_the_hpa_took_over_after_the_fix_is_named_and_not_written() {
         "{}",
         out.stdout
     );
+}
+
+/// The on-call path of issue 15 with the real Flux: open, fix, `backport`, `backlog link`, the
+/// pull request merged (its tree is the revision Flux applies), the window closed, and the
+/// record Backported by the real kustomize-controller.
+#[tokio::test]
+async fn open_fix_backport_link_merge_and_the_real_flux_settles_it() {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-flux-oncall";
+    let git_tree = format!(
+        "# Payments, as Flux applies it.\n{}",
+        namespace_with_api(ns).replace(
+            "  replicas: 2\n",
+            "  replicas: 2 # see RUNBOOK.md before changing\n"
+        )
+    );
+    let repo = repository("oncall", &[("apps.yaml", &git_tree)]);
+    flux().publish(ns, &git_tree);
+    flux().kustomize(ns, "5s");
+    super::eventually("Flux to apply the first revision", || async {
+        (get_json_or_null("deployment/api", ns)["spec"]["replicas"] == 2).then_some(())
+    })
+    .await;
+
+    // 03:00: the window, the fix.
+    show(driftgate_cli(
+        ALICE,
+        &[
+            "break-glass",
+            "open",
+            "deployment/api",
+            "-n",
+            ns,
+            "--for",
+            "1h",
+            "--reason",
+            REASON,
+        ],
+    ))
+    .ok();
+    kubectl(
+        ALICE,
+        &["scale", "deployment/api", "-n", ns, "--replicas=5"],
+    )
+    .ok();
+    kubectl(
+        ALICE,
+        &[
+            "set",
+            "image",
+            "deployment/api",
+            "-n",
+            ns,
+            &format!("api={HOTFIX}"),
+        ],
+    )
+    .ok();
+    let record = records(ns).await[0].metadata.name.clone().unwrap();
+
+    // 09:00: the backport, from the Kustomization's own path, and its pull request linked.
+    let written = backport(&record, ns, &repo, &[]).ok();
+    assert!(
+        written.stdout.contains(&format!(
+            "Flux's Kustomization flux-system/{ns} applies the repository's root"
+        )),
+        "{}",
+        written.stdout
+    );
+    let url = "https://git.example/payments-gitops/pull/1501";
+    let linked = show(driftgate_cli(
+        ALICE,
+        &["backlog", "link", &record, "-n", ns, "--url", url],
+    ))
+    .ok();
+    assert!(
+        linked.stdout.contains(&format!("is backported by {url}")),
+        "{}",
+        linked.stdout
+    );
+    let backlog = show(driftgate_cli(ALICE, &["backlog", "-n", ns, "-o", "json"])).ok();
+    let listed: Value = serde_json::from_str(&backlog.stdout).unwrap();
+    assert_eq!(listed["items"][0]["pullRequest"], url, "{listed}");
+    let refused = show(driftgate_cli(
+        ALICE,
+        &["backlog", "link", &record, "-n", ns, "--url", "pull/1501"],
+    ));
+    assert_eq!(refused.code, Some(2));
+    assert!(
+        refused
+            .stderr
+            .contains("is not a pull request's address: it must start with https://"),
+        "{}",
+        refused.stderr
+    );
+
+    // The pull request is merged: main is the branch, and Flux applies main.
+    let branch = format!("driftgate/backport-{record}");
+    git(&repo, &["switch", "--quiet", "main"]);
+    git(&repo, &["merge", "--quiet", "--ff-only", &branch]);
+    let merged = std::fs::read_to_string(repo.join("apps.yaml")).unwrap();
+    assert_eq!(
+        merged,
+        git_tree
+            .replace("replicas: 2 #", "replicas: 5 #")
+            .replace(IMAGE, HOTFIX)
+    );
+    flux().publish(ns, &merged);
+    driftgate_cli(ALICE, &["break-glass", "close", "deployment/api", "-n", ns]).ok();
+    let settled = super::eventually("the record to be Backported by the real Flux", || async {
+        records(ns).await.into_iter().find(|r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.phase == driftgate::ledger::record::Phase::Backported)
+        })
+    })
+    .await;
+    let last = settled.status.as_ref().unwrap().transitions.last().unwrap();
+    eprintln!("{ns}: Backported by {} ({})", last.reason, last.message);
+    let live = get_json("deployment/api", ns);
+    assert_eq!(live["spec"]["replicas"], 5);
+    assert_eq!(
+        live["spec"]["template"]["spec"]["containers"][0]["image"],
+        HOTFIX
+    );
+    let after = show(driftgate_cli(ALICE, &["backlog", "-n", ns, "-o", "json"])).ok();
+    let listed: Value = serde_json::from_str(&after.stdout).unwrap();
+    assert_eq!(
+        listed["items"],
+        serde_json::json!([]),
+        "nothing left to backport: {listed}"
+    );
+}
+
+/// The object as JSON, or null while it does not exist yet.
+fn get_json_or_null(target: &str, namespace: &str) -> Value {
+    let out = control_plane().kubectl(
+        crate::harness::ADMIN,
+        &["get", target, "-n", namespace, "-o", "json"],
+    );
+    if out.success() {
+        serde_json::from_str(&out.stdout).unwrap_or(Value::Null)
+    } else {
+        Value::Null
+    }
 }
