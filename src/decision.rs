@@ -1765,10 +1765,13 @@ fn break_glass_change(
     let now = facts.input.now;
     let reason = reason_of(new, rules);
     match (&old_label, &new_label) {
-        (Some(_), None) => {
+        (Some(old_value), None) => {
             // Closing hands the object back to the controller: openers may, the controller may
-            // (handled before this rule), others may not.
-            if is_opener {
+            // (handled before this rule), others may not. A label that holds no window any
+            // more (past its expiry, or not an expiry) hands nothing back: removing it is
+            // tidying up, which anyone who may write the object may do.
+            let holds_window = parse_expiry(old_value).is_ok_and(|expiry| expiry > now);
+            if is_opener || !holds_window {
                 Ok(BreakGlassChange::Closed)
             } else {
                 Err(refuse(format!(

@@ -17,6 +17,7 @@ pub mod fieldpath;
 pub mod kube_state;
 pub mod leader;
 pub mod ledger;
+pub mod lingering;
 pub mod metrics;
 pub mod ownership;
 pub mod policy;

@@ -52,6 +52,11 @@ pub struct ControllerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SuspensionLabels {
     pub policy: String,
     /// `open`, `expired` (past its expiry: forgotten) or `unbounded` (no expiry).
@@ -79,6 +84,8 @@ pub struct Metrics {
     pub break_glass_windows_open: Gauge,
     /// Suspended GitOps objects, by policy and state (see `suspensions`).
     pub suspensions: Family<SuspensionLabels, Gauge>,
+    /// Objects reviewed with a break-glass label past its expiry, by policy.
+    pub break_glass_labels_expired: Family<PolicyLabels, Gauge>,
     /// Expired suspensions driftgate resumed itself (`--resume-expired-suspensions`), by policy
     /// and result.
     pub suspension_resumes: Family<ResumeLabels, Counter>,
@@ -168,6 +175,12 @@ impl Metrics {
             "suspensions",
             "GitOps objects whose reconciliation is suspended, by policy and state: open (before its expiry), expired (past it, nobody resumed it), unbounded (no expiry label)",
             suspensions.clone(),
+        );
+        let break_glass_labels_expired = Family::<PolicyLabels, Gauge>::default();
+        registry.register(
+            "break_glass_labels_expired",
+            "Objects whose break-glass label is past its expiry as last reviewed (the window ended; the label was never removed), by policy",
+            break_glass_labels_expired.clone(),
         );
         let suspension_resumes = Family::<ResumeLabels, Counter>::default();
         registry.register(
@@ -369,6 +382,7 @@ impl Metrics {
             review_duration,
             break_glass_windows_open,
             suspensions,
+            break_glass_labels_expired,
             suspension_resumes,
             events_published,
             events_dropped,

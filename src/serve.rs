@@ -564,6 +564,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         ));
     }
 
+    tasks.push(crate::server::spawn_lingering_gauge(
+        state.clone(),
+        args.expiry_check_interval,
+        shutdown.clone(),
+    ));
+
     let force_reload = Arc::new(Notify::new());
     tasks.push(spawn_policy_reloader(
         seen,

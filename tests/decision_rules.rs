@@ -777,6 +777,26 @@ fn cases() -> Vec<Case> {
             Rule::BreakGlassRefused,
         ),
         case(
+            "bob may remove a label past its expiry: it holds no window",
+            Req::update("bob", open(), plain()),
+            true,
+            Rule::BreakGlassClosed,
+        )
+        .at("2026-11-30T10:00:00Z"),
+        case(
+            "bob may remove a label that is not an expiry",
+            Req::update("bob", with_window("tomorrow", Some("INC-1: OOM")), plain()),
+            true,
+            Rule::BreakGlassClosed,
+        ),
+        case(
+            "bob may not remove an expired label and edit in one write",
+            Req::update("bob", open(), edited()),
+            false,
+            Rule::WindowExpired,
+        )
+        .at("2026-11-30T10:00:00Z"),
+        case(
             "opening and editing in one write uses no window",
             Req::update("alice", plain(), open_edited()),
             false,

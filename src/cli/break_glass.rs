@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::CliError;
-use crate::cli::output::{Listed, OutputArgs, render};
+use crate::cli::output::{Listed, OutputArgs, OutputFormat, render};
 use crate::policy::{DEFAULT_BREAK_GLASS_LABEL, DEFAULT_REASON_ANNOTATION};
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, echo};
 use crate::timefmt::{WindowDuration, format_expiry, human_utc, parse_expiry};
@@ -529,6 +529,10 @@ pub struct ListedWindow {
     /// The break-glass label's value.
     pub label: String,
     pub reason: String,
+    /// For a label that holds no window any more (expired, or not an expiry): the command that
+    /// removes it. Anyone who may write the object may run it; it needs no opener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remove_with: Option<String>,
 }
 
 impl Listed for ListedWindow {
@@ -620,6 +624,24 @@ fn listed_window(
             .and_then(|a| a.get(&keys.reason_annotation))
             .cloned()
             .unwrap_or_default(),
+        remove_with: None,
+    }
+}
+
+/// The command that removes a label holding no window from `window`'s object.
+fn remove_command(window: &ListedWindow, program: &str, cluster_scoped: bool) -> String {
+    match (window.object.as_str(), cluster_scoped) {
+        ("(whole namespace)", _) => {
+            format!(
+                "{program} break-glass close --namespace {}",
+                window.namespace
+            )
+        }
+        (object, true) => format!("{program} break-glass close {object}"),
+        (object, false) => format!(
+            "{program} break-glass close {object} -n {}",
+            window.namespace
+        ),
     }
 }
 
@@ -669,7 +691,7 @@ async fn windows_of(
     )
 }
 
-pub async fn list(args: &ListArgs, out: &mut impl Write) -> Result<(), CliError> {
+pub async fn list(args: &ListArgs, program: &str, out: &mut impl Write) -> Result<(), CliError> {
     let cluster = connect(&args.connection).await?;
     let namespace = args.scope.namespace(&cluster);
     let discovery = discover(&cluster).await?;
@@ -697,12 +719,39 @@ pub async fn list(args: &ListArgs, out: &mut impl Write) -> Result<(), CliError>
         return Err(error);
     }
     rows.sort_by(|a, b| (&a.namespace, &a.object).cmp(&(&b.namespace, &b.object)));
+    for row in rows.iter_mut().filter(|r| r.state != "open") {
+        let cluster_scoped = row.namespace.is_empty();
+        row.remove_with = Some(remove_command(row, program, cluster_scoped));
+    }
     let _ = write!(
         out,
         "{}",
         render(&rows, &args.output, "No break-glass windows.")
     );
+    if matches!(args.output.output, OutputFormat::Table | OutputFormat::Wide) {
+        let _ = write!(out, "{}", lingering_advice(&rows));
+    }
     Ok(())
+}
+
+/// What to do about labels that hold no window: they hold nothing off, but they stay until
+/// removed, and every listing shows them.
+fn lingering_advice(rows: &[ListedWindow]) -> String {
+    let commands: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.remove_with.as_deref())
+        .collect();
+    if commands.is_empty() {
+        return String::new();
+    }
+    let mut advice = format!(
+        "\n{} label(s) no longer hold a window (expired, or not an expiry); nothing holds the controller off, but the label stays until removed. Remove each (no opener needed):\n",
+        commands.len()
+    );
+    for command in commands {
+        advice.push_str(&format!("  {command}\n"));
+    }
+    advice
 }
 
 #[cfg(test)]

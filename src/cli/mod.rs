@@ -176,7 +176,7 @@ fn break_glass(
         match command {
             BreakGlassCommand::Open(args) => tool::open(args, program, out).await,
             BreakGlassCommand::Close(args) => tool::close(args, out).await,
-            BreakGlassCommand::List(args) => tool::list(args, out).await,
+            BreakGlassCommand::List(args) => tool::list(args, program, out).await,
         }
     })
 }

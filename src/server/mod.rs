@@ -90,6 +90,8 @@ pub struct AppState {
     /// The controllers' recent deletes, for `deletions.controllerLimit`. Each replica counts
     /// the deletes it reviews.
     pub deletions: std::sync::Mutex<DeletionTally>,
+    /// Break-glass labels seen on reviewed objects, for the expired-label gauge.
+    pub lingering: std::sync::Mutex<crate::lingering::LingeringLabels>,
 }
 
 impl AppState {
@@ -120,6 +122,7 @@ impl AppState {
             accepting: AtomicBool::new(true),
             gatepolicies: None,
             deletions: std::sync::Mutex::default(),
+            lingering: std::sync::Mutex::default(),
         }
     }
 
@@ -448,6 +451,11 @@ async fn validate(
     }
     // Dry runs count: Flux dry-runs every object on every interval.
     state.silence.observe(&policies, &decision, now);
+    state
+        .lingering
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .observe(&policies, &facts, &decision, now);
     let response = decision.to_response(&read.request).into_review();
     let elapsed = started.elapsed();
     observe(&state, &facts, &decision, elapsed);
@@ -687,4 +695,36 @@ fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, el
         latency_us = elapsed.as_micros() as u64,
         "review"
     );
+}
+
+/// Every `interval`, sets `driftgate_break_glass_labels_expired` from the labels reviews showed:
+/// a label expires with time, not with a write.
+pub fn spawn_lingering_gauge(
+    state: Arc<AppState>,
+    interval: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = ticks.tick() => {}
+            }
+            let policies = state.policies.load();
+            let counts = state
+                .lingering
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .expired(&policies, (state.clock)());
+            for (policy, count) in counts {
+                state
+                    .metrics
+                    .break_glass_labels_expired
+                    .get_or_create(&crate::metrics::PolicyLabels { policy })
+                    .set(count);
+            }
+        }
+    })
 }

@@ -293,7 +293,8 @@ fn backlog_lists_the_record_in_every_format(
     assert!(lines[1].ends_with(REASON), "{table}");
     let wide = backlog(&["-o", "wide", "--no-headers"]);
     assert_eq!(wide.lines().count(), 1, "{wide}");
-    assert!(wide.contains(&format!("   alice   {REASON}")), "{wide}");
+    // CHANGED-BY, then PULL-REQUEST (none linked yet), then the reason.
+    assert!(wide.contains(&format!("   alice   -   {REASON}")), "{wide}");
     assert_eq!(
         backlog(&["-o", "name"]),
         format!("backportrequirement.driftgate.dev/{name}\n")
@@ -649,4 +650,98 @@ async fn server_side_dry_runs_emit_no_event_and_record_no_change() {
     assert_eq!(changes.len(), 1, "{changes:?}");
     assert_eq!(changes[0].subresource, "");
     assert_eq!(changes[0].fields[0].path, "metadata.labels.hotfix");
+}
+
+/// `driftgate_break_glass_labels_expired{policy="production"}` on the shared driftgate.
+fn labels_expired_gauge() -> Option<i64> {
+    let series = "driftgate_break_glass_labels_expired{policy=\"production\"} ";
+    shared()
+        .metrics()
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// Issue 15, section 3: a label that outlived its window is listed with the command that
+/// removes it, counted, and removed by bob, who is no opener: it holds no window any more.
+#[tokio::test]
+async fn an_expired_label_is_listed_with_its_removal_counted_and_removed_without_an_opener() {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-s-lingering";
+    show(flux_apply(&namespace_with_api(ns))).ok();
+    show(driftgate_cli(
+        ALICE,
+        &[
+            "break-glass",
+            "open",
+            "deployment/api",
+            "-n",
+            ns,
+            "--for",
+            "3s",
+            "--reason",
+            REASON,
+        ],
+    ))
+    .ok();
+    // bob may not close an open window.
+    let early = show(driftgate_cli(
+        BOB,
+        &["break-glass", "close", "deployment/api", "-n", ns],
+    ));
+    assert_denied(
+        &early,
+        "bob may not change the break-glass window on Deployment",
+        "BreakGlassRefused",
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+
+    let list = show(driftgate_cli(ALICE, &["break-glass", "list", "-n", ns])).ok();
+    assert!(
+        list.stdout.contains("deployment/api   expired"),
+        "{}",
+        list.stdout
+    );
+    let command = format!("driftgate break-glass close deployment/api -n {ns}");
+    assert!(
+        list.stdout.contains(&format!("no longer hold a window (expired, or not an expiry); nothing holds the controller off, but the label stays until removed. Remove each (no opener needed):\n  {command}\n")),
+        "{}",
+        list.stdout
+    );
+    let json = show(driftgate_cli(
+        ALICE,
+        &["break-glass", "list", "-n", ns, "-o", "json"],
+    ))
+    .ok();
+    let rows: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(rows[0]["removeWith"], command.as_str(), "{rows}");
+
+    // Flux's next apply shows driftgate the label, past its expiry: counted.
+    show(flux_apply(&namespace_with_api(ns))).ok();
+    eventually("the expired label to be counted", || async {
+        labels_expired_gauge().filter(|n| *n >= 1)
+    })
+    .await;
+
+    let closed = show(driftgate_cli(
+        BOB,
+        &["break-glass", "close", "deployment/api", "-n", ns],
+    ))
+    .ok();
+    assert!(
+        closed
+            .stdout
+            .contains("break-glass window closed on deployment/api"),
+        "{}",
+        closed.stdout
+    );
+    let live = get_json("deployment/api", ns);
+    assert!(
+        live["metadata"]["labels"]
+            .get("driftgate.dev/break-glass")
+            .is_none(),
+        "{live}"
+    );
+    let after = show(driftgate_cli(ALICE, &["break-glass", "list", "-n", ns])).ok();
+    assert!(!after.stdout.contains("deployment/api"), "{}", after.stdout);
 }
