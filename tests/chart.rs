@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use driftgate::metrics::{Metrics, ReasonLabels, ResumeLabels, ReviewLabels, SuspensionLabels};
+use driftgate::metrics::{
+    Metrics, PolicyLabels, ReasonLabels, ResumeLabels, ReviewLabels, SuspensionLabels,
+};
 use driftgate::silence::ControllerKey;
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
@@ -1393,6 +1395,12 @@ fn exported_metrics() -> BTreeSet<String> {
             result: "success".into(),
         })
         .inc();
+    metrics
+        .break_glass_labels_expired
+        .get_or_create(&PolicyLabels {
+            policy: "production".into(),
+        })
+        .set(1);
     let mut names = BTreeSet::new();
     for line in metrics.encode().lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
