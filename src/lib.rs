@@ -22,6 +22,7 @@ pub mod ownership;
 pub mod policy;
 pub mod request;
 pub mod review;
+pub mod scan;
 pub mod serve;
 pub mod server;
 pub mod silence;

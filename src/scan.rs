@@ -1,0 +1,376 @@
+//! `driftgate scan`, the pure part: which fields of an object, by its `metadata.managedFields`,
+//! belong to someone other than the policy's controllers and delegations. That is the drift
+//! that was there before driftgate (or beside it, in Audit mode): a person's `kubectl edit`, a
+//! controller nobody listed, and the field two managers fight over.
+//!
+//! managedFields name a field manager, never a user, so this judges managers: a controller's are
+//! its `fieldManagers`, or (when it lists none) the names its usernames write as
+//! ([`ControllerManagers`]). A delegation is recognised by its fields alone: only admission
+//! sees who wrote, and driftgate's gate already holds delegations to their identities.
+
+use std::collections::BTreeSet;
+
+use globset::GlobSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::fieldpath::FieldPath;
+use crate::ledger::evidence::owns;
+use crate::policy::{Controller, Delegation, GatePolicy};
+
+/// The field manager of every controller kube-controller-manager runs: its clients' User-Agent,
+/// whichever controller (and service account) writes.
+pub const KUBE_CONTROLLER_MANAGER: &str = "kube-controller-manager";
+
+/// The annotation the deployment controller keeps on every Deployment (through `status`).
+const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
+
+/// How one controller's writes are recognised in managedFields.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerManagers {
+    pub controller: String,
+    /// The managers (or manager patterns) that are this controller.
+    pub managers: Vec<String>,
+    /// Where `managers` come from, in words (`scan` prints it).
+    pub matched_on: String,
+    #[serde(skip)]
+    patterns: Option<GlobSet>,
+}
+
+impl ControllerManagers {
+    /// The policy's `fieldManagers`; without them, the names the usernames write as: a service
+    /// account `system:serviceaccount:NS:NAME` as `NAME` (Flux's and Argo CD's controllers name
+    /// their field manager after their service account), and any kube-system service account or
+    /// `system:kube-controller-manager` as `kube-controller-manager`.
+    pub fn of(controller: &Controller) -> ControllerManagers {
+        if !controller.field_manager_patterns.is_empty() {
+            return ControllerManagers {
+                controller: controller.name.clone(),
+                managers: controller.field_manager_patterns.clone(),
+                matched_on: "its fieldManagers".to_owned(),
+                patterns: Some(controller.field_managers.clone()),
+            };
+        }
+        let managers: BTreeSet<String> = controller
+            .identity
+            .username_patterns()
+            .iter()
+            .filter_map(|username| manager_of_username(username))
+            .collect();
+        let matched_on = if managers.is_empty() {
+            "nothing: it lists no fieldManagers and no service account to derive one from; list its fieldManagers".to_owned()
+        } else {
+            "its usernames (it lists no fieldManagers)".to_owned()
+        };
+        ControllerManagers {
+            controller: controller.name.clone(),
+            managers: managers.into_iter().collect(),
+            matched_on,
+            patterns: None,
+        }
+    }
+
+    fn matches(&self, manager: &str) -> bool {
+        match &self.patterns {
+            Some(patterns) => patterns.is_match(manager),
+            None => self.managers.iter().any(|m| m == manager),
+        }
+    }
+}
+
+/// The field manager a username writes as, when it can be told; never for a glob.
+fn manager_of_username(username: &str) -> Option<String> {
+    if username.contains(['*', '?', '[', '{']) {
+        return None;
+    }
+    if username == "system:kube-controller-manager" {
+        return Some(KUBE_CONTROLLER_MANAGER.to_owned());
+    }
+    let (namespace, name) = username
+        .strip_prefix("system:serviceaccount:")?
+        .split_once(':')?;
+    Some(if namespace == "kube-system" {
+        KUBE_CONTROLLER_MANAGER.to_owned()
+    } else {
+        name.to_owned()
+    })
+}
+
+/// The object a report is about, as the caller listed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What one object holds that is not the controllers'.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReport {
+    #[serde(flatten)]
+    pub object: ObjectRef,
+    pub policy: String,
+    pub findings: Vec<Finding>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "finding", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Finding {
+    /// No managedFields entry is a controller's: the object was never applied by one.
+    NeverApplied { managers: Vec<String> },
+    /// A field the controller's Apply entry declares that another manager also owns, or that a
+    /// delegation is there to manage: each write of one undoes the other's.
+    Fight {
+        field: String,
+        controller: String,
+        controller_manager: String,
+        /// The other manager owning the field, if one does now.
+        manager: Option<String>,
+        operation: Option<String>,
+        /// The delegation whose fields cover it, if any.
+        delegation: Option<String>,
+    },
+    /// Fields a manager that is neither a controller nor a delegation owns.
+    Drift {
+        manager: String,
+        operation: String,
+        subresource: Option<String>,
+        time: Option<String>,
+        fields: Vec<String>,
+    },
+}
+
+/// Why an object's managedFields could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind} {namespace}/{name}: metadata.managedFields cannot be read: {source}")]
+pub struct UnreadableManagedFields {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub source: serde_json::Error,
+}
+
+/// Scans objects against one policy.
+pub struct Scanner<'p> {
+    policy: &'p GatePolicy,
+    controllers: Vec<ControllerManagers>,
+}
+
+impl<'p> Scanner<'p> {
+    pub fn new(policy: &'p GatePolicy) -> Scanner<'p> {
+        let controllers = policy.controllers.iter().map(ControllerManagers::of).collect();
+        Scanner {
+            policy,
+            controllers,
+        }
+    }
+
+    /// What each controller is matched on.
+    pub fn controllers(&self) -> &[ControllerManagers] {
+        &self.controllers
+    }
+
+    /// `object` (as JSON) judged by its managedFields; `None` when it is clean.
+    pub fn scan(
+        &self,
+        about: ObjectRef,
+        object: &Value,
+    ) -> Result<Option<ObjectReport>, UnreadableManagedFields> {
+        let entries = managed_fields(object).map_err(|source| UnreadableManagedFields {
+            kind: about.kind.clone(),
+            namespace: about.namespace.clone(),
+            name: about.name.clone(),
+            source,
+        })?;
+        let mut findings = Vec::new();
+        if !entries.iter().any(|e| self.controller_of(e).is_some()) {
+            let managers = entries.iter().map(|e| manager(e).to_owned()).collect();
+            findings.push(Finding::NeverApplied { managers });
+        }
+        let fights = self.fights(object, &entries);
+        for entry in entries.iter().filter(|e| self.controller_of(e).is_none()) {
+            // A fought field is reported once, as the fight.
+            let fields: Vec<String> = owned_fields(entry, object)
+                .into_iter()
+                .filter(|path| self.is_drift(path))
+                .map(|path| path.to_string())
+                .filter(|path| !fights.iter().any(|f| fought_by(f, entry, path)))
+                .collect();
+            if !fields.is_empty() {
+                findings.push(drift(entry, fields));
+            }
+        }
+        findings.splice(0..0, fights);
+        Ok((!findings.is_empty()).then(|| ObjectReport {
+            object: about,
+            policy: self.policy.name.clone(),
+            findings,
+        }))
+    }
+
+    fn controller_of(&self, entry: &ManagedFieldsEntry) -> Option<&ControllerManagers> {
+        self.controllers.iter().find(|c| c.matches(manager(entry)))
+    }
+
+    /// Whether no rule explains a field owned by a manager that is no controller.
+    fn is_drift(&self, path: &FieldPath) -> bool {
+        !is_bookkeeping(path) && !self.is_window_key(path) && self.delegation_of(path).is_none()
+    }
+
+    /// A window's label and reason: `break-glass list` reports windows.
+    fn is_window_key(&self, path: &FieldPath) -> bool {
+        self.policy.break_glass.as_ref().is_some_and(|rules| {
+            *path == FieldPath::new(["metadata", "labels", rules.label.as_str()])
+                || *path
+                    == FieldPath::new(["metadata", "annotations", rules.reason_annotation.as_str()])
+        })
+    }
+
+    fn delegation_of(&self, path: &FieldPath) -> Option<&Delegation> {
+        self.policy
+            .delegations
+            .iter()
+            .find(|d| d.fields.iter().any(|f| f.covers(path)))
+    }
+
+    /// Every field a controller's Apply entry declares that another manager (not the same
+    /// controller) owns too, or that a delegation covers.
+    fn fights(&self, object: &Value, entries: &[ManagedFieldsEntry]) -> Vec<Finding> {
+        let mut fights = Vec::new();
+        for (index, entry) in entries.iter().enumerate() {
+            let Some(controller) = self.controller_of(entry) else {
+                continue;
+            };
+            if entry.operation.as_deref() != Some("Apply") {
+                continue;
+            }
+            for path in owned_fields(entry, object) {
+                let delegation = self.delegation_of(&path).map(|d| d.name.clone());
+                let others: Vec<&ManagedFieldsEntry> = entries
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, other)| {
+                        *i != index
+                            && !controller.matches(manager(other))
+                            && other
+                                .fields_v1
+                                .as_ref()
+                                .is_some_and(|set| owns(&set.0, object, &path))
+                    })
+                    .map(|(_, other)| other)
+                    .collect();
+                let fight = |other: Option<&ManagedFieldsEntry>| Finding::Fight {
+                    field: path.to_string(),
+                    controller: controller.controller.clone(),
+                    controller_manager: manager(entry).to_owned(),
+                    manager: other.map(|o| manager(o).to_owned()),
+                    operation: other.and_then(|o| o.operation.clone()),
+                    delegation: delegation.clone(),
+                };
+                if others.is_empty() && delegation.is_some() {
+                    fights.push(fight(None));
+                }
+                fights.extend(others.into_iter().map(|o| fight(Some(o))));
+            }
+        }
+        fights
+    }
+}
+
+/// Kubernetes' own bookkeeping, never drift: `status` (the controllers' through the status
+/// subresource) and the deployment controller's revision annotation.
+fn is_bookkeeping(path: &FieldPath) -> bool {
+    path.starts_with(&["status"])
+        || path.starts_with(&["metadata", "annotations", REVISION_ANNOTATION])
+}
+
+fn fought_by(fight: &Finding, entry: &ManagedFieldsEntry, path: &str) -> bool {
+    matches!(fight, Finding::Fight { field, manager: Some(m), operation, .. }
+        if field == path && m == manager(entry) && *operation == entry.operation)
+}
+
+fn drift(entry: &ManagedFieldsEntry, fields: Vec<String>) -> Finding {
+    Finding::Drift {
+        manager: manager(entry).to_owned(),
+        operation: entry.operation.clone().unwrap_or_default(),
+        subresource: entry.subresource.clone().filter(|s| !s.is_empty()),
+        time: entry.time.as_ref().map(|t| t.0.to_string()),
+        fields,
+    }
+}
+
+fn manager(entry: &ManagedFieldsEntry) -> &str {
+    entry.manager.as_deref().unwrap_or("")
+}
+
+fn managed_fields(object: &Value) -> Result<Vec<ManagedFieldsEntry>, serde_json::Error> {
+    match object.pointer("/metadata/managedFields") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(list) => serde_json::from_value(list.clone()),
+    }
+}
+
+/// The fields an entry owns, as paths into `object`: every leaf of its `fieldsV1` (an element
+/// of a list by its index in `object`, or by its key as written when `object` lacks it). The
+/// walk uses an explicit stack, so an object of any depth is safe.
+pub fn owned_fields(entry: &ManagedFieldsEntry, object: &Value) -> Vec<FieldPath> {
+    let Some(fields) = entry.fields_v1.as_ref() else {
+        return Vec::new();
+    };
+    let mut owned = Vec::new();
+    let mut stack: Vec<(&Value, Option<&Value>, Vec<String>)> =
+        vec![(&fields.0, Some(object), Vec::new())];
+    while let Some((set, node, path)) = stack.pop() {
+        let Value::Object(children) = set else {
+            continue;
+        };
+        let mut below = children.iter().filter(|(key, _)| key.as_str() != ".");
+        if below.clone().next().is_none() {
+            if !path.is_empty() {
+                owned.push(FieldPath(path));
+            }
+            continue;
+        }
+        for (key, child) in below.by_ref() {
+            let (segment, next) = step(key, node);
+            let mut child_path = path.clone();
+            child_path.push(segment);
+            stack.push((child, next, child_path));
+        }
+    }
+    owned.sort();
+    owned
+}
+
+/// One `fieldsV1` key (`f:name`, `k:{"name":"app"}`, `v:"value"`, `i:0`) as a path segment, and
+/// the node of `object` it leads to.
+fn step<'a>(key: &str, node: Option<&'a Value>) -> (String, Option<&'a Value>) {
+    if let Some(name) = key.strip_prefix("f:") {
+        return (name.to_owned(), node.and_then(|n| n.get(name)));
+    }
+    if let Some(index) = key.strip_prefix("i:") {
+        return (index.to_owned(), node.and_then(|n| n.get(index.parse::<usize>().ok()?)));
+    }
+    let list = node.and_then(Value::as_array);
+    let index = list.and_then(|list| list.iter().position(|e| element_is(key, e)));
+    match (list, index) {
+        (Some(list), Some(index)) => (index.to_string(), list.get(index)),
+        _ => (key.to_owned(), None),
+    }
+}
+
+fn element_is(key: &str, element: &Value) -> bool {
+    if let Some(keys) = key.strip_prefix("k:") {
+        serde_json::from_str::<serde_json::Map<String, Value>>(keys)
+            .is_ok_and(|keys| keys.iter().all(|(k, v)| element.get(k) == Some(v)))
+    } else if let Some(value) = key.strip_prefix("v:") {
+        serde_json::from_str::<Value>(value).is_ok_and(|v| &v == element)
+    } else {
+        false
+    }
+}
