@@ -374,3 +374,301 @@ fn element_is(key: &str, element: &Value) -> bool {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::PolicySet;
+    use serde_json::json;
+
+    const POLICY: &str = r#"
+apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata: { name: shop }
+spec:
+  namespaces: { include: ["shop"] }
+  controllers:
+    - name: flux
+      usernames: ["system:serviceaccount:flux-system:kustomize-controller"]
+      fieldManagers: ["kustomize-controller"]
+    - name: kubernetes
+      usernames:
+        - "system:serviceaccount:kube-system:root-ca-cert-publisher"
+        - "system:kube-controller-manager"
+      heldByWindows: false
+  delegations:
+    - name: hpa
+      usernames: ["system:serviceaccount:kube-system:horizontal-pod-autoscaler"]
+      subresources: ["scale"]
+      fields: ["spec.replicas"]
+  breakGlass:
+    maxDuration: 4h
+    openers: { groups: ["sre-oncall"] }
+"#;
+
+    fn policy() -> GatePolicy {
+        PolicySet::from_yaml("test.yaml", POLICY)
+            .unwrap()
+            .into_policies()
+            .remove(0)
+    }
+
+    fn about() -> ObjectRef {
+        ObjectRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "shop".into(),
+            name: "api".into(),
+        }
+    }
+
+    fn entry(manager: &str, operation: &str, subresource: &str, fields: Value) -> Value {
+        let mut entry = json!({
+            "manager": manager, "operation": operation, "apiVersion": "apps/v1",
+            "time": "2026-11-30T09:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields,
+        });
+        if !subresource.is_empty() {
+            entry["subresource"] = json!(subresource);
+        }
+        entry
+    }
+
+    /// A Deployment with two containers, as the API server returns it, with these entries.
+    fn deployment(entries: Vec<Value>) -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": "api", "namespace": "shop",
+                "labels": {"app": "api", "driftgate.dev/break-glass": "20261130T1000Z"},
+                "annotations": {"deployment.kubernetes.io/revision": "2"},
+                "managedFields": entries,
+            },
+            "spec": {
+                "replicas": 3,
+                "template": {"spec": {"containers": [
+                    {"name": "app", "image": "shop/api:2", "resources": {"limits": {"memory": "1Gi"}}},
+                    {"name": "sidecar", "image": "proxy:1"},
+                ]}},
+            },
+            "status": {"replicas": 3},
+        })
+    }
+
+    fn flux(with_replicas: bool) -> Value {
+        let mut spec = json!({"f:template": {"f:spec": {"f:containers": {
+            "k:{\"name\":\"app\"}": {".": {}, "f:name": {}, "f:image": {}},
+            "k:{\"name\":\"sidecar\"}": {".": {}, "f:name": {}, "f:image": {}},
+        }}}});
+        if with_replicas {
+            spec["f:replicas"] = json!({});
+        }
+        entry(
+            "kustomize-controller",
+            "Apply",
+            "",
+            json!({"f:metadata": {"f:labels": {"f:app": {}}}, "f:spec": spec}),
+        )
+    }
+
+    fn kubernetes_bookkeeping() -> Value {
+        entry(
+            "kube-controller-manager",
+            "Update",
+            "status",
+            json!({"f:metadata": {"f:annotations": {"f:deployment.kubernetes.io/revision": {}}},
+                   "f:status": {"f:replicas": {}}}),
+        )
+    }
+
+    fn scan(object: &Value) -> Option<ObjectReport> {
+        Scanner::new(&policy()).scan(about(), object).unwrap()
+    }
+
+    #[test]
+    fn the_controllers_and_kubernetes_bookkeeping_alone_are_clean() {
+        assert_eq!(
+            scan(&deployment(vec![flux(false), kubernetes_bookkeeping()])),
+            None
+        );
+    }
+
+    #[test]
+    fn a_person_s_edit_is_drift_with_its_manager_time_and_fields_but_not_its_status() {
+        let edit = entry(
+            "kubectl-edit",
+            "Update",
+            "",
+            json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+                "k:{\"name\":\"app\"}": {"f:resources": {"f:limits": {"f:memory": {}}}},
+            }}}}, "f:status": {"f:replicas": {}}}),
+        );
+        let report = scan(&deployment(vec![flux(false), edit])).unwrap();
+        assert_eq!(report.policy, "shop");
+        assert_eq!(
+            report.findings,
+            [Finding::Drift {
+                manager: "kubectl-edit".into(),
+                operation: "Update".into(),
+                subresource: None,
+                time: Some("2026-11-30T09:00:00Z".into()),
+                fields: vec!["spec.template.spec.containers[0].resources.limits.memory".into()],
+            }]
+        );
+    }
+
+    #[test]
+    fn the_hpa_on_replicas_through_scale_is_a_delegation_not_drift() {
+        let hpa = entry(
+            "kube-controller-manager",
+            "Update",
+            "scale",
+            json!({"f:spec": {"f:replicas": {}}}),
+        );
+        assert_eq!(scan(&deployment(vec![flux(false), hpa])), None);
+        // Whoever the manager is: managedFields name no user, the gate judged the identity.
+        let scaled_by_hand = entry(
+            "kubectl-scale",
+            "Update",
+            "scale",
+            json!({"f:spec": {"f:replicas": {}}}),
+        );
+        assert_eq!(scan(&deployment(vec![flux(false), scaled_by_hand])), None);
+    }
+
+    #[test]
+    fn replicas_declared_by_the_controller_and_delegated_to_the_hpa_is_a_fight() {
+        let report = scan(&deployment(vec![flux(true)])).unwrap();
+        assert_eq!(
+            report.findings,
+            [Finding::Fight {
+                field: "spec.replicas".into(),
+                controller: "flux".into(),
+                controller_manager: "kustomize-controller".into(),
+                manager: None,
+                operation: None,
+                delegation: Some("hpa".into()),
+            }]
+        );
+    }
+
+    #[test]
+    fn a_field_the_controller_applies_and_another_manager_owns_is_one_fight_naming_both() {
+        let patch = entry(
+            "kubectl-patch",
+            "Update",
+            "",
+            json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+                "k:{\"name\":\"sidecar\"}": {"f:image": {}},
+            }}}}}),
+        );
+        let report = scan(&deployment(vec![flux(false), patch])).unwrap();
+        assert_eq!(
+            report.findings,
+            [Finding::Fight {
+                field: "spec.template.spec.containers[1].image".into(),
+                controller: "flux".into(),
+                controller_manager: "kustomize-controller".into(),
+                manager: Some("kubectl-patch".into()),
+                operation: Some("Update".into()),
+                delegation: None,
+            }],
+            "the fought field is not reported again as drift"
+        );
+    }
+
+    #[test]
+    fn an_object_no_controller_ever_applied_is_said_so_and_its_fields_are_drift() {
+        let create = entry(
+            "kubectl-create",
+            "Update",
+            "",
+            json!({"f:metadata": {"f:labels": {"f:app": {}}}}),
+        );
+        let report = scan(&deployment(vec![create])).unwrap();
+        assert_eq!(
+            report.findings[0],
+            Finding::NeverApplied {
+                managers: vec!["kubectl-create".into()]
+            }
+        );
+        assert!(matches!(&report.findings[1], Finding::Drift { fields, .. }
+            if fields == &["metadata.labels.app".to_owned()]));
+        let bare = scan(&json!({"metadata": {"name": "api"}})).unwrap();
+        assert_eq!(bare.findings, [Finding::NeverApplied { managers: vec![] }]);
+    }
+
+    #[test]
+    fn a_window_label_is_reported_by_break_glass_list_not_as_drift() {
+        let label = entry(
+            "kubectl-label",
+            "Update",
+            "",
+            json!({"f:metadata": {"f:labels": {"f:driftgate.dev/break-glass": {}}}}),
+        );
+        assert_eq!(scan(&deployment(vec![flux(false), label])), None);
+    }
+
+    #[test]
+    fn a_controller_without_field_managers_is_matched_on_its_service_accounts() {
+        let policy = policy();
+        let scanner = Scanner::new(&policy);
+        let [flux, kubernetes] = scanner.controllers() else {
+            panic!("two controllers");
+        };
+        assert_eq!(flux.managers, ["kustomize-controller"]);
+        assert_eq!(flux.matched_on, "its fieldManagers");
+        assert_eq!(kubernetes.managers, [KUBE_CONTROLLER_MANAGER]);
+        assert_eq!(
+            kubernetes.matched_on,
+            "its usernames (it lists no fieldManagers)"
+        );
+        assert_eq!(
+            manager_of_username("system:serviceaccount:argocd:argocd-application-controller")
+                .as_deref(),
+            Some("argocd-application-controller")
+        );
+        assert_eq!(manager_of_username("alice"), None);
+        assert_eq!(manager_of_username("system:serviceaccount:x:*"), None);
+    }
+
+    #[test]
+    fn unreadable_managed_fields_name_the_object() {
+        let object = json!({"metadata": {"managedFields": "not a list"}});
+        let error = Scanner::new(&policy()).scan(about(), &object).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("Deployment shop/api: metadata.managedFields cannot be read"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn owned_fields_are_leaves_with_list_elements_by_index() {
+        let object = json!({"metadata": {"finalizers": ["a", "b"]},
+                            "spec": {"ports": [{"port": 80}, {"port": 443}], "args": ["x"]}});
+        let entry: ManagedFieldsEntry = serde_json::from_value(entry(
+            "m",
+            "Update",
+            "",
+            json!({"f:metadata": {"f:finalizers": {"v:\"b\"": {}}},
+                   "f:spec": {"f:ports": {"k:{\"port\":443}": {".": {}, "f:port": {}}},
+                              "f:args": {"i:0": {}},
+                              "f:gone": {"k:{\"name\":\"x\"}": {"f:y": {}}}}}),
+        ))
+        .unwrap();
+        let owned: Vec<String> = owned_fields(&entry, &object)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            owned,
+            [
+                "metadata.finalizers[1]",
+                "spec.args[0]",
+                "spec.gone[k:{\"name\":\"x\"}].y",
+                "spec.ports[1].port",
+            ]
+        );
+    }
+}
