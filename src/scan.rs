@@ -119,7 +119,11 @@ pub struct ObjectReport {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "finding", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "finding",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum Finding {
     /// No managedFields entry is a controller's: the object was never applied by one.
     NeverApplied { managers: Vec<String> },
@@ -163,7 +167,11 @@ pub struct Scanner<'p> {
 
 impl<'p> Scanner<'p> {
     pub fn new(policy: &'p GatePolicy) -> Scanner<'p> {
-        let controllers = policy.controllers.iter().map(ControllerManagers::of).collect();
+        let controllers = policy
+            .controllers
+            .iter()
+            .map(ControllerManagers::of)
+            .collect();
         Scanner {
             policy,
             controllers,
@@ -354,7 +362,10 @@ fn step<'a>(key: &str, node: Option<&'a Value>) -> (String, Option<&'a Value>) {
         return (name.to_owned(), node.and_then(|n| n.get(name)));
     }
     if let Some(index) = key.strip_prefix("i:") {
-        return (index.to_owned(), node.and_then(|n| n.get(index.parse::<usize>().ok()?)));
+        return (
+            index.to_owned(),
+            node.and_then(|n| n.get(index.parse::<usize>().ok()?)),
+        );
     }
     let list = node.and_then(Value::as_array);
     let index = list.and_then(|list| list.iter().position(|e| element_is(key, e)));

@@ -193,7 +193,10 @@ async fn targets<'p>(
                 kind: "namespace",
                 ..attempt("reading the namespace", "get", "namespaces", None)
             };
-            let namespace = api.get(&name).await.map_err(|e| cluster.error(attempt, e))?;
+            let namespace = api
+                .get(&name)
+                .await
+                .map_err(|e| cluster.error(attempt, e))?;
             let targets = guarding(&namespace);
             if targets.is_empty() {
                 return Err(ScanError::NotGuarded {
@@ -206,7 +209,8 @@ async fn targets<'p>(
     }
 }
 
-/// Every namespaced kind the cluster serves and lets list, in its preferred version.
+/// Every namespaced kind the cluster serves and lets list, in its preferred version, by group
+/// and kind.
 async fn guarded_resources(cluster: &Cluster) -> Result<Vec<ApiResource>, ScanError> {
     let discovery = Discovery::new(cluster.client.clone())
         .run()
@@ -220,6 +224,8 @@ async fn guarded_resources(cluster: &Cluster) -> Result<Vec<ApiResource>, ScanEr
             }
         }
     }
+    // Discovery's order varies from run to run; a report should not.
+    found.sort_by_key(kind_words);
     Ok(found)
 }
 
@@ -231,8 +237,7 @@ async fn list_all(
     namespace: &str,
     page_size: u32,
 ) -> Result<(Vec<DynamicObject>, usize), ScanError> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(cluster.client.clone(), namespace, resource);
+    let api: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), namespace, resource);
     let rbac_name = rbac_name(resource);
     let mut params = ListParams::default().limit(page_size);
     let mut objects = Vec::new();
@@ -300,9 +305,11 @@ pub fn render_report(report: &ScanReport, args: &OutputArgs) -> String {
             names.dedup();
             names.iter().map(|n| format!("{n}\n")).collect()
         }
-        OutputFormat::Table | OutputFormat::Wide => {
-            render(&rows(report), args, "No drift: every field is the controllers', a delegation's or Kubernetes' own.")
-        }
+        OutputFormat::Table | OutputFormat::Wide => render(
+            &rows(report),
+            args,
+            "No drift: every field is the controllers', a delegation's or Kubernetes' own.",
+        ),
     }
 }
 
@@ -404,7 +411,10 @@ fn rows(report: &ScanReport) -> Vec<Row> {
                     };
                     Row {
                         manager: format!("{controller_manager} ({controller}) vs {other}"),
-                        operation: format!("Apply vs {}", operation.as_deref().unwrap_or("-")),
+                        operation: match operation {
+                            Some(operation) => format!("Apply vs {operation}"),
+                            None => "Apply".to_owned(),
+                        },
                         fields: field.clone(),
                         ..base("fight")
                     }
@@ -431,7 +441,15 @@ fn rows(report: &ScanReport) -> Vec<Row> {
 
 impl Listed for Row {
     fn headers(wide: bool) -> Vec<&'static str> {
-        let mut headers = vec!["NAMESPACE", "OBJECT", "FINDING", "MANAGER", "OPERATION", "TIME", "FIELDS"];
+        let mut headers = vec![
+            "NAMESPACE",
+            "OBJECT",
+            "FINDING",
+            "MANAGER",
+            "OPERATION",
+            "TIME",
+            "FIELDS",
+        ];
         if wide {
             headers.extend(["SUBRESOURCE", "POLICY"]);
         }
