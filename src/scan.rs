@@ -125,7 +125,7 @@ pub struct ObjectReport {
     rename_all_fields = "camelCase"
 )]
 pub enum Finding {
-    /// No managedFields entry is a controller's: the object was never applied by one.
+    /// No managedFields entry (of those it has) is a controller's: it was never applied by one.
     NeverApplied { managers: Vec<String> },
     /// A field the controller's Apply entry declares that another manager also owns, or that a
     /// delegation is there to manage: each write of one undoes the other's.
@@ -196,7 +196,9 @@ impl<'p> Scanner<'p> {
             source,
         })?;
         let mut findings = Vec::new();
-        if !entries.iter().any(|e| self.controller_of(e).is_some()) {
+        // No entries at all (kube-controller-manager's ServiceAccount `default` has none) say
+        // nothing of who wrote the object; the caller counts such objects.
+        if !entries.is_empty() && !entries.iter().any(|e| self.controller_of(e).is_some()) {
             let managers = entries.iter().map(|e| manager(e).to_owned()).collect();
             findings.push(Finding::NeverApplied { managers });
         }
@@ -314,6 +316,14 @@ fn drift(entry: &ManagedFieldsEntry, fields: Vec<String>) -> Finding {
 
 fn manager(entry: &ManagedFieldsEntry) -> &str {
     entry.manager.as_deref().unwrap_or("")
+}
+
+/// Whether `object` has any managedFields entry: without one, scan cannot tell who wrote it.
+pub fn has_managed_fields(object: &Value) -> bool {
+    object
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|entries| !entries.is_empty())
 }
 
 fn managed_fields(object: &Value) -> Result<Vec<ManagedFieldsEntry>, serde_json::Error> {
@@ -604,8 +614,10 @@ spec:
         );
         assert!(matches!(&report.findings[1], Finding::Drift { fields, .. }
             if fields == &["metadata.labels.app".to_owned()]));
-        let bare = scan(&json!({"metadata": {"name": "api"}})).unwrap();
-        assert_eq!(bare.findings, [Finding::NeverApplied { managers: vec![] }]);
+        let bare = json!({"metadata": {"name": "default"}});
+        assert_eq!(scan(&bare), None, "no managedFields: nothing to judge");
+        assert!(!has_managed_fields(&bare));
+        assert!(has_managed_fields(&deployment(vec![flux(false)])));
     }
 
     #[test]

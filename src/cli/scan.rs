@@ -18,7 +18,9 @@ use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::{CliError, exit};
 use crate::cli::output::{Listed, OutputArgs, OutputFormat, render};
 use crate::policy::{GatePolicy, NamespaceLabels, PolicyErrors, PolicySet};
-use crate::scan::{ControllerManagers, Finding, ObjectRef, ObjectReport, Scanner};
+use crate::scan::{
+    ControllerManagers, Finding, ObjectRef, ObjectReport, Scanner, has_managed_fields,
+};
 
 #[derive(Debug, Args)]
 pub struct ScanArgs {
@@ -83,6 +85,9 @@ pub struct ScannedNamespace {
     pub objects: usize,
     /// List requests made (more than one per kind when pages were followed).
     pub pages: usize,
+    /// Objects with no managedFields at all, which say nothing of who wrote them (such as
+    /// ServiceAccount `default`): not judged.
+    pub without_managed_fields: Vec<String>,
     pub controllers: Vec<ControllerManagers>,
 }
 
@@ -129,6 +134,7 @@ pub async fn run(
             kinds: Vec::new(),
             objects: 0,
             pages: 0,
+            without_managed_fields: Vec::new(),
             controllers: scanner.controllers().to_vec(),
         };
         for resource in resources
@@ -147,6 +153,11 @@ pub async fn run(
                     name: object.metadata.name.clone().unwrap_or_default(),
                 };
                 let json = serde_json::to_value(&object).expect("a listed object serializes");
+                if !has_managed_fields(&json) {
+                    scanned
+                        .without_managed_fields
+                        .push(format!("{}/{}", about.kind, about.name));
+                }
                 report.objects.extend(scanner.scan(about, &json)?);
             }
         }
@@ -328,6 +339,12 @@ pub fn scope_words(report: &ScanReport) -> String {
             scanned.kinds.len(),
             scanned.pages
         ));
+        if !scanned.without_managed_fields.is_empty() {
+            words.push_str(&format!(
+                "Not judged, having no managedFields to say who wrote them: {}.\n",
+                scanned.without_managed_fields.join(", ")
+            ));
+        }
     }
     let mut seen = std::collections::BTreeSet::new();
     for scanned in &report.scanned {

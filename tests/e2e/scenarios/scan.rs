@@ -9,9 +9,12 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::harness::{ADMIN, HPA, KubectlOutput, control_plane, driftgate_cli};
+use crate::harness::{
+    ADMIN, HPA, KubectlOutput, control_plane, driftgate_cli, install_crypto_provider, repo_path,
+    shared,
+};
 
-use super::{api_deployment, eventually, flux_apply, kubectl, show};
+use super::{api_deployment, eventually, flux_apply, kubectl, namespace_with_api, show};
 
 /// This test's policy: guards Deployments and ConfigMaps in `scan-*`; Flux by its field
 /// manager, Kubernetes' controllers by their usernames only (scan derives their manager), the
@@ -75,6 +78,34 @@ async fn equipped(ns: &str) {
     eventually(&format!("kube-root-ca.crt in {ns}"), || async {
         control_plane().namespace_equipped(ns).then_some(())
     })
+    .await;
+}
+
+/// Waits until the deployment controller has written `status` (and the revision annotation) of
+/// `deployment/NAME` through the status subresource, the bookkeeping scan must not report.
+async fn status_written(ns: &str, name: &str) {
+    eventually(
+        &format!("the deployment controller's status of {name}"),
+        || async {
+            let target = format!("deployment/{name}");
+            let args = [
+                "get",
+                &target,
+                "-n",
+                ns,
+                "-o",
+                "json",
+                "--show-managed-fields",
+            ];
+            let out = control_plane().kubectl(ADMIN, &args).ok();
+            let object: Value = serde_json::from_str(&out.stdout).ok()?;
+            object["metadata"]["managedFields"]
+                .as_array()?
+                .iter()
+                .any(|e| e["manager"] == "kube-controller-manager" && e["subresource"] == "status")
+                .then_some(())
+        },
+    )
     .await;
 }
 
@@ -147,6 +178,8 @@ async fn scan_reports_drift_fights_and_never_applied_objects_and_not_delegations
     )
     .ok();
     equipped(ns).await;
+    status_written(ns, "api").await;
+    status_written(ns, "web").await;
 
     let table = scan(&["-n", ns]);
     assert_eq!(table.code, Some(1), "drift exits 1:\n{}", table.stderr);
@@ -274,6 +307,7 @@ async fn a_clean_namespace_exits_0_after_every_page_of_every_kind_is_read() {
         .join("---\n");
     show(flux_apply(&config_maps)).ok();
     equipped(ns).await;
+    status_written(ns, "web").await;
 
     let table = scan(&["-n", ns]);
     assert_eq!(table.code, Some(0), "{}{}", table.stdout, table.stderr);
@@ -301,5 +335,79 @@ async fn a_clean_namespace_exits_0_after_every_page_of_every_kind_is_read() {
             .contains("namespace default is not guarded by any policy in"),
         "{}",
         out.stderr
+    );
+}
+
+#[tokio::test]
+async fn with_the_example_policy_a_normal_day_shows_only_the_replicas_git_and_the_hpa_share() {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-scan";
+    show(flux_apply(&namespace_with_api(ns))).ok();
+    equipped(ns).await;
+    status_written(ns, "api").await;
+    let policy = repo_path("policies/example.yaml");
+    let out = show(driftgate_cli(
+        ADMIN,
+        &[
+            "scan",
+            "--policy",
+            policy.to_str().unwrap(),
+            "-n",
+            ns,
+            "-o",
+            "json",
+        ],
+    ));
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let report = json(&out);
+    // Every kind the cluster serves there but the excluded ones: ServiceAccount default and
+    // kube-root-ca.crt are kube-controller-manager's, the Deployment's status its bookkeeping.
+    let scanned = &report["scanned"][0];
+    assert_eq!(scanned["policy"], "production");
+    for kind in [
+        "apps/Deployment",
+        "core/ConfigMap",
+        "core/ServiceAccount",
+        "core/Secret",
+    ] {
+        assert!(
+            scanned["kinds"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from(kind)),
+            "{scanned}"
+        );
+    }
+    for excluded in [
+        "core/Pod",
+        "apps/ReplicaSet",
+        "core/Event",
+        "coordination.k8s.io/Lease",
+    ] {
+        assert!(
+            !scanned["kinds"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from(excluded)),
+            "{scanned}"
+        );
+    }
+    // kube-controller-manager creates ServiceAccount default without managedFields.
+    assert_eq!(
+        scanned["withoutManagedFields"],
+        serde_json::json!(["ServiceAccount/default"])
+    );
+    assert_eq!(
+        report["objects"],
+        serde_json::json!([{
+            "apiVersion": "apps/v1", "kind": "Deployment", "namespace": ns, "name": "api",
+            "policy": "production",
+            "findings": [{
+                "finding": "fight", "field": "spec.replicas", "controller": "flux",
+                "controllerManager": "kustomize-controller", "manager": null, "operation": null,
+                "delegation": "hpa",
+            }],
+        }])
     );
 }
