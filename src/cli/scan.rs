@@ -127,40 +127,15 @@ pub async fn run(
         objects: Vec::new(),
     };
     for (namespace, policy) in targets {
-        let scanner = Scanner::new(policy);
-        let mut scanned = ScannedNamespace {
-            namespace: namespace.clone(),
-            policy: policy.name.clone(),
-            kinds: Vec::new(),
-            objects: 0,
-            pages: 0,
-            without_managed_fields: Vec::new(),
-            controllers: scanner.controllers().to_vec(),
-        };
-        for resource in resources
-            .iter()
-            .filter(|r| policy.guards_resource(&r.group, &r.kind, &r.plural))
-        {
-            let (objects, pages) = list_all(&cluster, resource, &namespace, args.page_size).await?;
-            scanned.kinds.push(kind_words(resource));
-            scanned.objects += objects.len();
-            scanned.pages += pages;
-            for object in objects {
-                let about = ObjectRef {
-                    api_version: resource.api_version.clone(),
-                    kind: resource.kind.clone(),
-                    namespace: namespace.clone(),
-                    name: object.metadata.name.clone().unwrap_or_default(),
-                };
-                let json = serde_json::to_value(&object).expect("a listed object serializes");
-                if !has_managed_fields(&json) {
-                    scanned
-                        .without_managed_fields
-                        .push(format!("{}/{}", about.kind, about.name));
-                }
-                report.objects.extend(scanner.scan(about, &json)?);
-            }
-        }
+        let scanned = scan_namespace(
+            &cluster,
+            &resources,
+            &namespace,
+            policy,
+            args.page_size,
+            &mut report,
+        )
+        .await?;
         report.scanned.push(scanned);
     }
     report.drift = !report.objects.is_empty();
@@ -169,6 +144,51 @@ pub async fn run(
         write!(said, "{}", scope_words(&report))?;
     }
     Ok(report)
+}
+
+/// Scans every kind `policy` guards in `namespace`, adding what it finds to `report`.
+async fn scan_namespace(
+    cluster: &Cluster,
+    resources: &[ApiResource],
+    namespace: &str,
+    policy: &GatePolicy,
+    page_size: u32,
+    report: &mut ScanReport,
+) -> Result<ScannedNamespace, ScanError> {
+    let scanner = Scanner::new(policy);
+    let mut scanned = ScannedNamespace {
+        namespace: namespace.to_owned(),
+        policy: policy.name.clone(),
+        kinds: Vec::new(),
+        objects: 0,
+        pages: 0,
+        without_managed_fields: Vec::new(),
+        controllers: scanner.controllers().to_vec(),
+    };
+    for resource in resources
+        .iter()
+        .filter(|r| policy.guards_resource(&r.group, &r.kind, &r.plural))
+    {
+        let (objects, pages) = list_all(cluster, resource, namespace, page_size).await?;
+        scanned.kinds.push(kind_words(resource));
+        scanned.objects += objects.len();
+        scanned.pages += pages;
+        for object in objects {
+            let about = ObjectRef {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+                namespace: namespace.to_owned(),
+                name: object.metadata.name.clone().unwrap_or_default(),
+            };
+            let json = serde_json::to_value(&object).expect("a listed object serializes");
+            if !has_managed_fields(&json) {
+                let name = format!("{}/{}", about.kind, about.name);
+                scanned.without_managed_fields.push(name);
+            }
+            report.objects.extend(scanner.scan(about, &json)?);
+        }
+    }
+    Ok(scanned)
 }
 
 /// The namespaces to scan, each with every policy that guards it: -A every namespace a
@@ -332,12 +352,12 @@ pub fn scope_words(report: &ScanReport) -> String {
     let mut words = String::new();
     for scanned in &report.scanned {
         words.push_str(&format!(
-            "Scanned namespace {} (policy {}): {} objects of {} kinds in {} list requests.\n",
+            "Scanned namespace {} (policy {}): {} of {} in {}.\n",
             scanned.namespace,
             scanned.policy,
-            scanned.objects,
-            scanned.kinds.len(),
-            scanned.pages
+            counted(scanned.objects, "object"),
+            counted(scanned.kinds.len(), "kind"),
+            counted(scanned.pages, "list request"),
         ));
         if !scanned.without_managed_fields.is_empty() {
             words.push_str(&format!(
@@ -367,6 +387,14 @@ pub fn scope_words(report: &ScanReport) -> String {
     words
 }
 
+fn counted(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
 /// One line of the table: a finding of an object.
 #[derive(Debug, Serialize)]
 struct Row {
@@ -383,77 +411,84 @@ struct Row {
 }
 
 fn rows(report: &ScanReport) -> Vec<Row> {
-    let mut rows = Vec::new();
-    for object in &report.objects {
-        for finding in &object.findings {
-            let base = |finding: &'static str| Row {
-                namespace: object.object.namespace.clone(),
-                object: format!("{}/{}", object.object.kind, object.object.name),
-                group: object
-                    .object
-                    .api_version
-                    .split_once('/')
-                    .map(|(g, _)| g.to_owned())
-                    .unwrap_or_default(),
-                policy: object.policy.clone(),
-                finding,
-                manager: "-".to_owned(),
-                operation: "-".to_owned(),
-                subresource: "-".to_owned(),
-                time: "-".to_owned(),
-                fields: "-".to_owned(),
-            };
-            rows.push(match finding {
-                Finding::NeverApplied { managers } => Row {
-                    manager: if managers.is_empty() {
-                        "(none)".to_owned()
-                    } else {
-                        managers.join(",")
-                    },
-                    ..base("never-applied")
-                },
-                Finding::Fight {
-                    field,
-                    controller,
-                    controller_manager,
-                    manager,
-                    operation,
-                    delegation,
-                } => {
-                    let other = match (manager, delegation) {
-                        (Some(m), Some(d)) => format!("{m} (delegation {d})"),
-                        (Some(m), None) => m.clone(),
-                        (None, Some(d)) => format!("delegation {d}"),
-                        (None, None) => "?".to_owned(),
-                    };
-                    Row {
-                        manager: format!("{controller_manager} ({controller}) vs {other}"),
-                        operation: match operation {
-                            Some(operation) => format!("Apply vs {operation}"),
-                            None => "Apply".to_owned(),
-                        },
-                        fields: field.clone(),
-                        ..base("fight")
-                    }
-                }
-                Finding::Drift {
-                    manager,
-                    operation,
-                    subresource,
-                    time,
-                    fields,
-                } => Row {
-                    manager: manager.clone(),
-                    operation: operation.clone(),
-                    subresource: subresource.clone().unwrap_or_else(|| "-".to_owned()),
-                    time: time.clone().unwrap_or_else(|| "-".to_owned()),
-                    fields: fields.join(","),
-                    ..base("drift")
-                },
-            });
-        }
+    report
+        .objects
+        .iter()
+        .flat_map(|object| object.findings.iter().map(move |f| row(object, f)))
+        .collect()
+}
+
+fn row(object: &ObjectReport, finding: &Finding) -> Row {
+    let base = |finding: &'static str| Row {
+        namespace: object.object.namespace.clone(),
+        object: format!("{}/{}", object.object.kind, object.object.name),
+        group: object
+            .object
+            .api_version
+            .split_once('/')
+            .map(|(group, _)| group.to_owned())
+            .unwrap_or_default(),
+        policy: object.policy.clone(),
+        finding,
+        manager: "-".to_owned(),
+        operation: "-".to_owned(),
+        subresource: "-".to_owned(),
+        time: "-".to_owned(),
+        fields: "-".to_owned(),
+    };
+    match finding {
+        Finding::NeverApplied { managers } => Row {
+            manager: if managers.is_empty() {
+                "(none)".to_owned()
+            } else {
+                managers.join(",")
+            },
+            ..base("never-applied")
+        },
+        Finding::Fight {
+            field,
+            controller,
+            controller_manager,
+            manager,
+            operation,
+            delegation,
+        } => Row {
+            manager: format!(
+                "{controller_manager} ({controller}) vs {}",
+                fought_with(manager.as_deref(), delegation.as_deref())
+            ),
+            operation: match operation {
+                Some(operation) => format!("Apply vs {operation}"),
+                None => "Apply".to_owned(),
+            },
+            fields: field.clone(),
+            ..base("fight")
+        },
+        Finding::Drift {
+            manager,
+            operation,
+            subresource,
+            time,
+            fields,
+        } => Row {
+            manager: manager.clone(),
+            operation: operation.clone(),
+            subresource: subresource.clone().unwrap_or_else(|| "-".to_owned()),
+            time: time.clone().unwrap_or_else(|| "-".to_owned()),
+            fields: fields.join(","),
+            ..base("drift")
+        },
     }
-    rows
+}
+
+/// The other side of a fight: a manager, a delegation, or both.
+fn fought_with(manager: Option<&str>, delegation: Option<&str>) -> String {
+    match (manager, delegation) {
+        (Some(manager), Some(delegation)) => format!("{manager} (delegation {delegation})"),
+        (Some(manager), None) => manager.to_owned(),
+        (None, Some(delegation)) => format!("delegation {delegation}"),
+        (None, None) => "another manager".to_owned(),
+    }
 }
 
 impl Listed for Row {
@@ -497,5 +532,93 @@ impl Listed for Row {
         } else {
             format!("{kind}.{}/{name}", self.group)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> ScanReport {
+        let object = ObjectRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "shop".into(),
+            name: "api".into(),
+        };
+        ScanReport {
+            drift: true,
+            scanned: vec![ScannedNamespace {
+                namespace: "shop".into(),
+                policy: "production".into(),
+                kinds: vec!["apps/Deployment".into()],
+                objects: 1,
+                pages: 1,
+                without_managed_fields: vec!["ServiceAccount/default".into()],
+                controllers: Vec::new(),
+            }],
+            objects: vec![ObjectReport {
+                object,
+                policy: "production".into(),
+                findings: vec![
+                    Finding::Fight {
+                        field: "spec.replicas".into(),
+                        controller: "flux".into(),
+                        controller_manager: "kustomize-controller".into(),
+                        manager: Some("kube-controller-manager".into()),
+                        operation: Some("Update".into()),
+                        delegation: Some("hpa".into()),
+                    },
+                    Finding::Drift {
+                        manager: "kubectl-edit".into(),
+                        operation: "Update".into(),
+                        subresource: None,
+                        time: Some("2026-11-30T09:00:00Z".into()),
+                        fields: vec!["data.a".into(), "data.b".into()],
+                    },
+                ],
+            }],
+        }
+    }
+
+    fn args(output: OutputFormat) -> OutputArgs {
+        OutputArgs {
+            output,
+            no_headers: true,
+        }
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_finding_naming_both_sides_of_a_fight() {
+        let table = render_report(&report(), &args(OutputFormat::Table));
+        let rows: Vec<&str> = table.lines().collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        assert!(rows[0].contains(
+            "kustomize-controller (flux) vs kube-controller-manager (delegation hpa)   Apply vs Update"
+        ), "{table}");
+        assert!(
+            rows[1].ends_with("2026-11-30T09:00:00Z   data.a,data.b"),
+            "{table}"
+        );
+        let names = render_report(&report(), &args(OutputFormat::Name));
+        assert_eq!(names, "deployment.apps/api\n");
+    }
+
+    #[test]
+    fn the_summary_names_what_was_scanned_and_what_could_not_be_judged() {
+        let words = scope_words(&report());
+        assert!(words.starts_with(
+            "Scanned namespace shop (policy production): 1 object of 1 kind in 1 list request.\nNot judged, having no managedFields to say who wrote them: ServiceAccount/default.\n"
+        ), "{words}");
+        let empty = ScanReport {
+            drift: false,
+            scanned: Vec::new(),
+            objects: Vec::new(),
+        };
+        assert_eq!(
+            render_report(&empty, &args(OutputFormat::Table)),
+            "No drift: every field is the controllers', a delegation's or Kubernetes' own.\n"
+        );
+        assert!(render_report(&empty, &args(OutputFormat::Json)).contains("\"drift\": false"));
     }
 }
