@@ -23,6 +23,7 @@ pub mod ownership;
 pub mod policy;
 pub mod request;
 pub mod review;
+pub mod scan;
 pub mod serve;
 pub mod server;
 pub mod silence;

@@ -351,6 +351,7 @@ fn completion_scripts_name_the_subcommands_and_bash_accepts_them() {
         "policy",
         "break-glass",
         "backlog",
+        "scan",
         "serve",
         "certs",
         "crd",
@@ -788,4 +789,32 @@ fn opening_a_window_warns_which_controllers_it_holds_off() {
         "{warning}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn scan_refuses_a_policy_that_does_not_load_before_connecting() {
+    let dir = temp_dir("scan-bad-policy");
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nspec: {}\n",
+    )
+    .unwrap();
+    let out = driftgate(&[
+        "scan",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!("driftgate scan: --policy {}: ", policy.display())),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("kubeconfig"),
+        "the policy is read first: {stderr}"
+    );
 }

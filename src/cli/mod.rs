@@ -12,6 +12,7 @@ pub mod error;
 pub mod eval;
 pub mod output;
 pub mod policy;
+pub mod scan;
 pub mod suspend;
 pub mod testsuite;
 pub mod version;
@@ -57,6 +58,9 @@ pub enum Command {
     /// Write a record's emergency change into a local checkout of the GitOps repository, on a
     /// branch with a commit naming the record: `backport RECORD -n NS --repo DIR`.
     Backport(backport::BackportArgs),
+    /// Report the fields of guarded objects that are not the policy's controllers' or
+    /// delegations' (managedFields): exit 1 when there is drift, for CI before Enforce.
+    Scan(scan::ScanArgs),
     /// Serve the admission webhook over TLS (with --dev: local defaults, no setup).
     Serve(crate::serve::ServeArgs),
     /// Generate certificates.
@@ -108,6 +112,7 @@ pub fn run(cli: Cli) -> ExitCode {
             backlog::run(&args, &mut out, &mut std::io::stderr()),
         ),
         Command::Backport(args) => run_cluster(program, "backport", backport::run(&args, &mut out)),
+        Command::Scan(args) => scan::main(&args, program, &mut out),
         Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, &mut out),
         Command::Version(args) => version(&args, &mut out),
         Command::Completion { shell } => {

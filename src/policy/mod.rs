@@ -116,6 +116,12 @@ impl IdentityMatcher {
                 .any(|group| self.groups.is_match(group))
     }
 
+    /// The username patterns as the policy wrote them (`driftgate scan` derives field
+    /// managers from them for a controller that names none).
+    pub fn username_patterns(&self) -> &[String] {
+        &self.username_patterns
+    }
+
     /// "group sre-oncall", "user alice, group sre-oncall", for messages.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();

@@ -23,6 +23,7 @@ mod quickstart;
 mod real_flux;
 mod real_flux_capture;
 mod rotation;
+mod scan;
 mod scope;
 mod subresources;
 mod suspensions;
