@@ -20,6 +20,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod ownership;
 pub mod policy;
+pub mod reports;
 pub mod request;
 pub mod review;
 pub mod serve;
