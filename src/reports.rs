@@ -494,7 +494,11 @@ mod tests {
         assert_eq!(pending.resources[0].kind.as_deref(), Some("Deployment"));
         assert_eq!(pending.resources[0].namespace.as_deref(), Some("prod"));
         assert!(report.results[1].message.contains("(spec.replicas)"));
-        assert!(report.results[2].message.contains("is open until 2026-11-30 09:00 UTC"));
+        assert!(
+            report.results[2]
+                .message
+                .contains("is open until 2026-11-30 09:00 UTC")
+        );
         assert_eq!(
             report.results[3].message,
             "UPDATE by bob denied: refused #30"
@@ -505,7 +509,12 @@ mod tests {
     fn a_window_that_ended_unnoticed_is_pending_since_its_end() {
         let records = [named("open", Phase::Open, "2026-11-30T08:00:00Z")];
         let denials = RecentDenials::new(DEFAULT_DENIAL_LIMITS);
-        let reports = plan_reports(&["prod".into()], &records, &denials, at("2026-11-30T09:10:00Z"));
+        let reports = plan_reports(
+            &["prod".into()],
+            &records,
+            &denials,
+            at("2026-11-30T09:10:00Z"),
+        );
         let result = &reports["prod"].results[0];
         assert_eq!(result.rule, RULE_BACKPORT_PENDING);
         assert_eq!(result.timestamp, at("2026-11-30T09:00:00Z").into());
@@ -568,15 +577,29 @@ mod tests {
     }
 
     #[test]
+    fn no_policy_guards_policy_reports_so_driftgate_never_refuses_its_own() {
+        let everything = PolicySet::from_yaml(
+            "inline",
+            "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: p}\nspec:\n  namespaces: {include: [\"*\"]}\n  resources: {include: [\"*\"]}\n",
+        )
+        .unwrap();
+        let policy = &everything.policies()[0];
+        assert!(policy.guards_resource("apps", "Deployment", "deployments"));
+        assert!(!policy.guards_resource(GROUP, KIND, PLURAL));
+        assert!(!policy.guards_unresolved_resource(GROUP, PLURAL));
+    }
+
+    #[test]
     fn guarded_namespaces_are_those_a_policy_guards_and_not_being_deleted() {
         let policies = crate::ledger::plan::tests::policies();
         let namespace = |name: &str, deleting: bool| {
             let mut ns = Namespace::default();
             ns.metadata.name = Some(name.into());
             if deleting {
-                ns.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    at("2026-11-30T08:00:00Z"),
-                ));
+                ns.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(
+                        "2026-11-30T08:00:00Z",
+                    )));
             }
             Arc::new(ns)
         };
@@ -585,6 +608,9 @@ mod tests {
             namespace("prod-payments", false),
             namespace("prod-gone", true),
         ];
-        assert_eq!(guarded_namespaces(&policies, &namespaces), ["prod-payments"]);
+        assert_eq!(
+            guarded_namespaces(&policies, &namespaces),
+            ["prod-payments"]
+        );
     }
 }

@@ -28,8 +28,8 @@ use crate::policy::PolicySet;
 use crate::reports::{DEFAULT_DENIAL_LIMITS, RecentDenials};
 use crate::server::connections::ConnectionLimit;
 use crate::server::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
-use crate::server::reports::ReportInputs;
 use crate::server::reload::{PolicyStatus, load_at_start, spawn_policy_reloader};
+use crate::server::reports::ReportInputs;
 use crate::server::tls::{
     CertSlot, TlsFiles, install_crypto_provider, load_rustls_config, server_config_with_resolver,
     spawn_tls_reloader,
@@ -569,16 +569,16 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         ));
     }
     let mut state = AppState::new(
-            policies.clone(),
-            namespaces,
-            parents,
-            events,
-            metrics.clone(),
-        )
-        .with_policy_status(policy_status.clone())
-        .with_gatepolicies(gatepolicies)
-        .with_ledger(ledger)
-        .with_resources(resources)
+        policies.clone(),
+        namespaces,
+        parents,
+        events,
+        metrics.clone(),
+    )
+    .with_policy_status(policy_status.clone())
+    .with_gatepolicies(gatepolicies)
+    .with_ledger(ledger)
+    .with_resources(resources)
     .with_body_budget(args.max_body_bytes_in_flight)
     .with_silence_after(args.controller_silence_after);
     if args.policy_reports {

@@ -96,7 +96,10 @@ async fn publish(client: kube::Client, inputs: ReportInputs, shutdown: Cancellat
         }
         let now = Timestamp::now();
         let planned = {
-            let mut denials = inputs.denials.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut denials = inputs
+                .denials
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             denials.forget_old(now);
             let guarded = guarded_namespaces(&inputs.policies.load(), &known);
             plan_reports(&guarded, &records, &denials, now)
@@ -137,7 +140,8 @@ impl Sink {
 
     async fn write_changed(&mut self, planned: BTreeMap<String, ReportBody>) {
         // A namespace no longer guarded is written again if it comes back.
-        self.written.retain(|namespace, _| planned.contains_key(namespace));
+        self.written
+            .retain(|namespace, _| planned.contains_key(namespace));
         for (namespace, body) in planned {
             if self.written.get(&namespace) == Some(&body) {
                 continue;
