@@ -2492,10 +2492,14 @@ fn the_readmes_document_every_value_metric_alert_and_rbac_rule() {
 
     // The ClusterRole's rules and the leader Lease Role's, by group, resource and verb.
     let mut granted = BTreeSet::new();
-    // Every rule the chart can grant: GatePolicies and auto-resume add theirs.
+    // Every rule the chart can grant: GatePolicies, auto-resume and PolicyReports add theirs.
     let manifests = render(
         &[],
-        &["gatePolicies.enabled=true", "suspensions.autoResume=true"],
+        &[
+            "gatePolicies.enabled=true",
+            "suspensions.autoResume=true",
+            "policyReports.enabled=true",
+        ],
     );
     for role in [manifests.one("ClusterRole"), manifests.one("Role")] {
         for rule in role["rules"].as_array().unwrap() {
