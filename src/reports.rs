@@ -263,18 +263,17 @@ pub fn plan_reports(
                 .collect();
             // The store's order is arbitrary; the report's must not be, or it would be
             // rewritten with nothing changed.
-            results.sort_by(|a, b| {
-                (a.timestamp, &a.rule, &a.resources[0].name, &a.message).cmp(&(
-                    b.timestamp,
-                    &b.rule,
-                    &b.resources[0].name,
-                    &b.message,
-                ))
-            });
+            results.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
             let summary = summarise(&results);
             (namespace.clone(), ReportBody { summary, results })
         })
         .collect()
+}
+
+/// When, which rule, on what, and what it says: a total order over a report's results.
+fn order_key(result: &ReportResult) -> (ResultTime, &str, Option<&str>, &str) {
+    let object = result.resources.first().and_then(|r| r.name.as_deref());
+    (result.timestamp, &result.rule, object, &result.message)
 }
 
 fn summarise(results: &[ReportResult]) -> Summary {
@@ -574,6 +573,37 @@ mod tests {
         assert_eq!(result["resources"][0]["apiVersion"], "apps/v1");
         let back: ReportBody = serde_json::from_value(json).unwrap();
         assert_eq!(back, reports["prod"]);
+    }
+
+    #[test]
+    fn a_refusal_in_a_namespace_is_a_denial_and_an_admission_is_not() {
+        use crate::decision::Rule;
+        use crate::ledger::plan::tests::{decision, update};
+        let request = update("bob", "Deployment", "dep-uid", 5);
+        let mut refused = decision(&request, Rule::NotPermitted, None);
+        let now = at("2026-11-30T08:30:00Z");
+        assert_eq!(denial_of(&refused, now), None, "admitted");
+        refused.refuse("production", Rule::NotPermitted, "bob may not".into());
+        let denial = denial_of(&refused, now).expect("a denial");
+        assert_eq!(
+            (
+                denial.policy.as_str(),
+                denial.rule.as_str(),
+                denial.user.as_str(),
+                denial.operation.as_str(),
+                denial.message.as_str()
+            ),
+            ("production", "NotPermitted", "bob", "UPDATE", "bob may not")
+        );
+        assert_eq!(denial.object.api_version.as_deref(), Some("apps/v1"));
+        assert_eq!(denial.object.namespace.as_deref(), Some("prod-payments"));
+        assert_eq!(denial.time, now);
+        refused.record.object.namespace.clear();
+        assert_eq!(
+            denial_of(&refused, now),
+            None,
+            "cluster-scoped: no namespace report"
+        );
     }
 
     #[test]
