@@ -21,6 +21,7 @@ pub mod lingering;
 pub mod metrics;
 pub mod ownership;
 pub mod policy;
+pub mod reports;
 pub mod request;
 pub mod review;
 pub mod scan;

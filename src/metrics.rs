@@ -136,6 +136,8 @@ pub struct Metrics {
     pub controller_last_write: Family<ControllerLabels, Gauge<f64, AtomicU64>>,
     /// Syncs with the controllers' last-write records (Leases), by result.
     pub controller_silence_records: Family<ResultLabels, Counter>,
+    /// Server-side applies of namespaces' PolicyReports (`serve --policy-reports`), by result.
+    pub policy_report_writes: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -355,6 +357,12 @@ impl Metrics {
             "Reads and writes of the controllers' last-write records (Leases in driftgate's namespace), by result",
             controller_silence_records.clone(),
         );
+        let policy_report_writes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "policy_report_writes",
+            "Server-side applies of a namespace's PolicyReport (serve --policy-reports; only changed reports are written), by result",
+            policy_report_writes.clone(),
+        );
         // Series that alerts read exist from the start, at zero, rather than appearing on first use.
         for family in [
             &ca_bundle_writes,
@@ -364,6 +372,7 @@ impl Metrics {
             &ledger_writes,
             &webhook_selector_writes,
             &controller_silence_records,
+            &policy_report_writes,
         ] {
             for result in ["success", "failure"] {
                 let _ = family.get_or_create(&ResultLabels {
@@ -411,6 +420,7 @@ impl Metrics {
             leader,
             controller_last_write,
             controller_silence_records,
+            policy_report_writes,
         }
     }
 

@@ -25,9 +25,11 @@ use crate::ledger::guard::LedgerGuard;
 use crate::ledger::service::{Ledger, Upkeep};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
+use crate::reports::{DEFAULT_DENIAL_LIMITS, RecentDenials};
 use crate::server::connections::ConnectionLimit;
 use crate::server::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
 use crate::server::reload::{PolicyStatus, load_at_start, spawn_policy_reloader};
+use crate::server::reports::ReportInputs;
 use crate::server::tls::{
     CertSlot, TlsFiles, install_crypto_provider, load_rustls_config, server_config_with_resolver,
     spawn_tls_reloader,
@@ -127,6 +129,16 @@ pub struct ServeArgs {
     /// can read them. Without it, each replica knows only the writes it reviewed since its start.
     #[arg(long, value_name = "NAMESPACE", conflicts_with = "no_kube")]
     pub controller_silence_namespace: Option<String>,
+    /// Publish a wgpolicyk8s.io/v1alpha2 PolicyReport named driftgate in each guarded namespace
+    /// (the leader, only when its content changed): open break-glass windows, backports
+    /// pending and reverted, and the last denials this replica saw there (at most 20, within
+    /// 1h). Needs the PolicyReport CRD (Kyverno and policy-reporter ship it); without it
+    /// nothing is written and the log says so once.
+    #[arg(long, conflicts_with = "no_kube")]
+    pub policy_reports: bool,
+    /// How often the PolicyReports are planned (and the changed ones written).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = positive_flag_duration)]
+    pub policy_report_interval: Duration,
     /// Close new connections to the webhook port at once while this many are open (each costs
     /// ~12 KiB before its handshake, ~60 KiB kept alive after a review; the API server keeps a
     /// few per replica). Counted in driftgate_webhook_connections_refused_total.
@@ -537,21 +549,42 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             shutdown.clone(),
         ));
     }
-    let state = Arc::new(
-        AppState::new(
-            policies.clone(),
-            namespaces,
-            parents,
-            events,
-            metrics.clone(),
-        )
-        .with_policy_status(policy_status.clone())
-        .with_gatepolicies(gatepolicies)
-        .with_ledger(ledger)
-        .with_resources(resources)
-        .with_body_budget(args.max_body_bytes_in_flight)
-        .with_silence_after(args.controller_silence_after),
-    );
+    let denials = Arc::new(std::sync::Mutex::new(RecentDenials::new(
+        DEFAULT_DENIAL_LIMITS,
+    )));
+    if let (Some(client), true) = (&client, args.policy_reports) {
+        let inputs = ReportInputs {
+            ledger: ledger.clone(),
+            policies: policies.clone(),
+            namespaces: namespaces.clone(),
+            denials: denials.clone(),
+            leading: leading.clone(),
+            metrics: metrics.clone(),
+            interval: args.policy_report_interval,
+        };
+        tasks.push(crate::server::reports::spawn(
+            client.clone(),
+            inputs,
+            shutdown.clone(),
+        ));
+    }
+    let mut state = AppState::new(
+        policies.clone(),
+        namespaces,
+        parents,
+        events,
+        metrics.clone(),
+    )
+    .with_policy_status(policy_status.clone())
+    .with_gatepolicies(gatepolicies)
+    .with_ledger(ledger)
+    .with_resources(resources)
+    .with_body_budget(args.max_body_bytes_in_flight)
+    .with_silence_after(args.controller_silence_after);
+    if args.policy_reports {
+        state = state.with_denials(denials);
+    }
+    let state = Arc::new(state);
 
     if let (Some(client), Some(namespace)) = (&client, &args.controller_silence_namespace) {
         tasks.push(crate::server::silence::spawn_records(

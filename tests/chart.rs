@@ -1412,6 +1412,11 @@ fn exported_metrics() -> BTreeSet<String> {
             if kind == "counter" {
                 names.insert(format!("{name}_total"));
             }
+            if kind == "histogram" {
+                for series in ["bucket", "sum", "count"] {
+                    names.insert(format!("{name}_{series}"));
+                }
+            }
         }
     }
     names
@@ -1554,6 +1559,101 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
     let manifests = render(&["default-values.yaml"], &[]);
     assert!(manifests.all("ServiceMonitor").is_empty());
     assert!(manifests.all("PrometheusRule").is_empty());
+}
+
+/// Every `expr` of the dashboard's panels, rows' panels included.
+fn dashboard_exprs(dashboard: &Value) -> Vec<String> {
+    let mut exprs = Vec::new();
+    let mut panels: Vec<&Value> = dashboard["panels"].as_array().unwrap().iter().collect();
+    while let Some(panel) = panels.pop() {
+        panels.extend(panel["panels"].as_array().into_iter().flatten());
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            exprs.push(str(&target["expr"]).to_owned());
+        }
+    }
+    exprs
+}
+
+#[test]
+fn the_grafana_dashboard_renders_only_when_enabled_and_queries_only_exported_metrics() {
+    let name = format!("{RELEASE}-dashboard");
+    let off = render(&[], &[]);
+    assert!(
+        !off.kinds().contains(&format!("ConfigMap/{name}")),
+        "{:?}",
+        off.kinds()
+    );
+    let on = render(&[], &["metrics.dashboard.enabled=true"]);
+    let configmap = on.named("ConfigMap", &name);
+    assert_eq!(configmap["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(configmap["metadata"]["labels"]["grafana_dashboard"], "1");
+    let elsewhere = render(
+        &[],
+        &[
+            "metrics.dashboard.enabled=true",
+            "metrics.dashboard.namespace=monitoring",
+            "metrics.dashboard.labels.grafana_dashboard=null",
+            "metrics.dashboard.labels.dashboards=driftgate",
+        ],
+    );
+    let moved = elsewhere.named("ConfigMap", &name);
+    assert_eq!(moved["metadata"]["namespace"], "monitoring");
+    assert_eq!(moved["metadata"]["labels"]["dashboards"], "driftgate");
+    assert!(moved["metadata"]["labels"]["grafana_dashboard"].is_null());
+
+    let dashboard: Value = serde_json::from_str(str(&configmap["data"]["driftgate.json"]))
+        .expect("the dashboard is JSON");
+    assert_eq!(dashboard["uid"], "driftgate");
+    let exprs = dashboard_exprs(&dashboard);
+    let exported = exported_metrics();
+    for expr in &exprs {
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("driftgate_") {
+                assert!(exported.contains(word), "{word} in {expr} is not exported");
+            }
+        }
+    }
+    // What the issue asks the dashboard to show, each by the metric that says it.
+    for shown in [
+        "driftgate_break_glass_windows_open",
+        "driftgate_backport_pending",
+        "driftgate_emergency_changes_reverted_total",
+        "sum by (rule) (rate(driftgate_admission_reviews_total{job=~\"$job\", decision=\"denied\"}",
+        "time() - max by (policy, controller) (driftgate_controller_last_write_timestamp_seconds",
+        "histogram_quantile(0.99, sum by (le) (rate(driftgate_admission_duration_seconds_bucket",
+    ] {
+        assert!(
+            exprs.iter().any(|e| e.contains(shown)),
+            "no panel queries {shown}: {exprs:#?}"
+        );
+    }
+}
+
+#[test]
+fn policy_reports_are_off_by_default_and_add_their_flags_and_rights_when_on() {
+    let off = render(&[], &[]);
+    assert!(!strings(&off.container()["args"]).contains(&"--policy-reports"));
+    let on = render(
+        &[],
+        &["policyReports.enabled=true", "policyReports.interval=1m"],
+    );
+    let args = strings(&on.container()["args"]);
+    let at = args
+        .iter()
+        .position(|a| *a == "--policy-reports")
+        .expect("the flag is passed");
+    assert_eq!(args[at + 1..at + 3], ["--policy-report-interval", "1m"]);
+    let added: BTreeSet<String> = granted_by(on.one("ClusterRole"))
+        .difference(&granted_by(off.one("ClusterRole")))
+        .cloned()
+        .collect();
+    assert_eq!(
+        added,
+        BTreeSet::from([
+            "wgpolicyk8s.io/policyreports:create".to_owned(),
+            "wgpolicyk8s.io/policyreports:patch".to_owned(),
+        ])
+    );
 }
 
 #[test]
@@ -2417,10 +2517,14 @@ fn the_readmes_document_every_value_metric_alert_and_rbac_rule() {
 
     // The ClusterRole's rules and the leader Lease Role's, by group, resource and verb.
     let mut granted = BTreeSet::new();
-    // Every rule the chart can grant: GatePolicies and auto-resume add theirs.
+    // Every rule the chart can grant: GatePolicies, auto-resume and PolicyReports add theirs.
     let manifests = render(
         &[],
-        &["gatePolicies.enabled=true", "suspensions.autoResume=true"],
+        &[
+            "gatePolicies.enabled=true",
+            "suspensions.autoResume=true",
+            "policyReports.enabled=true",
+        ],
     );
     for role in [manifests.one("ClusterRole"), manifests.one("Role")] {
         for rule in role["rules"].as_array().unwrap() {

@@ -202,6 +202,16 @@ impl Ledger {
         )
     }
 
+    /// Every record as cached (all namespaces), once the cache has synced; None before, or
+    /// without a cluster. The PolicyReports are planned from it.
+    pub fn records(&self) -> Option<Vec<Arc<BackportRequirement>>> {
+        let inner = self.inner.as_ref()?;
+        inner
+            .ready
+            .load(Ordering::Relaxed)
+            .then(|| inner.store.state())
+    }
+
     /// Whether records are kept (a cluster is connected).
     pub fn is_connected(&self) -> bool {
         self.inner.is_some()

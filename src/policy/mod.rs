@@ -294,7 +294,10 @@ impl GatePolicy {
         // Never guarded, whatever the policy says: Events are written by every controller
         // (driftgate's own among them), and driftgate's backport records are written by
         // driftgate while it answers a review; guarding them would refuse its own ledger.
+        // PolicyReports are policy engines' run-time output (driftgate's, Kyverno's), not
+        // desired state from Git.
         if group == "driftgate.dev"
+            || group == crate::reports::GROUP
             || (kind == "Event" && (group == "core" || group == "events.k8s.io"))
         {
             return false;
@@ -345,7 +348,7 @@ impl GatePolicy {
     /// over kinds cannot be ruled out (fail closed).
     pub fn guards_unresolved_resource(&self, group: &str, resource: &str) -> bool {
         let group = if group.is_empty() { "core" } else { group };
-        if group == "driftgate.dev" {
+        if group == "driftgate.dev" || group == crate::reports::GROUP {
             return false;
         }
         !self

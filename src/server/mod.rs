@@ -5,6 +5,7 @@
 pub mod connections;
 pub mod gatepolicies;
 pub mod reload;
+pub mod reports;
 pub mod silence;
 pub mod suspensions;
 pub mod tls;
@@ -92,6 +93,8 @@ pub struct AppState {
     pub deletions: std::sync::Mutex<DeletionTally>,
     /// Break-glass labels seen on reviewed objects, for the expired-label gauge.
     pub lingering: std::sync::Mutex<crate::lingering::LingeringLabels>,
+    /// The recent denials per namespace, for the PolicyReports (`serve --policy-reports`).
+    pub denials: Option<Arc<std::sync::Mutex<crate::reports::RecentDenials>>>,
 }
 
 impl AppState {
@@ -123,6 +126,7 @@ impl AppState {
             gatepolicies: None,
             deletions: std::sync::Mutex::default(),
             lingering: std::sync::Mutex::default(),
+            denials: None,
         }
     }
 
@@ -160,6 +164,15 @@ impl AppState {
     /// How long a GitOps controller may be silent before refusals say it may be down.
     pub fn with_silence_after(mut self, silent_after: Duration) -> Self {
         self.silence = Arc::new(SilenceTracker::new(silent_after, self.metrics.clone()));
+        self
+    }
+
+    /// Keeps each denial in `denials` (bounded) for the PolicyReports.
+    pub fn with_denials(
+        mut self,
+        denials: Arc<std::sync::Mutex<crate::reports::RecentDenials>>,
+    ) -> Self {
+        self.denials = Some(denials);
         self
     }
 
@@ -678,6 +691,14 @@ fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, el
         })
         .inc();
     state.metrics.review_duration.observe(elapsed.as_secs_f64());
+    if let Some(denials) = &state.denials
+        && let Some(denial) = crate::reports::denial_of(decision, (state.clock)())
+    {
+        denials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .note(denial);
+    }
     // Request text is escaped: in the text format a newline in a username would forge a line.
     let text = |value: &str| echo(value, MAX_NAME_CHARS).into_owned();
     tracing::info!(

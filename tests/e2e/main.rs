@@ -7,6 +7,7 @@ mod faults;
 mod harness;
 mod ledger;
 mod plugin;
+mod reports;
 mod restart;
 mod scenarios;
 mod silence;

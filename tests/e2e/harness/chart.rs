@@ -146,10 +146,13 @@ fn configuration_with_sets(
 /// as one JSON list manifest.
 pub fn rbac_manifest() -> String {
     // With every rule the chart can grant: the GatePolicy test's driftgate reads them, and the
-    // auto-resume test's driftgate patches suspendable kinds (suspensions.autoResume).
+    // auto-resume test's driftgate patches suspendable kinds (suspensions.autoResume), the
+    // PolicyReport test's writes reports (policyReports.enabled).
     let objects = render(&[
         "gatePolicies.enabled=true".to_owned(),
         "suspensions.autoResume=true".to_owned(),
+        // The PolicyReport test's driftgate writes them.
+        "policyReports.enabled=true".to_owned(),
     ]);
     let namespace = serde_json::json!({
         "apiVersion": "v1",
