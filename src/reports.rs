@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decision::{AUDIT_POLICY, Decision};
 use crate::ledger::phase::{awaiting_since, is_suspension, phase_of, phase_since};
-use crate::ledger::record::{BackportRequirement, Phase, RecordScope};
+use crate::ledger::record::{BackportRequirement, Phase};
 use crate::policy::{NamespaceLabels, PolicySet};
 use crate::text::{MAX_NAME_CHARS, echo};
 use crate::timefmt::human_utc;
@@ -363,24 +363,9 @@ fn record_result(record: &BackportRequirement, now: Timestamp) -> Option<ReportR
         source: SOURCE.to_owned(),
         scored: outcome == Outcome::Fail,
         timestamp: since.into(),
-        resources: vec![recorded_object(record)],
+        resources: vec![crate::ledger::record::regarding(record)],
         properties,
     })
-}
-
-/// The object a record is about (the Namespace, for a namespace-wide window).
-fn recorded_object(record: &BackportRequirement) -> ObjectReference {
-    let object = &record.spec.object;
-    ObjectReference {
-        api_version: Some(object.api_version.clone()),
-        kind: Some(object.kind.clone()),
-        name: Some(object.name.clone()),
-        namespace: (record.spec.scope != RecordScope::Namespace)
-            .then(|| record.metadata.namespace.clone())
-            .flatten(),
-        uid: Some(object.uid.clone()).filter(|u| !u.is_empty()),
-        ..ObjectReference::default()
-    }
 }
 
 fn denial_result(denial: &Denial) -> ReportResult {

@@ -35,6 +35,22 @@ pub fn pull_request_problem(url: &str) -> Option<&'static str> {
     }
 }
 
+/// The object a record is about, as Events and reports name it (the Namespace, for a
+/// namespace-wide window).
+pub fn regarding(record: &BackportRequirement) -> k8s_openapi::api::core::v1::ObjectReference {
+    let object = &record.spec.object;
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(object.api_version.clone()),
+        kind: Some(object.kind.clone()),
+        name: Some(object.name.clone()),
+        namespace: (record.spec.scope != RecordScope::Namespace)
+            .then(|| record.metadata.namespace.clone())
+            .flatten(),
+        uid: Some(object.uid.clone()).filter(|u| !u.is_empty()),
+        ..Default::default()
+    }
+}
+
 /// One break-glass window on one object (or on a namespace), and what was changed under it.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(

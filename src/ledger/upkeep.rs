@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 
 use crate::events::{EventReason, PlannedEvent};
@@ -15,7 +15,7 @@ use crate::ledger::phase::{
     PhaseChange, awaiting_since, is_suspension, past_retention, phase_of, suspension_ended,
     window_ended,
 };
-use crate::ledger::record::{BackportRequirement, Phase, RecordScope, pull_request_of};
+use crate::ledger::record::{BackportRequirement, Phase, pull_request_of};
 use crate::policy::{NamespaceLabels, PolicySet};
 use crate::timefmt::human_utc;
 
@@ -65,7 +65,11 @@ pub fn expiry_of(record: &BackportRequirement) -> Expiry<'_> {
     Expiry {
         record,
         change: PhaseChange::expired(record),
-        event: PlannedEvent::new(EventReason::BreakGlassExpired, note, regarding(record)),
+        event: PlannedEvent::new(
+            EventReason::BreakGlassExpired,
+            note,
+            crate::ledger::record::regarding(record),
+        ),
     }
 }
 
@@ -105,22 +109,11 @@ pub fn suspension_expiry_of(record: &BackportRequirement) -> Expiry<'_> {
     Expiry {
         record,
         change: PhaseChange::suspension_expired(record),
-        event: PlannedEvent::new(EventReason::SuspensionExpired, note, regarding(record)),
-    }
-}
-
-/// The object a record is about, as its Events name it.
-fn regarding(record: &BackportRequirement) -> ObjectReference {
-    let object = &record.spec.object;
-    ObjectReference {
-        api_version: Some(object.api_version.clone()),
-        kind: Some(object.kind.clone()),
-        name: Some(object.name.clone()),
-        namespace: (record.spec.scope != RecordScope::Namespace)
-            .then(|| record.metadata.namespace.clone())
-            .flatten(),
-        uid: Some(object.uid.clone()).filter(|u| !u.is_empty()),
-        ..ObjectReference::default()
+        event: PlannedEvent::new(
+            EventReason::SuspensionExpired,
+            note,
+            crate::ledger::record::regarding(record),
+        ),
     }
 }
 
@@ -367,7 +360,7 @@ mod tests {
 
     fn suspension_in(phase: Phase) -> Arc<BackportRequirement> {
         let mut record = record_in(phase, "2026-11-30T08:00:00Z");
-        record.spec.scope = RecordScope::Suspension;
+        record.spec.scope = crate::ledger::record::RecordScope::Suspension;
         record.metadata.name = Some("kustomization-apps-1".into());
         Arc::new(record)
     }

@@ -74,13 +74,14 @@ fn manifest(ns: &str) -> String {
     )
 }
 
-/// alice's window on `api` in `ns`, her scale to 5 and hotfix image; the record's name.
+/// `api` in `ns` as Flux applies it, then alice's window, scale and hotfix; the record's name.
 async fn emergency_change(ns: &str) -> String {
-    show(flux_apply(&format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---{}",
-        api_deployment(ns, 2)
-    )))
-    .ok();
+    show(flux_apply(&namespace_with_api(ns))).ok();
+    fix_under_a_window(ns).await
+}
+
+/// alice's window on `api` in `ns`, her scale to 5 and hotfix image; the record's name.
+async fn fix_under_a_window(ns: &str) -> String {
     show(driftgate_cli(
         ALICE,
         &[
@@ -373,39 +374,7 @@ async fn open_fix_backport_link_merge_and_the_real_flux_settles_it() {
     .await;
 
     // 03:00: the window, the fix.
-    show(driftgate_cli(
-        ALICE,
-        &[
-            "break-glass",
-            "open",
-            "deployment/api",
-            "-n",
-            ns,
-            "--for",
-            "1h",
-            "--reason",
-            REASON,
-        ],
-    ))
-    .ok();
-    kubectl(
-        ALICE,
-        &["scale", "deployment/api", "-n", ns, "--replicas=5"],
-    )
-    .ok();
-    kubectl(
-        ALICE,
-        &[
-            "set",
-            "image",
-            "deployment/api",
-            "-n",
-            ns,
-            &format!("api={HOTFIX}"),
-        ],
-    )
-    .ok();
-    let record = records(ns).await[0].metadata.name.clone().unwrap();
+    let record = fix_under_a_window(ns).await;
 
     // 09:00: the backport, from the Kustomization's own path, and its pull request linked.
     let written = backport(&record, ns, &repo, &[]).ok();
