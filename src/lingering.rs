@@ -34,6 +34,44 @@ pub struct LingeringLabels {
 }
 
 impl LingeringLabels {
+    /// Whether `observe` could change anything for this review: an object it remembers, or one
+    /// whose object (stored or written) carries the break-glass label of a policy that judged
+    /// it. Every review passes here and most concern it not, so this is asked under a shared
+    /// read lock and only `observe` takes the exclusive one.
+    pub fn concerns(
+        &self,
+        policies: &PolicySet,
+        facts: &RequestFacts<'_>,
+        decision: &Decision,
+    ) -> bool {
+        let request = facts.request();
+        if facts
+            .object_uid()
+            .is_some_and(|uid| self.by_uid.contains_key(uid))
+        {
+            return true;
+        }
+        let carries = |label: &str| {
+            [request.old_object.as_ref(), request.object.as_ref()]
+                .into_iter()
+                .flatten()
+                .any(|o| {
+                    o.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(label))
+                })
+        };
+        decision.record.verdicts.iter().any(|verdict| {
+            policies
+                .policies()
+                .iter()
+                .find(|p| p.name == verdict.policy)
+                .and_then(|p| p.break_glass.as_ref())
+                .is_some_and(|rules| carries(&rules.label))
+        })
+    }
+
     /// Takes in what one review shows of its object's label: the stored object's for a dry run
     /// (its write is not made), the written one's otherwise; a delete forgets the object.
     /// True when something changed.
@@ -242,6 +280,30 @@ spec:
             tracker.expired(&policies, at("2026-11-30T11:00:00Z"))["production"],
             0
         );
+    }
+
+    #[test]
+    fn only_remembered_and_labelled_objects_concern_it() {
+        let policies = PolicySet::from_yaml("inline", POLICY).unwrap();
+        let now: Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
+        let concerns = |request: &AdmissionRequest<DynamicObject>| {
+            let facts = RequestFacts::new(request);
+            let decision = decide(
+                &policies,
+                &DecisionInput {
+                    request: &facts,
+                    namespace: None,
+                    parent: None,
+                    resource: None,
+                    recent_deletes: None,
+                    now,
+                    silence: None,
+                },
+            );
+            LingeringLabels::default().concerns(&policies, &facts, &decision)
+        };
+        assert!(!concerns(&review("UPDATE", false, None)));
+        assert!(concerns(&review("UPDATE", false, Some("20261130T0900Z"))));
     }
 
     #[test]

@@ -597,7 +597,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         ));
     }
 
-    tasks.push(crate::server::spawn_lingering_gauge(
+    tasks.push(crate::server::lingering::spawn(
         state.clone(),
         args.expiry_check_interval,
         shutdown.clone(),

@@ -170,24 +170,25 @@ fn edit_file(file: &RepoFile, mut fields: Vec<(Wanted, &Node)>, plan: &mut Backp
             });
             continue;
         }
-        let rewrite = scalar_text(node, &field.value).map(|new| (replaced(&text, node, &new), new));
-        match rewrite {
-            Ok((Some(next), new)) => {
-                let start = span_start(node);
-                written.push(WrittenField {
+        let new = match scalar_text(node, &field.value) {
+            Ok(new) => new,
+            Err(problem) => {
+                plan.skipped.push(Skipped {
                     field: field.path.to_string(),
-                    line: file.text[..start].matches('\n').count() + 1,
-                    old: file.text[span_range(node)].to_owned(),
-                    new,
+                    why: format!("in {}, {problem}", file.path),
                 });
-                text = next;
+                continue;
             }
-            Ok((None, _)) => unreachable!("a scalar node has a span within its file"),
-            Err(problem) => plan.skipped.push(Skipped {
-                field: field.path.to_string(),
-                why: format!("in {}, {problem}", file.path),
-            }),
-        }
+        };
+        // Written last to first, so the spans before this one are where they were parsed.
+        let span = span_range(node);
+        text = replaced(&text, node, &new).expect("a scalar's span lies within its file");
+        written.push(WrittenField {
+            field: field.path.to_string(),
+            line: file.text[..span.start].matches('\n').count() + 1,
+            old: file.text[span].to_owned(),
+            new,
+        });
     }
     if !written.is_empty() {
         written.reverse();

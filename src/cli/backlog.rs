@@ -205,9 +205,7 @@ pub async fn run(
             namespace,
             note,
         }) => {
-            let namespace = namespace
-                .clone()
-                .unwrap_or_else(|| cluster.namespace.clone());
+            let namespace = cluster.namespace_or(namespace.as_ref());
             return resolve(&cluster, &namespace, name, note, out).await;
         }
         Some(BacklogCommand::Link {
@@ -215,9 +213,7 @@ pub async fn run(
             namespace,
             url,
         }) => {
-            let namespace = namespace
-                .clone()
-                .unwrap_or_else(|| cluster.namespace.clone());
+            let namespace = cluster.namespace_or(namespace.as_ref());
             return link(&cluster, &namespace, name, url, out).await;
         }
         None => {}

@@ -107,10 +107,7 @@ impl BackportError {
 
 pub async fn run(args: &BackportArgs, out: &mut impl Write) -> Result<(), CliError> {
     let cluster = connect(&args.connection).await?;
-    let namespace = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| cluster.namespace.clone());
+    let namespace = cluster.namespace_or(args.namespace.as_ref());
     let record = read_record(&cluster, &namespace, &args.record).await?;
     let root = repo_root(&args.repo)?;
     let files = repo_files(&root)?;

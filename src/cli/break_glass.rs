@@ -94,11 +94,7 @@ impl NamespaceScope {
         if self.all_namespaces {
             return None;
         }
-        Some(
-            self.namespace
-                .clone()
-                .unwrap_or_else(|| cluster.namespace.clone()),
-        )
+        Some(cluster.namespace_or(self.namespace.as_ref()))
     }
 }
 
@@ -452,11 +448,7 @@ pub async fn open(args: &OpenArgs, program: &str, out: &mut impl Write) -> Resul
     }
     let target = parse_target(args.target.target.as_deref())?;
     let cluster = connect(&args.target.connection).await?;
-    let namespace = args
-        .target
-        .namespace
-        .clone()
-        .unwrap_or_else(|| cluster.namespace.clone());
+    let namespace = cluster.namespace_or(args.target.namespace.as_ref());
     let located = locate(&cluster, &target, &namespace).await?;
     let keys = &args.target.keys;
     let value = format_expiry(expiry);
@@ -488,10 +480,7 @@ pub async fn open(args: &OpenArgs, program: &str, out: &mut impl Write) -> Resul
 pub async fn close(args: &TargetArgs, out: &mut impl Write) -> Result<(), CliError> {
     let target = parse_target(args.target.as_deref())?;
     let cluster = connect(&args.connection).await?;
-    let namespace = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| cluster.namespace.clone());
+    let namespace = cluster.namespace_or(args.namespace.as_ref());
     let located = locate(&cluster, &target, &namespace).await?;
     let patch = json!({"metadata": {
         "labels": {args.keys.label.as_str(): null},

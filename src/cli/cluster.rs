@@ -138,6 +138,12 @@ pub struct Attempt<'a> {
 }
 
 impl Cluster {
+    /// The namespace a command acts in, as kubectl picks it: `-n` when given, else the
+    /// context's.
+    pub fn namespace_or(&self, given: Option<&String>) -> String {
+        given.cloned().unwrap_or_else(|| self.namespace.clone())
+    }
+
     /// `error` from `attempt` as a sentence (see [`classify`]).
     pub fn error(&self, attempt: Attempt<'_>, error: kube::Error) -> CliError {
         classify(attempt, error, &self.server, self.impersonating.as_deref())

@@ -160,10 +160,7 @@ pub async fn suspend(
     let on = &args.target;
     let target = parse_suspension_target(&on.target)?;
     let cluster = connect(&on.connection).await?;
-    let namespace = on
-        .namespace
-        .clone()
-        .unwrap_or_else(|| cluster.namespace.clone());
+    let namespace = cluster.namespace_or(on.namespace.as_ref());
     let located = locate(&cluster, &target, &namespace).await?;
     let patch = suspend_patch(
         mechanism(&located.served),
@@ -189,10 +186,7 @@ pub async fn suspend(
 pub async fn resume(args: &SuspensionTarget, out: &mut impl Write) -> Result<(), CliError> {
     let target = parse_suspension_target(&args.target)?;
     let cluster = connect(&args.connection).await?;
-    let namespace = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| cluster.namespace.clone());
+    let namespace = cluster.namespace_or(args.namespace.as_ref());
     let located = locate(&cluster, &target, &namespace).await?;
     let patch = resume_patch(mechanism(&located.served), &args.keys);
     patch_reading_warnings(&cluster, &located, &patch)

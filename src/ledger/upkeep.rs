@@ -179,21 +179,25 @@ pub fn record_gauges(records: &[Arc<BackportRequirement>], now: Timestamp) -> Re
             _ => false,
         })
         .collect();
-    let oldest = |records: &mut dyn Iterator<Item = &&Arc<BackportRequirement>>| {
-        records
-            .filter_map(|r| awaiting_since(r, now))
-            .map(|since| (now - since).get_seconds() as f64)
-            .fold(0.0, f64::max)
-    };
+    let linked = |r: &&&Arc<BackportRequirement>| pull_request_of(r).is_some();
     RecordGauges {
         windows_open,
         pending: pending.len(),
-        oldest_pending_seconds: oldest(&mut pending.iter()),
-        oldest_unlinked_seconds: oldest(
-            &mut pending.iter().filter(|r| pull_request_of(r).is_none()),
-        ),
-        oldest_linked_seconds: oldest(&mut pending.iter().filter(|r| pull_request_of(r).is_some())),
+        oldest_pending_seconds: oldest_awaiting(pending.iter(), now),
+        oldest_unlinked_seconds: oldest_awaiting(pending.iter().filter(|r| !linked(r)), now),
+        oldest_linked_seconds: oldest_awaiting(pending.iter().filter(linked), now),
     }
+}
+
+/// How long the longest-waiting of `records` has awaited backport, in seconds; 0 for none.
+fn oldest_awaiting<'r>(
+    records: impl Iterator<Item = &'r &'r Arc<BackportRequirement>>,
+    now: Timestamp,
+) -> f64 {
+    records
+        .filter_map(|r| awaiting_since(r, now))
+        .map(|since| (now - since).get_seconds() as f64)
+        .fold(0.0, f64::max)
 }
 
 #[cfg(test)]

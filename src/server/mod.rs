@@ -4,6 +4,7 @@
 
 pub mod connections;
 pub mod gatepolicies;
+pub mod lingering;
 pub mod reload;
 pub mod reports;
 pub mod silence;
@@ -92,7 +93,7 @@ pub struct AppState {
     /// the deletes it reviews.
     pub deletions: std::sync::Mutex<DeletionTally>,
     /// Break-glass labels seen on reviewed objects, for the expired-label gauge.
-    pub lingering: std::sync::Mutex<crate::lingering::LingeringLabels>,
+    pub lingering: std::sync::RwLock<crate::lingering::LingeringLabels>,
     /// The recent denials per namespace, for the PolicyReports (`serve --policy-reports`).
     pub denials: Option<Arc<std::sync::Mutex<crate::reports::RecentDenials>>>,
 }
@@ -125,7 +126,7 @@ impl AppState {
             accepting: AtomicBool::new(true),
             gatepolicies: None,
             deletions: std::sync::Mutex::default(),
-            lingering: std::sync::Mutex::default(),
+            lingering: std::sync::RwLock::default(),
             denials: None,
         }
     }
@@ -458,21 +459,42 @@ async fn validate(
     let decision = judge(&state, &policies, &read, &facts).await;
     // Side effects never delay the answer: `record` only queues.
     state.events.record(&facts, &decision);
-    let now = (state.clock)();
-    if !read.request.dry_run && !state.ledger.is_connected() {
-        state.windows.observe(&decision, now);
-    }
-    // Dry runs count: Flux dry-runs every object on every interval.
-    state.silence.observe(&policies, &decision, now);
-    state
-        .lingering
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .observe(&policies, &facts, &decision, now);
+    remember(&state, &policies, &facts, &decision);
     let response = decision.to_response(&read.request).into_review();
     let elapsed = started.elapsed();
     observe(&state, &facts, &decision, elapsed);
     axum::Json(response).into_response()
+}
+
+/// What the in-memory trackers keep of one review (for gauges, refusals and reports): each is
+/// fed after the decision and never delays it, and each takes an exclusive lock only for the
+/// reviews that concern it (every review passes here).
+fn remember(state: &AppState, policies: &PolicySet, facts: &RequestFacts<'_>, decision: &Decision) {
+    let now = (state.clock)();
+    if !facts.request().dry_run && !state.ledger.is_connected() {
+        state.windows.observe(decision, now);
+    }
+    // Dry runs count: Flux dry-runs every object on every interval.
+    state.silence.observe(policies, decision, now);
+    let lingering = &state.lingering;
+    let concerns = lingering
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .concerns(policies, facts, decision);
+    if concerns {
+        lingering
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .observe(policies, facts, decision, now);
+    }
+    if let Some(denials) = &state.denials
+        && let Some(denial) = crate::reports::denial_of(decision, now)
+    {
+        denials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .note(denial);
+    }
 }
 
 /// A review as read: with its objects, unless no policy may guard it (then they are never
@@ -691,14 +713,6 @@ fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, el
         })
         .inc();
     state.metrics.review_duration.observe(elapsed.as_secs_f64());
-    if let Some(denials) = &state.denials
-        && let Some(denial) = crate::reports::denial_of(decision, (state.clock)())
-    {
-        denials
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .note(denial);
-    }
     // Request text is escaped: in the text format a newline in a username would forge a line.
     let text = |value: &str| echo(value, MAX_NAME_CHARS).into_owned();
     tracing::info!(
@@ -716,36 +730,4 @@ fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, el
         latency_us = elapsed.as_micros() as u64,
         "review"
     );
-}
-
-/// Every `interval`, sets `driftgate_break_glass_labels_expired` from the labels reviews showed:
-/// a label expires with time, not with a write.
-pub fn spawn_lingering_gauge(
-    state: Arc<AppState>,
-    interval: Duration,
-    shutdown: tokio_util::sync::CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = ticks.tick() => {}
-            }
-            let policies = state.policies.load();
-            let counts = state
-                .lingering
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .expired(&policies, (state.clock)());
-            for (policy, count) in counts {
-                state
-                    .metrics
-                    .break_glass_labels_expired
-                    .get_or_create(&crate::metrics::PolicyLabels { policy })
-                    .set(count);
-            }
-        }
-    })
 }

@@ -1,0 +1,43 @@
+//! `driftgate_break_glass_labels_expired`: the I/O edge of [`crate::lingering`], whose
+//! labels the review handler feeds (`remember` in the server module).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::PolicyLabels;
+use crate::server::AppState;
+
+/// Every `interval`, sets `driftgate_break_glass_labels_expired` from the labels reviews showed:
+/// a label expires with time, not with a write.
+pub fn spawn(
+    state: Arc<AppState>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = ticks.tick() => {}
+            }
+            let policies = state.policies.load();
+            let counts = state
+                .lingering
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .expired(&policies, (state.clock)());
+            for (policy, count) in counts {
+                state
+                    .metrics
+                    .break_glass_labels_expired
+                    .get_or_create(&PolicyLabels { policy })
+                    .set(count);
+            }
+        }
+    })
+}
