@@ -250,7 +250,23 @@ async fn an_overlay_patch_gets_the_replicas_and_the_base_the_image() {
         ambiguous.stdout
     );
 
-    backport(&record, ns, &repo, &["--path", "overlays/production"]).ok();
+    backport(
+        &record,
+        ns,
+        &repo,
+        &[
+            "--path",
+            "overlays/production",
+            "--branch",
+            "backport/inc-1501",
+        ],
+    )
+    .ok();
+    // --branch names the branch the commit is on.
+    assert_eq!(
+        git(&repo, &["branch", "--show-current"]).trim(),
+        "backport/inc-1501"
+    );
     let patched = std::fs::read_to_string(repo.join("overlays/production/replicas.yaml")).unwrap();
     assert_eq!(patched, patch.replace("replicas: 3 #", "replicas: 5 #"));
     let staging = std::fs::read_to_string(repo.join("overlays/staging/replicas.yaml")).unwrap();
