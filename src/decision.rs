@@ -24,7 +24,7 @@ use crate::policy::document::GuardedOperation;
 use crate::policy::{
     BreakGlassRules, DeletionRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet,
 };
-use crate::request::{RequestFacts, is_namespace_object};
+use crate::request::{RequestFacts, ReviewObject, is_namespace_object};
 use crate::silence::{ControllerSilence, refusal_points_to_git};
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
 use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
@@ -559,8 +559,8 @@ impl<'a> Facts<'a> {
         };
         !self.subresource.is_empty()
             && request.operation == Operation::Update
-            && request.object.is_some()
-            && request.old_object.is_some()
+            && self.about.object().is_some()
+            && self.about.old_object().is_some()
             && same_kind
     }
 
@@ -577,14 +577,14 @@ impl<'a> Facts<'a> {
         self.changes.get_or_init(|| {
             match (
                 &self.request.operation,
-                &self.request.old_object,
-                &self.request.object,
+                self.about.old_object(),
+                self.about.object(),
             ) {
                 (Operation::Update, Some(old), Some(new)) => {
                     let through_subresource = !self.about.subresource().is_empty();
                     effective_changes(
-                        old,
-                        new,
+                        old.whole(),
+                        new.whole(),
                         self.about.field_manager(),
                         self.judge_status,
                         through_subresource,
@@ -605,7 +605,7 @@ impl<'a> Facts<'a> {
         if self.subresource.is_empty() {
             match self.request.operation {
                 Operation::Update | Operation::Delete => {
-                    self.request.old_object.as_ref().map(|o| &o.metadata)
+                    self.about.old_object().map(|o| o.metadata())
                 }
                 _ => None,
             }
@@ -616,7 +616,7 @@ impl<'a> Facts<'a> {
 
     /// The object as it will be after an UPDATE of the object itself.
     fn new_meta(&self) -> Option<&'a ObjectMeta> {
-        self.request.object.as_ref().map(|o| &o.metadata)
+        self.about.object().map(|o| o.metadata())
     }
 
     /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)", "Service
@@ -995,7 +995,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
 
     // An UPDATE must show both sides, or no rule can tell what it changes: fail closed.
     if facts.is_update()
-        && let Some(missing) = missing_object(facts.request)
+        && let Some(missing) = missing_object(facts.about)
     {
         let words = RefusalWords {
             subject: facts.may_not(),
@@ -1389,12 +1389,12 @@ enum SuspensionChange {
 /// opener, with an expiry within `maxDuration` and a reason. Resuming is always admitted, and
 /// the controller's own writes go to the other rules. `None`: not a suspension, or one that
 /// also changes other fields in the policy's own namespaces (the other rules judge those).
-fn judge_suspension(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+fn judge_suspension<'a>(policy: &GatePolicy, facts: &Facts<'a>) -> Option<RuleOutcome> {
     let (rules, break_glass) = (policy.suspensions.as_ref()?, policy.break_glass.as_ref()?);
     if !facts.is_update() || !facts.subresource.is_empty() || facts.through.is_some() {
         return None;
     }
-    let (Some(old), Some(new)) = (&facts.request.old_object, &facts.request.object) else {
+    let (Some(old), Some(new)) = (facts.about.old_object(), facts.about.object()) else {
         return None;
     };
     // In the policy's own scope, or where the GitOps objects are.
@@ -1403,8 +1403,17 @@ fn judge_suspension(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcom
         return None;
     }
     let (group, kind) = (facts.group(), facts.kind.as_str());
-    let before = rules.suspensions(group, kind, old);
-    let after = rules.suspensions(group, kind, new);
+    // Suspension annotations are in the head; only a suspension field needs the whole object.
+    let has_field = rules.has_field(group, kind);
+    let read = |object: ReviewObject<'a>| match has_field {
+        true => object.whole(),
+        false => object.head(),
+    };
+    let before = rules.suspensions(group, kind, read(old));
+    let after = rules.suspensions(group, kind, read(new));
+    if before.is_empty() && after.is_empty() {
+        return None;
+    }
     let window_changed = facts
         .changes()
         .iter()
@@ -1572,8 +1581,8 @@ fn resumed(facts: &Facts<'_>, rules: &BreakGlassRules) -> RuleOutcome {
 }
 
 /// Which side of an UPDATE the review lacks, if any.
-fn missing_object(request: &AdmissionRequest<DynamicObject>) -> Option<&'static str> {
-    match (&request.old_object, &request.object) {
+fn missing_object(request: &RequestFacts<'_>) -> Option<&'static str> {
+    match (request.old_object(), request.object()) {
         (None, None) => Some("object and no oldObject"),
         (None, Some(_)) => Some("oldObject"),
         (Some(_), None) => Some("object"),

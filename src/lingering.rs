@@ -44,7 +44,6 @@ impl LingeringLabels {
         facts: &RequestFacts<'_>,
         decision: &Decision,
     ) -> bool {
-        let request = facts.request();
         if facts
             .object_uid()
             .is_some_and(|uid| self.by_uid.contains_key(uid))
@@ -52,11 +51,11 @@ impl LingeringLabels {
             return true;
         }
         let carries = |label: &str| {
-            [request.old_object.as_ref(), request.object.as_ref()]
+            [facts.old_object(), facts.object()]
                 .into_iter()
                 .flatten()
                 .any(|o| {
-                    o.metadata
+                    o.metadata()
                         .labels
                         .as_ref()
                         .is_some_and(|l| l.contains_key(label))
@@ -94,11 +93,11 @@ impl LingeringLabels {
             return self.by_uid.remove(uid).is_some();
         }
         let object = if request.dry_run {
-            request.old_object.as_ref()
+            facts.old_object()
         } else {
-            request.object.as_ref()
+            facts.object()
         };
-        let Some(labels) = object.map(|o| o.metadata.labels.as_ref()) else {
+        let Some(labels) = object.map(|o| o.metadata().labels.as_ref()) else {
             return false;
         };
         let found = decision.record.verdicts.iter().find_map(|verdict| {

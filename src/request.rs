@@ -7,19 +7,63 @@
 use std::borrow::Cow;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 
 use crate::policy::document::GuardedOperation;
+use crate::review::lazy::{LazyObject, LazyReview};
 use crate::text::{MAX_NAME_CHARS, echo};
 
 /// Who a request without a username is, in messages and Events.
 pub const ANONYMOUS: &str = "an anonymous client";
 
+/// One object of a review, read whole (a file, a test) or as the server reads it, its
+/// remainder parsed on first use (see `review::lazy`).
+#[derive(Clone, Copy)]
+pub enum ReviewObject<'a> {
+    Whole(&'a DynamicObject),
+    Lazy(&'a LazyObject<'a>),
+}
+
+impl<'a> ReviewObject<'a> {
+    /// The object's apiVersion, kind and metadata. Its `metadata.managedFields` and `data`
+    /// may be unset: ask [`Self::whole`] for those.
+    pub fn head(self) -> &'a DynamicObject {
+        match self {
+            ReviewObject::Whole(object) => object,
+            ReviewObject::Lazy(object) => object.head(),
+        }
+    }
+
+    /// The object's metadata, managedFields aside (see [`Self::head`]).
+    pub fn metadata(self) -> &'a ObjectMeta {
+        &self.head().metadata
+    }
+
+    /// The whole object, read now if it was not.
+    pub fn whole(self) -> &'a DynamicObject {
+        match self {
+            ReviewObject::Whole(object) => object,
+            ReviewObject::Lazy(object) => object.whole(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ReviewObject<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ReviewObject").field(self.head()).finish()
+    }
+}
+
 /// What a review says about its request, borrowed from it where it can be.
 #[derive(Clone, Debug)]
 pub struct RequestFacts<'a> {
+    /// The envelope. Its `object` and `oldObject` are never read through it: the server's
+    /// request holds none (see [`Self::object`]).
     request: &'a AdmissionRequest<DynamicObject>,
+    object: Option<ReviewObject<'a>>,
+    old_object: Option<ReviewObject<'a>>,
     username: &'a str,
     /// The username made safe to repeat, or [`ANONYMOUS`].
     who: Cow<'a, str>,
@@ -30,10 +74,34 @@ pub struct RequestFacts<'a> {
 }
 
 impl<'a> RequestFacts<'a> {
+    /// A request whose objects are read whole (or absent).
     pub fn new(request: &'a AdmissionRequest<DynamicObject>) -> Self {
+        Self::with_objects(
+            request,
+            request.object.as_ref().map(ReviewObject::Whole),
+            request.old_object.as_ref().map(ReviewObject::Whole),
+        )
+    }
+
+    /// A review as the server reads it, its objects' remainders parsed on first use.
+    pub fn of_lazy(review: &'a LazyReview<'a>) -> Self {
+        Self::with_objects(
+            review.request(),
+            review.object().map(ReviewObject::Lazy),
+            review.old_object().map(ReviewObject::Lazy),
+        )
+    }
+
+    fn with_objects(
+        request: &'a AdmissionRequest<DynamicObject>,
+        object: Option<ReviewObject<'a>>,
+        old_object: Option<ReviewObject<'a>>,
+    ) -> Self {
         let username = request.user_info.username.as_deref().unwrap_or("");
         RequestFacts {
             request,
+            object,
+            old_object,
             username,
             who: match username {
                 "" => Cow::Borrowed(ANONYMOUS),
@@ -46,8 +114,38 @@ impl<'a> RequestFacts<'a> {
         }
     }
 
+    /// The envelope: read the objects through [`Self::object`] and [`Self::old_object`].
     pub fn request(&self) -> &'a AdmissionRequest<DynamicObject> {
         self.request
+    }
+
+    /// The object written (`object`); None for a DELETE.
+    pub fn object(&self) -> Option<ReviewObject<'a>> {
+        self.object
+    }
+
+    /// The stored object (`oldObject`); None for a CREATE.
+    pub fn old_object(&self) -> Option<ReviewObject<'a>> {
+        self.old_object
+    }
+
+    /// Whether a rule asked for an object's remainder that the server's one-pass reading could
+    /// not give (`review::lazy`): a decision made with these facts is void, and the server
+    /// decides the review again on the two-step path.
+    pub fn fell_back(&self) -> bool {
+        [self.object, self.old_object]
+            .into_iter()
+            .flatten()
+            .any(|o| matches!(o, ReviewObject::Lazy(lazy) if lazy.fell_back()))
+    }
+
+    /// Reads both objects whole, before work whose effects cannot be taken back (a record
+    /// written, a settlement queued); false when that made the facts fall back.
+    pub fn read_whole(&self) -> bool {
+        for object in [self.object, self.old_object].into_iter().flatten() {
+            object.whole();
+        }
+        !self.fell_back()
     }
 
     /// The username as sent; "" for an anonymous client.
@@ -142,10 +240,10 @@ impl<'a> RequestFacts<'a> {
     /// The uid of the object written: from the object, or the old object for a DELETE. For
     /// `scale` the Scale's uid is its parent's.
     pub fn object_uid(&self) -> Option<&'a str> {
-        [&self.request.object, &self.request.old_object]
+        [self.object, self.old_object]
             .into_iter()
             .flatten()
-            .find_map(|o| o.metadata.uid.as_deref())
+            .find_map(|o| o.metadata().uid.as_deref())
     }
 
     /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)", "Service

@@ -91,9 +91,9 @@ pub fn plan_controller_write(
         return plan;
     };
     let request = facts.request();
-    let object = match (&request.operation, &request.object) {
+    let object = match (&request.operation, facts.object()) {
         (Operation::Delete, _) | (_, None) => None,
-        (_, Some(object)) => serde_json::to_value(object).ok(),
+        (_, Some(object)) => serde_json::to_value(object.whole()).ok(),
     };
     let controller_fields = controller_fields(facts);
     for record in awaiting {
@@ -200,9 +200,8 @@ enum Proof {
 fn controller_fields(facts: &RequestFacts<'_>) -> Option<Value> {
     let manager = facts.field_manager()?;
     facts
-        .request()
-        .object
-        .as_ref()?
+        .object()?
+        .whole()
         .metadata
         .managed_fields
         .as_ref()?

@@ -18,7 +18,7 @@ use crate::diff::changed_paths;
 use crate::fieldpath::FieldPath;
 use crate::ledger::record::{BackportRequirement, BackportStatus, Phase};
 use crate::policy::PolicySet;
-use crate::request::RequestFacts;
+use crate::request::{RequestFacts, ReviewObject};
 use crate::timefmt::human_utc;
 
 pub const GROUP: &str = "driftgate.dev";
@@ -177,16 +177,16 @@ fn judge_record(
     now: Timestamp,
 ) -> PolicyVerdict {
     let request = facts.request();
-    let old = parse(request.old_object.as_ref());
-    let new = parse(request.object.as_ref());
+    let old_object = facts.old_object().map(ReviewObject::whole);
+    let new_object = facts.object().map(ReviewObject::whole);
+    let old = parse(old_object);
+    let new = parse(new_object);
     let username = facts.username();
     let namespace = facts.scope_namespace().unwrap_or("");
     // A DELETE of the collection is reviewed one record at a time, with no name: only the old
     // object names it.
     let name = match request.name.as_str() {
-        "" => request
-            .old_object
-            .as_ref()
+        "" => old_object
             .and_then(|o| o.metadata.name.as_deref())
             .unwrap_or(""),
         name => name,
@@ -217,7 +217,14 @@ fn judge_record(
             "To make an emergency change, open a break-glass window with driftgate break-glass open; driftgate records it.",
         ),
         _ if guard.is_writer(username) => subject.verdict(Rule::LedgerWriter, None),
-        _ => judge_update(policies, guard, &subject, request, (old, new), now),
+        _ => judge_update(
+            policies,
+            guard,
+            &subject,
+            (old_object, new_object),
+            (old, new),
+            now,
+        ),
     }
 }
 
@@ -271,7 +278,7 @@ fn judge_update(
     policies: &PolicySet,
     guard: &LedgerGuard,
     subject: &Subject<'_>,
-    request: &AdmissionRequest<DynamicObject>,
+    objects: (Option<&DynamicObject>, Option<&DynamicObject>),
     (old, new): (Option<BackportRequirement>, Option<BackportRequirement>),
     now: Timestamp,
 ) -> PolicyVerdict {
@@ -280,12 +287,9 @@ fn judge_update(
         guard.describe_writer(),
         subject.resolve_command()
     );
-    let (Some(old_object), Some(new_object), Some(old), Some(new)) = (
-        request.old_object.as_ref(),
-        request.object.as_ref(),
-        old,
-        new,
-    ) else {
+    let (Some(old_object), Some(new_object), Some(old), Some(new)) =
+        (objects.0, objects.1, old, new)
+    else {
         return subject.deny(
             Rule::RecordTampered,
             "update",
@@ -487,13 +491,9 @@ fn judge_crd(guard: &LedgerGuard, facts: &RequestFacts<'_>) -> PolicyVerdict {
     if guard.is_crd_admin(&request.user_info) {
         return verdict(Rule::LedgerCrdAdmin, None);
     }
-    let (verb, problem) = match (
-        &request.operation,
-        &request.old_object,
-        &request.object,
-    ) {
+    let (verb, problem) = match (&request.operation, facts.old_object(), facts.object()) {
         (Operation::Update, Some(old), Some(new)) => {
-            let changed = match crd_update(old, new) {
+            let changed = match crd_update(old.whole(), new.whole()) {
                 Ok(rule) => return verdict(rule, None),
                 Err(changed) => changed,
             };

@@ -588,10 +588,9 @@ fn recorded_change(
         request_uid: request.uid.clone(),
         resource_version: match request.operation {
             Operation::Create => String::new(),
-            _ => request
-                .old_object
-                .as_ref()
-                .and_then(|o| o.metadata.resource_version.clone())
+            _ => facts
+                .old_object()
+                .and_then(|o| o.metadata().resource_version.clone())
                 .unwrap_or_default(),
         },
         fields,

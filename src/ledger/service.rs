@@ -271,6 +271,8 @@ impl Ledger {
                         rules,
                         now,
                     ),
+                // A review that falls back is decided again on the two-step path.
+                LedgerTask::Record { .. } if !facts.read_whole() => return None,
                 LedgerTask::Record { verdict, rules } => self
                     .record(inner, facts, decision, verdict, rules, now)
                     .await
@@ -440,7 +442,8 @@ impl Connected {
         }
         // Filtered inside the store: every controller write asks, and few objects have records.
         let awaiting = self.store.state_filter(|r| written.awaited_by(r, now));
-        if awaiting.is_empty() {
+        // A review that falls back is decided again on the two-step path, which settles it.
+        if awaiting.is_empty() || !facts.read_whole() {
             return None;
         }
         let plan = plan_controller_write(facts, kind, verdict, rules, &awaiting, now);

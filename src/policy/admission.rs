@@ -25,7 +25,7 @@ pub fn judge(facts: &RequestFacts<'_>) -> Option<PolicyVerdict> {
         return None;
     }
     let name = request.name.as_str();
-    let (rule, message) = match request.object.as_ref().map(compile_object) {
+    let (rule, message) = match facts.object().map(|o| compile_object(o.whole())) {
         Some(Ok(_)) => (Rule::PolicyCompiled, None),
         Some(Err(errors)) => (
             Rule::PolicyRefused,

@@ -41,6 +41,7 @@ use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
 use crate::request::{RequestFacts, scope_namespace};
+use crate::review::lazy::{LazyEnvelope, LazyReview, parse_lazily};
 use crate::review::{Envelope, Review, SHALLOW_DEPTH, Unreadable, parse_envelope, stack_for};
 use crate::silence::DEFAULT_SILENCE_AFTER;
 use crate::text::{MAX_NAME_CHARS, echo};
@@ -448,22 +449,75 @@ async fn validate(
             );
         }
     };
+    let policies = state.policies.load();
+    // One pass over the body first; what it cannot read or judge goes the two-step way.
+    if let Some(read) = parse_lazily(&body).and_then(|e| read_lazily(&state, &policies, e)) {
+        // The one description of the request, for the decision, its Events and the log line.
+        let facts = read.facts();
+        let decision = review(&state, &facts).await;
+        if !facts.fell_back() {
+            return answer(&state, &policies, &facts, &decision, started);
+        }
+    }
     let envelope = match parse_envelope(&body) {
         Ok(envelope) => envelope,
         Err(error) => return bad_request(&state, error.to_string()),
     };
-    let policies = state.policies.load();
     let read = read(&state, &policies, envelope);
-    // The one description of the request, for the decision, its Events and the log line.
     let facts = RequestFacts::new(&read.request);
     let decision = judge(&state, &policies, &read, &facts).await;
+    answer(&state, &policies, &facts, &decision, started)
+}
+
+/// Publishes what a decision calls for and answers the API server with it.
+fn answer(
+    state: &AppState,
+    policies: &PolicySet,
+    facts: &RequestFacts<'_>,
+    decision: &Decision,
+    started: Instant,
+) -> Response {
     // Side effects never delay the answer: `record` only queues.
-    state.events.record(&facts, &decision);
-    remember(&state, &policies, &facts, &decision);
-    let response = decision.to_response(&read.request).into_review();
+    state.events.record(facts, decision);
+    remember(state, policies, facts, decision);
+    let response = decision.to_response(facts.request()).into_review();
     let elapsed = started.elapsed();
-    observe(&state, &facts, &decision, elapsed);
+    observe(state, facts, decision, elapsed);
     axum::Json(response).into_response()
+}
+
+/// A review read in one pass: without its objects when no policy may guard the write,
+/// else with their heads read and their remainders left for the rules that ask.
+enum LazyRead<'a> {
+    Unguarded(AdmissionRequest<DynamicObject>),
+    Guarded(LazyReview<'a>),
+}
+
+impl LazyRead<'_> {
+    fn facts(&self) -> RequestFacts<'_> {
+        match self {
+            LazyRead::Unguarded(request) => RequestFacts::new(request),
+            LazyRead::Guarded(review) => RequestFacts::of_lazy(review),
+        }
+    }
+}
+
+/// Scope is judged from the envelope alone, as in [`read`]; `None` when an object's head
+/// is not readable, for the two-step path to say why.
+fn read_lazily<'a>(
+    state: &AppState,
+    policies: &PolicySet,
+    envelope: LazyEnvelope<'a>,
+) -> Option<LazyRead<'a>> {
+    let namespace = namespace_of(state, envelope.request());
+    if !may_guard(
+        policies,
+        envelope.request(),
+        namespace.as_ref().map(|ns| &ns.metadata),
+    ) {
+        return Some(LazyRead::Unguarded(envelope.without_objects()));
+    }
+    envelope.read_heads().map(LazyRead::Guarded)
 }
 
 /// What the in-memory trackers keep of one review (for gauges, refusals and reports): each is
@@ -606,10 +660,17 @@ pub async fn review(state: &AppState, facts: &RequestFacts<'_>) -> Decision {
     let policies = state.policies.load();
     let now = (state.clock)();
     let mut decision = decide_with_cluster(state, facts, &policies, now).await;
+    // A decision from facts that fell back is void: the caller decides again.
+    if facts.fell_back() {
+        return decision;
+    }
     state
         .ledger
         .apply(facts, &mut decision, &policies, now)
         .await;
+    if facts.fell_back() {
+        return decision;
+    }
     // Every review passes here: the lock is taken for deletes only.
     if facts.request().operation == Operation::Delete {
         state

@@ -1,6 +1,11 @@
 //! How long one admission review takes: parsing the body, deciding, and both, on a ~30 KB
-//! Flux server-side-apply UPDATE of a Deployment; and the same UPDATE made by a person with
-//! `kubectl edit`, which computes the diff and is denied.
+//! Flux server-side-apply UPDATE of a Deployment; the same UPDATE made by a person with
+//! `kubectl edit`, which computes the diff and is denied; a small ConfigMap edit by a person;
+//! and a Pod CREATE no policy guards.
+//!
+//! Each review is read both ways: `two_step` is `review::parse_review` (the envelope, then
+//! both objects built whole), as `eval` and the server's fallback read; `lazy` is the server's
+//! request path (`review::lazy`: one pass, the objects' heads, the rest only when a rule asks).
 //!
 //! `cargo bench --bench decide`
 
@@ -11,6 +16,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use driftgate::decision::{Decision, DecisionInput, decide};
 use driftgate::policy::PolicySet;
 use driftgate::request::RequestFacts;
+use driftgate::review::lazy::parse_lazily;
 use driftgate::review::parse_review;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -27,17 +33,47 @@ const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/bench-deployment-update-30k.json"
 );
+const SMALL_EDIT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/namespace-window-configmap-edit.json"
+);
+const POD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/replicaset-controller-create-pod.json"
+);
 const NOW: &str = "2026-11-30T09:00:00Z";
 
-/// Describes the request and decides it, as the server does for each review.
+/// Describes the request and decides it, as `eval` and the server's fallback do.
 fn decide_at(
     policies: &PolicySet,
     request: &AdmissionRequest<DynamicObject>,
     now: Timestamp,
 ) -> Decision {
-    let facts = RequestFacts::new(request);
+    decide_facts(policies, &RequestFacts::new(request), now)
+}
+
+/// Reads the body in one pass and decides it, as the server's request path does: a review a
+/// policy may guard has its objects' heads read (`guarded`), any other only its envelope.
+fn lazy_parse_and_decide(
+    policies: &PolicySet,
+    body: &[u8],
+    guarded: bool,
+    now: Timestamp,
+) -> Decision {
+    let envelope = parse_lazily(body).expect("a review the one-pass reading reads");
+    if !guarded {
+        let request = envelope.without_objects();
+        return decide_facts(policies, &RequestFacts::new(&request), now);
+    }
+    let review = envelope.read_heads().expect("readable heads");
+    let decision = decide_facts(policies, &RequestFacts::of_lazy(&review), now);
+    assert!(!review.fell_back());
+    decision
+}
+
+fn decide_facts(policies: &PolicySet, facts: &RequestFacts<'_>, now: Timestamp) -> Decision {
     let input = DecisionInput {
-        request: &facts,
+        request: facts,
         resource: None,
         namespace: None,
         parent: None,
@@ -93,15 +129,80 @@ fn benches(c: &mut Criterion) {
         bob.record.changed_fields.len()
     );
 
+    let read = |path: &str| std::fs::read(path).unwrap_or_else(|error| panic!("{path}: {error}"));
+    let (small_edit, pod) = (read(SMALL_EDIT), read(POD));
+    // Both readings decide every review alike, and the lazy one reads the 30 KB Flux apply
+    // without building either object.
+    for (name, body, guarded, rule) in [
+        ("deploy30k", &body, true, "Controller"),
+        ("small_edit", &small_edit, true, "NotPermitted"),
+        ("pod", &pod, false, "OutOfScope"),
+    ] {
+        let two_step = decide_at(&policies, &parse_review(body).unwrap(), now);
+        let lazy = lazy_parse_and_decide(&policies, body, guarded, now);
+        assert_eq!(
+            two_step.record.rule.as_str(),
+            rule,
+            "{name}: {}",
+            two_step.message
+        );
+        assert_eq!(
+            (
+                lazy.record.rule,
+                lazy.allowed,
+                &lazy.message,
+                &lazy.record.changed_fields
+            ),
+            (
+                two_step.record.rule,
+                two_step.allowed,
+                &two_step.message,
+                &two_step.record.changed_fields
+            ),
+            "{name}"
+        );
+    }
+    let flux_review = parse_lazily(&body).unwrap().read_heads().unwrap();
+    decide_facts(&policies, &RequestFacts::of_lazy(&flux_review), now);
+    assert!(!flux_review.read_whole(), "the Flux apply was read whole");
+
+    for (name, body, guarded) in [
+        ("deploy30k", &body, true),
+        ("small_edit", &small_edit, true),
+        ("pod", &pod, false),
+    ] {
+        let mut group = c.benchmark_group(format!("parse_and_decide/{name}"));
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function("two_step", |b| {
+            b.iter(|| {
+                let request = parse_review(black_box(body)).unwrap();
+                decide_at(black_box(&policies), &request, black_box(now))
+            })
+        });
+        group.bench_function("lazy", |b| {
+            b.iter(|| {
+                lazy_parse_and_decide(
+                    black_box(&policies),
+                    black_box(body),
+                    guarded,
+                    black_box(now),
+                )
+            })
+        });
+        group.finish();
+    }
+
     let mut parse = c.benchmark_group("parse");
     parse.throughput(Throughput::Bytes(body.len() as u64));
     parse.bench_function("parse_review", |b| {
         b.iter(|| parse_review(black_box(&body)).unwrap())
     });
-    parse.bench_function("parse_and_decide", |b| {
+    parse.bench_function("lazy_heads", |b| {
         b.iter(|| {
-            let request = parse_review(black_box(&body)).unwrap();
-            decide_at(black_box(&policies), &request, black_box(now))
+            parse_lazily(black_box(&body))
+                .unwrap()
+                .read_heads()
+                .map(|review| review.object().is_some())
         })
     });
     parse.finish();

@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::ops::Deref;
+
+pub mod lazy;
 use std::path::Path;
 
 use kube::core::admission::AdmissionRequest;
