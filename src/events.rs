@@ -207,6 +207,13 @@ pub fn planned_events(request: &RequestFacts<'_>, decision: &Decision) -> Vec<Pl
     if request.request().dry_run || decision.record.dry_run {
         return Vec::new();
     }
+    // Most reviews call for no Event (a controller's apply, an unguarded write): nothing is
+    // built for them.
+    let reported = |verdict: &&PolicyVerdict| decision.allowed || !verdict.allowed;
+    let verdicts = decision.record.verdicts.iter().filter(reported);
+    if !verdicts.clone().any(calls_for_event) {
+        return Vec::new();
+    }
     let Some(regarding) = request.regarding(&decision.record.object.kind) else {
         tracing::debug!(
             uid = %request.request().uid,
@@ -216,10 +223,7 @@ pub fn planned_events(request: &RequestFacts<'_>, decision: &Decision) -> Vec<Pl
     };
     let words = Words::new(request, decision);
     let mut planned: Vec<PlannedEvent> = Vec::new();
-    for verdict in &decision.record.verdicts {
-        if !decision.allowed && verdict.allowed {
-            continue;
-        }
+    for verdict in verdicts {
         let Some((reason, note)) = plan_one(verdict, &words) else {
             continue;
         };
@@ -231,8 +235,31 @@ pub fn planned_events(request: &RequestFacts<'_>, decision: &Decision) -> Vec<Pl
     planned
 }
 
+/// Whether a verdict calls for an Event: an audit denial, a refusal (but of a GatePolicy,
+/// whose author sees it at apply time), and the admitted changes of windows and suspensions.
+fn calls_for_event(verdict: &PolicyVerdict) -> bool {
+    if verdict.would_deny {
+        return true;
+    }
+    if !verdict.allowed {
+        return verdict.rule != Rule::PolicyRefused;
+    }
+    matches!(
+        verdict.rule,
+        Rule::BreakGlassOpened
+            | Rule::BreakGlassExtended
+            | Rule::BreakGlassClosed
+            | Rule::BreakGlassWindow
+            | Rule::Suspended
+            | Rule::Resumed
+    )
+}
+
 /// The reason and note for one verdict, or None when it calls for no Event.
 fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, String)> {
+    if !calls_for_event(verdict) {
+        return None;
+    }
     if verdict.would_deny {
         let note = refusal_note(verdict, |refusal| match refusal {
             Refusal::Words(words) => audit_note(words, &verdict.policy, verdict.rule),
@@ -250,8 +277,6 @@ fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
         Rule::ControllerHeld => EventReason::ControllerHeld,
         Rule::RevertRefused => EventReason::RevertRefused,
         Rule::LedgerUnavailable => EventReason::LedgerUnavailable,
-        // The refusal reaches its author at apply time (and Flux's status); no Event on top.
-        Rule::PolicyRefused => return None,
         _ => EventReason::WriteDenied,
     };
     Some((

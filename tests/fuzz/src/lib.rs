@@ -21,6 +21,7 @@ use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;
 use driftgate::request::RequestFacts;
+use driftgate::review::lazy::parse_lazily;
 use driftgate::review::{ReviewError, parse_envelope, parse_review};
 use driftgate::server::{AppState, router};
 use driftgate::timefmt::format_expiry;
@@ -259,8 +260,27 @@ pub fn admission_review(body: &[u8]) {
     );
     let review: Value = serde_json::from_slice(&answer).expect("the answer is JSON");
     check_answer(&request, &review);
+    // The server's one-pass reading decides as the two-step parse does, whenever it reads
+    // the review itself (else the server falls back to the two-step path).
+    let lazy = parse_lazily(body).and_then(|envelope| envelope.read_heads());
     for policies in policy_sets() {
-        decide_with_cluster(policies, &request);
+        let two_step = decide_with_cluster(policies, &RequestFacts::new(&request));
+        let Some(lazy) = &lazy else { continue };
+        let facts = RequestFacts::of_lazy(lazy);
+        let decision = decide_with_cluster(policies, &facts);
+        if facts.fell_back() {
+            continue;
+        }
+        assert_eq!(
+            (decision.allowed, decision.record.rule, &decision.message),
+            (two_step.allowed, two_step.record.rule, &two_step.message),
+            "the one-pass reading decided otherwise"
+        );
+        assert_eq!(
+            decision.record.changed_fields,
+            two_step.record.changed_fields
+        );
+        assert_eq!(decision.warnings, two_step.warnings);
     }
 }
 
@@ -283,7 +303,8 @@ pub fn check_answer(request: &AdmissionRequest<DynamicObject>, review: &Value) {
 
 /// As `server::decide_with_cluster` does with a cluster that holds the fixtures' Namespaces
 /// and, for a subresource, a parent (named as the request's object) with an open window.
-fn decide_with_cluster(policies: &PolicySet, request: &AdmissionRequest<DynamicObject>) {
+fn decide_with_cluster(policies: &PolicySet, facts: &RequestFacts<'_>) -> Decision {
+    let request = facts.request();
     let namespace_name = match request.namespace.as_deref() {
         Some(ns) if !ns.is_empty() => Some(ns),
         _ if request.kind.group.is_empty() && request.kind.kind == "Namespace" => {
@@ -297,7 +318,7 @@ fn decide_with_cluster(policies: &PolicySet, request: &AdmissionRequest<DynamicO
             .find(|ns| ns.metadata.name.as_deref() == Some(name))
     });
     let input = DecisionInput {
-        request: &RequestFacts::new(request),
+        request: facts,
         resource: None,
         namespace: namespace.map(|ns| &ns.metadata),
         parent: None,
@@ -325,12 +346,14 @@ fn decide_with_cluster(policies: &PolicySet, request: &AdmissionRequest<DynamicO
             },
         );
     }
-    check_decision(request, &decision);
+    check_decision(facts, &decision);
+    decision
 }
 
 /// The decision's own promises, and everything the server derives from it: the answer, its
 /// JSON, and the Events it would publish.
-fn check_decision(request: &AdmissionRequest<DynamicObject>, decision: &Decision) {
+fn check_decision(facts: &RequestFacts<'_>, decision: &Decision) {
+    let request = facts.request();
     if decision.allowed {
         assert!(
             decision.message.is_empty(),
@@ -343,7 +366,7 @@ fn check_decision(request: &AdmissionRequest<DynamicObject>, decision: &Decision
     let review = decision.to_response(request).into_review();
     let json = serde_json::to_value(&review).expect("an AdmissionReview serializes");
     check_answer(request, &json);
-    for event in planned_events(&RequestFacts::new(request), decision) {
+    for event in planned_events(facts, decision) {
         assert!(
             event.note.len() <= driftgate::events::MAX_NOTE_BYTES,
             "an Event note of {} bytes",
@@ -365,7 +388,7 @@ pub fn policy_load(data: &[u8]) {
     match PolicySet::from_yaml("fuzz.yaml", text) {
         Ok(policies) => {
             for request in fixture_requests() {
-                decide_with_cluster(&policies, request);
+                decide_with_cluster(&policies, &RequestFacts::new(request));
             }
         }
         Err(errors) => {
