@@ -448,6 +448,13 @@ fn edit_with(field: &str, value: Value) -> String {
     review.to_string()
 }
 
+/// kubectl-edit.json with the object's managedFields set to `entries`.
+fn with_managed_fields(entries: Value) -> String {
+    let mut review: Value = serde_json::from_slice(&fixture("kubectl-edit.json")).unwrap();
+    review["request"]["object"]["metadata"]["managedFields"] = entries;
+    review.to_string()
+}
+
 fn not_an_object() -> Value {
     serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": "x"})
 }
@@ -600,6 +607,12 @@ fn a_guarded_write_whose_object_cannot_be_read_is_refused_with_why() {
                 deep_review("kubectl-edit.json", &["spec", "deep"], false, 10_001),
                 "nested 10001 levels deep, more than the 10000 Kubernetes accepts",
             ),
+            // Read only with the diff on the one-pass path, which then falls back.
+            (
+                "managedFields that are not entries",
+                with_managed_fields(serde_json::json!([{"time": 7}])),
+                "the request's object is not a Kubernetes object: invalid type: integer `7`",
+            ),
         ] {
             let response = decided(&h, body, what).await;
             assert_eq!(response["allowed"], false, "{what}: {response}");
@@ -622,7 +635,7 @@ fn a_guarded_write_whose_object_cannot_be_read_is_refused_with_why() {
         }
         let (_, metrics) = get(&h.admin, "/metrics").await;
         assert!(
-            metrics.contains("driftgate_admission_reviews_total{decision=\"denied\",rule=\"Unreadable\",policy=\"production\",operation=\"UPDATE\"} 3"),
+            metrics.contains("driftgate_admission_reviews_total{decision=\"denied\",rule=\"Unreadable\",policy=\"production\",operation=\"UPDATE\"} 4"),
             "{metrics}"
         );
     });

@@ -405,7 +405,7 @@ mod tests {
         out
     }
 
-    fn review(body: &str) -> String {
+    fn review_text(body: &str) -> String {
         format!(
             r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{
             "uid":"u","kind":{{"group":"","version":"v1","kind":"ConfigMap"}},
@@ -474,12 +474,12 @@ mod tests {
     fn what_it_cannot_read_falls_back() {
         let not_a_review = br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#;
         assert!(parse_lazily(not_a_review).is_none());
-        let bad_metadata = review(r#""object":{"metadata":{"labels":"x"}},"oldObject":null"#);
+        let bad_metadata = review_text(r#""object":{"metadata":{"labels":"x"}},"oldObject":null"#);
         let envelope = parse_lazily(bad_metadata.as_bytes()).unwrap();
         assert!(envelope.read_heads().is_none());
         // Deeper than serde_json's limit: the head is read, the remainder falls back.
         let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
-        let deep = review(&format!(
+        let deep = review_text(&format!(
             r#""object":{{"metadata":{{"name":"a","labels":{{"k":"v"}}}},"data":{{"d":"{}"}},"deep":{deep}}},"oldObject":null"#,
             "x"
         ));
@@ -488,6 +488,26 @@ mod tests {
         assert_eq!(object.head().metadata.name.as_deref(), Some("a"));
         assert!(!review.fell_back());
         assert!(object.whole().data.is_null() && review.fell_back());
+        // managedFields are read with the remainder: an invalid entry falls back then.
+        let forged = review_text(
+            r#""object":{"metadata":{"name":"a","managedFields":[{"time":7}]}},"oldObject":null"#,
+        );
+        let review = parse_lazily(forged.as_bytes())
+            .unwrap()
+            .read_heads()
+            .unwrap();
+        assert!(
+            review
+                .object()
+                .unwrap()
+                .head()
+                .metadata
+                .managed_fields
+                .is_none()
+        );
+        assert!(!review.fell_back());
+        review.object().unwrap().whole();
+        assert!(review.fell_back());
     }
 
     #[test]
