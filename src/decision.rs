@@ -442,7 +442,7 @@ struct Facts<'a> {
     namespace: Option<&'a str>,
     /// The kind of the object written (for a subresource, of its parent); the resource's name
     /// when the kind could not be resolved.
-    kind: String,
+    kind: &'a str,
     /// Whether `kind` was resolved: false for a subresource whose parent kind neither discovery
     /// nor the parent object told.
     kind_known: bool,
@@ -500,18 +500,18 @@ fn effective_changes(
 /// The kind a request writes: the request's own for the object itself; for a subresource, the
 /// parent's, from discovery or the parent object. Never guessed: `false` when unknown, with the
 /// resource's name in its place.
-fn resolve_kind(input: &DecisionInput<'_>, subresource: &str) -> (String, bool) {
+fn resolve_kind<'a>(input: &DecisionInput<'a>, subresource: &str) -> (&'a str, bool) {
     let request = input.request.request();
     if subresource.is_empty() {
-        return (request.kind.kind.clone(), true);
+        return (&request.kind.kind, true);
     }
     let parent_kind = input
         .parent
         .and_then(|p| p.types.as_ref())
         .map(|t| t.kind.as_str());
     match input.resource.map(|r| r.kind.as_str()).or(parent_kind) {
-        Some(kind) if !kind.is_empty() => (kind.to_owned(), true),
-        _ => (request.resource.resource.clone(), false),
+        Some(kind) if !kind.is_empty() => (kind, true),
+        _ => (&request.resource.resource, false),
     }
 }
 
@@ -541,7 +541,7 @@ impl<'a> Facts<'a> {
             facts.through = Some(subresource);
             facts.subresource = "";
             // The objects are the parent itself, so they name its kind.
-            facts.kind = request.kind.kind.clone();
+            facts.kind = &request.kind.kind;
             facts.kind_known = true;
         }
         facts
@@ -1402,7 +1402,7 @@ fn judge_suspension<'a>(policy: &GatePolicy, facts: &Facts<'a>) -> Option<RuleOu
     if !guarded && !rules.holds_namespace(facts.namespace?) {
         return None;
     }
-    let (group, kind) = (facts.group(), facts.kind.as_str());
+    let (group, kind) = (facts.group(), facts.kind);
     // Suspension annotations are in the head; only a suspension field needs the whole object.
     let has_field = rules.has_field(group, kind);
     let read = |object: ReviewObject<'a>| match has_field {
@@ -1943,7 +1943,7 @@ fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
         object: ObjectRef {
             group: request.resource.group.clone(),
             version: request.resource.version.clone(),
-            kind: facts.kind.clone(),
+            kind: facts.kind.to_string(),
             resource: request.resource.resource.clone(),
             subresource: facts.subresource.to_owned(),
             namespace: facts.namespace.unwrap_or("").to_owned(),
