@@ -416,6 +416,41 @@ async fn request_text_cannot_forge_a_log_line() {
     );
 }
 
+/// Writes no policy guards are most of a cluster's: their review lines are at debug, so at the
+/// default level only the guarded write's line is logged, and at debug both are.
+#[tokio::test]
+async fn reviews_out_of_scope_are_logged_at_debug_only() {
+    install_crypto_provider();
+    for filter in ["info", "driftgate=debug"] {
+        let mut server = start_logging(&format!("scope-logs-{}", filter.len()), filter);
+        let mut stream = connect(&server).await;
+        for name in ["out-of-scope-namespace.json", "kubectl-edit.json"] {
+            let (status, _) = send_review(&mut stream, &fixture(name)).await.unwrap();
+            assert_eq!(status, 200, "{name}");
+        }
+        drop(stream);
+        let stderr = server.stop_for_stderr();
+        let reviews: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("driftgate::server: review "))
+            .collect();
+        let guarded = reviews
+            .iter()
+            .filter(|l| l.contains(" INFO ") && l.contains("rule=\"NotPermitted\""))
+            .count();
+        let out_of_scope = reviews
+            .iter()
+            .filter(|l| l.contains(" DEBUG ") && l.contains("rule=\"OutOfScope\""))
+            .count();
+        let expected = if filter == "info" { 0 } else { 1 };
+        assert_eq!(
+            (reviews.len(), guarded, out_of_scope),
+            (1 + expected, 1, expected),
+            "RUST_LOG={filter}:\n{stderr}"
+        );
+    }
+}
+
 /// A fatal error is said once, in the log's format: with `--log-format json` one JSON object
 /// (log collectors parse every line), as text otherwise.
 #[test]
