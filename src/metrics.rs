@@ -1,10 +1,12 @@
 //! Prometheus metrics, served on the admin port at `/metrics`.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
 
 use jiff::Timestamp;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -138,6 +140,39 @@ pub struct Metrics {
     pub controller_silence_records: Family<ResultLabels, Counter>,
     /// Server-side applies of namespaces' PolicyReports (`serve --policy-reports`), by result.
     pub policy_report_writes: Family<ResultLabels, Counter>,
+    /// Log lines dropped because the log writer's queue was full (`serve`'s non-blocking writer).
+    pub log_lines_dropped: LogLinesDropped,
+}
+
+/// `driftgate_log_lines_dropped_total`, read at each scrape from the counter of the log writer
+/// that `serve` logs through; 0 until one is attached (nothing else drops lines).
+#[derive(Clone, Debug, Default)]
+pub struct LogLinesDropped(Arc<OnceLock<tracing_appender::non_blocking::ErrorCounter>>);
+
+impl LogLinesDropped {
+    /// Reports `counter` from now on; the first attached stays (there is one log writer).
+    pub fn attach(&self, counter: tracing_appender::non_blocking::ErrorCounter) {
+        let _ = self.0.set(counter);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0
+            .get()
+            .map_or(0, |counter| counter.dropped_lines() as u64)
+    }
+}
+
+impl Collector for LogLinesDropped {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let counter = ConstCounter::new(self.get());
+        let metric = encoder.encode_descriptor(
+            "log_lines_dropped",
+            "Log lines dropped because the log writer's queue was full (stderr written slower than lines came)",
+            None,
+            counter.metric_type(),
+        )?;
+        counter.encode(metric)
+    }
 }
 
 impl Default for Metrics {
@@ -363,6 +398,8 @@ impl Metrics {
             "Server-side applies of a namespace's PolicyReport (serve --policy-reports; only changed reports are written), by result",
             policy_report_writes.clone(),
         );
+        let log_lines_dropped = LogLinesDropped::default();
+        registry.register_collector(Box::new(log_lines_dropped.clone()));
         // Series that alerts read exist from the start, at zero, rather than appearing on first use.
         for family in [
             &ca_bundle_writes,
@@ -421,6 +458,7 @@ impl Metrics {
             controller_last_write,
             controller_silence_records,
             policy_report_writes,
+            log_lines_dropped,
         }
     }
 
@@ -501,8 +539,48 @@ mod tests {
             "driftgate_webhook_selector_writes_total{result=\"failure\"} 0",
             "driftgate_webhook_selector_excluded_namespaces 0",
             "driftgate_leader 0",
+            "driftgate_log_lines_dropped_total 0",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }
+    }
+
+    /// A writer that takes nothing until told to: the log writer's thread blocks on its first
+    /// line, its queue fills, and the lines after are dropped.
+    struct Stalled(std::sync::mpsc::Receiver<()>);
+
+    impl std::io::Write for Stalled {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _ = self.0.recv();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn dropped_log_lines_are_read_from_the_writer_at_each_scrape() {
+        use std::io::Write;
+        let metrics = Metrics::new();
+        let (release, stalled) = std::sync::mpsc::channel();
+        let (mut writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+            .lossy(true)
+            .buffered_lines_limit(1)
+            .finish(Stalled(stalled));
+        metrics.log_lines_dropped.attach(writer.error_counter());
+        for _ in 0..10 {
+            writer.write_all(b"review\n").unwrap();
+        }
+        // One line in the writer's hands, one queued: at least 8 dropped.
+        let dropped = writer.error_counter().dropped_lines();
+        assert!(dropped >= 8, "{dropped}");
+        let text = metrics.encode();
+        assert!(
+            text.contains(&format!("driftgate_log_lines_dropped_total {dropped}\n")),
+            "{text}"
+        );
+        drop(release);
+        drop(guard);
     }
 }

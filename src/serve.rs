@@ -156,6 +156,12 @@ pub struct ServeArgs {
     /// Log lines as JSON (one object per line) or as text.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Log lines that may wait to be written to stderr (by a thread of their own, so that a slow
+    /// reader of stderr never holds a review); beyond them new lines are dropped and counted in
+    /// driftgate_log_lines_dropped_total. At a few hundred bytes a line, the default holds a
+    /// few MiB.
+    #[arg(long, value_name = "N", default_value_t = 8192, value_parser = clap::value_parser!(u32).range(1..))]
+    pub log_queue_lines: u32,
     /// Who writes backport records and their CRD, and how long settled records are kept.
     #[command(flatten)]
     pub ledger: Box<LedgerArgs>,
@@ -199,8 +205,27 @@ pub enum LogFormat {
     Json,
 }
 
-/// Logs go to stderr; `RUST_LOG` filters them (default `info`).
-pub fn init_logging(format: LogFormat) {
+/// `serve`'s log writer. Dropping it writes out the lines still queued (for up to a second):
+/// keep it until the process ends, past the last line (the fatal error's included).
+#[must_use = "dropping the log writer stops the writing of log lines"]
+pub struct LogWriter {
+    _flush_on_drop: tracing_appender::non_blocking::WorkerGuard,
+    /// How many lines were dropped because the queue was full.
+    pub dropped: tracing_appender::non_blocking::ErrorCounter,
+}
+
+/// Logs go to stderr from a thread of their own, so that a slow reader of stderr never holds a
+/// review, through a queue of `queue_lines` (full: lines are dropped); `RUST_LOG` filters them
+/// (default `info`).
+pub fn init_logging(format: LogFormat, queue_lines: u32) -> LogWriter {
+    // Buffered: the thread writes what queued since its last write in one go, then flushes.
+    let stderr = std::io::BufWriter::with_capacity(64 << 10, std::io::stderr());
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(queue_lines as usize)
+        .thread_name("driftgate-log")
+        .finish(stderr);
+    let dropped = writer.error_counter();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only on a terminal: in a pod, stderr goes to `kubectl logs` and log collectors,
@@ -208,11 +233,15 @@ pub fn init_logging(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    LogWriter {
+        _flush_on_drop: guard,
+        dropped,
+    }
 }
 
 /// A byte count, plain or with a Ki/Mi/Gi suffix, with room for one body at the limit beside
@@ -393,11 +422,12 @@ fn gatepolicy_source(
 
 /// Runs until SIGTERM or SIGINT, then drains: readiness fails first, in-flight reviews finish,
 /// kept-alive connections are closed.
-pub async fn serve(args: ServeArgs) -> Result<()> {
+pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     install_crypto_provider();
     raise_open_files_limit();
     let settings = args.settings()?;
     let metrics = Arc::new(Metrics::new());
+    metrics.log_lines_dropped.attach(log.dropped.clone());
     let shutdown = CancellationToken::new();
 
     // A bad policy leaves the process up and not ready, polling the file (never a crash loop):

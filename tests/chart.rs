@@ -2425,12 +2425,13 @@ fn documented(readme: &str, path: &str) -> bool {
         .any(|line| line.contains(&format!("`{parent}.")) && line.contains(&format!("`.{key}`")))
 }
 
-/// The `driftgate_*` names registered in src/metrics.rs.
+/// The `driftgate_*` names registered in src/metrics.rs: the metrics' and the collectors' (read
+/// at scrape time, which name theirs in `encode_descriptor`).
 fn registered_metrics() -> Vec<String> {
     let source = std::fs::read_to_string(repo().join("src/metrics.rs")).unwrap();
-    source
-        .split("register(")
-        .skip(1)
+    ["register(", "encode_descriptor("]
+        .iter()
+        .flat_map(|call| source.split(call).skip(1))
         .filter_map(|rest| {
             let rest = rest.trim_start().strip_prefix('"')?;
             Some(format!("driftgate_{}", &rest[..rest.find('"')?]))

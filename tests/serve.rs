@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use common::webhook::{
     BIN, Options, Server, Stderr, admin_get, allowed, connect, fixture, free_port,
     install_crypto_provider, read_response, send_review, spawn_with, start, start_logging,
+    start_with,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -291,7 +292,6 @@ async fn sigterm_lets_an_in_flight_review_finish() {
 /// plain text, or `namespace=prod-payments` is no longer in them for anyone searching the logs.
 #[tokio::test]
 async fn log_lines_written_to_a_pipe_carry_no_terminal_colour_codes() {
-    use std::io::Read;
     install_crypto_provider();
     let mut server = start_logging("plain-logs", "info");
     let mut stream = connect(&server).await;
@@ -300,16 +300,7 @@ async fn log_lines_written_to_a_pipe_carry_no_terminal_colour_codes() {
         .unwrap();
     assert_eq!(status, 200);
     drop(stream);
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
-    let mut stderr = String::new();
-    server
-        .child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let stderr = server.stop_for_stderr();
     let review = stderr
         .lines()
         .find(|l| l.contains(" review "))
@@ -389,7 +380,6 @@ async fn an_idle_kept_alive_connection_outlives_the_header_timeout() {
 /// line (escaped), or it could forge a second review line in the text format.
 #[tokio::test]
 async fn request_text_cannot_forge_a_log_line() {
-    use std::io::Read;
     install_crypto_provider();
     let mut server = start_logging("forged-logs", "info");
     let mut stream = connect(&server).await;
@@ -407,16 +397,7 @@ async fn request_text_cannot_forge_a_log_line() {
         "the denial escapes it too: {body}"
     );
     drop(stream);
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
-    let mut stderr = String::new();
-    server
-        .child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let stderr = server.stop_for_stderr();
     let reviews: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("driftgate::server: review "))
@@ -433,4 +414,153 @@ async fn request_text_cannot_forge_a_log_line() {
             .any(|l| l.starts_with("2026-12-01T00:00:00Z")),
         "{stderr}"
     );
+}
+
+/// Writes no policy guards are most of a cluster's: their review lines are at debug, so at the
+/// default level only the guarded write's line is logged, and at debug both are.
+#[tokio::test]
+async fn reviews_out_of_scope_are_logged_at_debug_only() {
+    install_crypto_provider();
+    for filter in ["info", "driftgate=debug"] {
+        let mut server = start_logging(&format!("scope-logs-{}", filter.len()), filter);
+        let mut stream = connect(&server).await;
+        for name in ["out-of-scope-namespace.json", "kubectl-edit.json"] {
+            let (status, _) = send_review(&mut stream, &fixture(name)).await.unwrap();
+            assert_eq!(status, 200, "{name}");
+        }
+        drop(stream);
+        let stderr = server.stop_for_stderr();
+        let reviews: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("driftgate::server: review "))
+            .collect();
+        let guarded = reviews
+            .iter()
+            .filter(|l| l.contains(" INFO ") && l.contains("rule=\"NotPermitted\""))
+            .count();
+        let out_of_scope = reviews
+            .iter()
+            .filter(|l| l.contains(" DEBUG ") && l.contains("rule=\"OutOfScope\""))
+            .count();
+        let expected = if filter == "info" { 0 } else { 1 };
+        assert_eq!(
+            (reviews.len(), guarded, out_of_scope),
+            (1 + expected, 1, expected),
+            "RUST_LOG={filter}:\n{stderr}"
+        );
+    }
+}
+
+/// A fatal error is said once, in the log's format: with `--log-format json` one JSON object
+/// (log collectors parse every line), as text otherwise.
+#[test]
+fn a_fatal_error_is_one_line_in_the_log_format() {
+    use std::io::Read;
+    for format in ["json", "text"] {
+        let missing = std::env::temp_dir().join("driftgate-fatal-no-such-cert.pem");
+        let mut server = spawn_with(
+            &format!("fatal-{format}"),
+            Options::default()
+                .flag("--tls-cert", &missing)
+                .flag("--log-format", format),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "serve did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        server
+            .child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        let fatal: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("driftgate-fatal-no-such-cert.pem"))
+            .collect();
+        assert_eq!(fatal.len(), 1, "--log-format {format}:\n{stderr}");
+        let parsed = serde_json::from_str::<serde_json::Value>(fatal[0]);
+        if format == "json" {
+            for line in stderr.lines() {
+                assert!(
+                    serde_json::from_str::<serde_json::Value>(line).is_ok(),
+                    "{line}"
+                );
+            }
+            let line = parsed.unwrap();
+            assert_eq!(line["level"], "ERROR", "{line}");
+            assert_eq!(line["message"], "driftgate serve failed", "{line}");
+            assert!(
+                line["error"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("driftgate-fatal-no-such-cert.pem: cannot be read: No such file or directory (os error 2)"),
+                "{line}"
+            );
+        } else {
+            assert!(parsed.is_err(), "{}", fatal[0]);
+            assert!(
+                fatal[0].contains(" ERROR driftgate::cli: driftgate serve failed error="),
+                "{}",
+                fatal[0]
+            );
+        }
+    }
+}
+
+/// Log lines are written by a thread of their own: with stderr a pipe that nobody reads (a
+/// stalled log collector), reviews are still answered, and the lines that find the log's queue
+/// full are dropped and counted.
+#[tokio::test]
+async fn a_stalled_stderr_holds_no_review_and_its_dropped_lines_are_counted() {
+    install_crypto_provider();
+    // Two lines a review (the review's and its Event's): the pipe (64 KiB) fills within ~100
+    // reviews, then the queue within a few more.
+    let server = start_with(
+        "stalled-logs",
+        Options::default()
+            .log("info", Stderr::Pipe)
+            .flag("--log-queue-lines", "16"),
+    );
+    let dropped = |metrics: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("driftgate_log_lines_dropped_total "))
+            .unwrap_or_else(|| panic!("no driftgate_log_lines_dropped_total in:\n{metrics}"))
+            .parse()
+            .unwrap()
+    };
+    let mut stream = connect(&server).await;
+    let body = fixture("kubectl-edit.json");
+    let mut reviews = 0;
+    while dropped(&server.metrics()) == 0 {
+        assert!(reviews < 2_000, "no line dropped after {reviews} reviews");
+        for _ in 0..50 {
+            // Bounded only so that a review held by the log fails rather than hangs the test.
+            let answer =
+                tokio::time::timeout(Duration::from_secs(30), send_review(&mut stream, &body))
+                    .await
+                    .expect("a review waited for the log");
+            assert_eq!(answer.unwrap().0, 200);
+        }
+        reviews += 50;
+    }
+    let metrics = server.metrics();
+    assert!(
+        metrics.contains("# TYPE driftgate_log_lines_dropped counter"),
+        "{metrics}"
+    );
+    // Counted as they are dropped: every review since adds more.
+    let before = dropped(&metrics);
+    for _ in 0..50 {
+        assert_eq!(send_review(&mut stream, &body).await.unwrap().0, 200);
+    }
+    assert!(dropped(&server.metrics()) > before);
 }

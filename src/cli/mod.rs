@@ -123,18 +123,16 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// Runs an async command on a Tokio runtime (multi-threaded for the server) and maps its result
-/// to an exit code, printing the error as `driftgate COMMAND: error`.
-fn run_async<F>(command: &str, multi_thread: bool, future: F) -> ExitCode
+/// Runs an async command on a current-thread Tokio runtime and maps its result to an exit code,
+/// printing the error as `driftgate COMMAND: error`.
+fn run_async<F>(command: &str, future: F) -> ExitCode
 where
     F: std::future::Future<Output = Result<()>>,
 {
-    let mut builder = if multi_thread {
-        tokio::runtime::Builder::new_multi_thread()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-    };
-    let runtime = match builder.enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("driftgate {command}: cannot start the runtime: {error}");
@@ -144,7 +142,6 @@ where
     match runtime.block_on(future) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(%error, "driftgate {command} failed");
             eprintln!("driftgate {command}: {error}");
             ExitCode::from(1)
         }
@@ -187,12 +184,42 @@ fn break_glass(
 }
 
 fn version(args: &version::VersionArgs, out: &mut impl Write) -> ExitCode {
-    run_async("version", false, version::run(args, out))
+    run_async("version", version::run(args, out))
 }
 
+/// `serve` on a multi-threaded runtime. Its fatal error is one log line, in the log's format
+/// (one JSON object with `--log-format json`), and only there.
 fn serve(args: crate::serve::ServeArgs) -> ExitCode {
-    crate::serve::init_logging(args.log_format);
-    run_async("serve", true, crate::serve::serve(args))
+    let log = crate::serve::init_logging(args.log_format, args.log_queue_lines);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            fatal("serve", &format_args!("cannot start the runtime: {error}"));
+            return ExitCode::from(1);
+        }
+    };
+    // Dropped in reverse: the runtime, then `log`, which writes out the lines still queued,
+    // the fatal error's included.
+    match runtime.block_on(crate::serve::serve(args, &log)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            fatal("serve", &error);
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A command's fatal error, through the log when it would show there, else on stderr: never
+/// twice, never silent (`RUST_LOG=off`).
+fn fatal(command: &str, error: &dyn std::fmt::Display) {
+    if tracing::enabled!(tracing::Level::ERROR) {
+        tracing::error!(%error, "driftgate {command} failed");
+    } else {
+        eprintln!("driftgate {command}: {error}");
+    }
 }
 
 #[cfg(test)]

@@ -775,20 +775,35 @@ fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, el
         .inc();
     state.metrics.review_duration.observe(elapsed.as_secs_f64());
     // Request text is escaped: in the text format a newline in a username would forge a line.
-    let text = |value: &str| echo(value, MAX_NAME_CHARS).into_owned();
-    tracing::info!(
-        uid = %text(&request.request().uid),
-        operation = %record.operation,
-        kind = %text(&record.object.kind),
-        subresource = %text(&record.object.subresource),
-        namespace = %text(&record.object.namespace),
-        name = %text(&record.object.name),
-        user = %text(&record.user),
-        dry_run = record.dry_run,
-        decision = verdict,
-        policy,
-        rule = record.rule.as_str(),
-        latency_us = elapsed.as_micros() as u64,
-        "review"
-    );
+    // Borrowed unless it needs escaping, and built only when the line is logged at all.
+    fn text(value: &str) -> std::borrow::Cow<'_, str> {
+        echo(value, MAX_NAME_CHARS)
+    }
+    // A level is part of a log call site, so the line is written out once per level.
+    macro_rules! review_line {
+        ($level:ident) => {
+            tracing::$level!(
+                uid = %text(&request.request().uid),
+                operation = %record.operation,
+                kind = %text(&record.object.kind),
+                subresource = %text(&record.object.subresource),
+                namespace = %text(&record.object.namespace),
+                name = %text(&record.object.name),
+                user = %text(&record.user),
+                dry_run = record.dry_run,
+                decision = verdict,
+                policy,
+                rule = record.rule.as_str(),
+                latency_us = elapsed.as_micros() as u64,
+                "review"
+            )
+        };
+    }
+    // Writes no policy guards are most of a cluster's (every write outside kube-system reaches
+    // driftgate): at info they would be most of the log, and of its cost.
+    if record.rule == crate::decision::Rule::OutOfScope {
+        review_line!(debug);
+    } else {
+        review_line!(info);
+    }
 }

@@ -268,6 +268,25 @@ impl Server {
         admin_get(self.admin, "/metrics").unwrap().1
     }
 
+    /// Stops the server with SIGTERM and returns all it wrote to stderr (a pipe). Log lines are
+    /// written by a thread of their own, which writes out the queued ones as the process exits:
+    /// a SIGKILL could lose the last.
+    pub fn stop_for_stderr(&mut self) -> String {
+        use std::io::Read;
+        self.signal("TERM");
+        let mut stderr = String::new();
+        // To the end of the pipe: the process has exited.
+        self.child
+            .stderr
+            .take()
+            .expect("started with Stderr::Pipe")
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "exit {status:?}; stderr:\n{stderr}");
+        stderr
+    }
+
     /// Waits up to `timeout` for `/metrics` to hold `line`.
     pub async fn wait_for_metric(&self, line: &str, timeout: Duration) {
         let deadline = Instant::now() + timeout;

@@ -14,6 +14,9 @@ use super::control_plane::{ADMIN, DRIFTGATE, Identity, KubectlOutput, control_pl
 use super::process::Guarded;
 
 const BIN: &str = env!("CARGO_BIN_EXE_driftgate");
+/// driftgate's `RUST_LOG` unless the test run sets one: info, and the review lines that `serve`
+/// writes at debug (writes no policy guards).
+const E2E_LOG_FILTER: &str = "info,driftgate::server=debug";
 
 /// Runs the driftgate binary as `who` (`break-glass open …`), with that identity's kubeconfig
 /// as `--kubeconfig` after `args`.
@@ -190,9 +193,10 @@ impl Driftgate {
             // Tests stop it; nothing routes to it that needs draining.
             .args(["--shutdown-delay", "0s", "--shutdown-grace", "2s"])
             .args(extra_args)
+            // Review lines of writes no policy guards are at debug: scenarios read those too.
             .env(
                 "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or("info".into()),
+                std::env::var("RUST_LOG").unwrap_or(E2E_LOG_FILTER.into()),
             );
         let process = Guarded::spawn(
             &format!("driftgate serve ({name})"),
@@ -262,7 +266,8 @@ impl Driftgate {
         &self.dir
     }
 
-    /// The end of the process's log (`RUST_LOG`, default info: one line per review).
+    /// The end of the process's log (`RUST_LOG`, default [`E2E_LOG_FILTER`]: one line per
+    /// review, out-of-scope ones included).
     pub fn log_tail(&self, lines: usize) -> String {
         self.lock_process().log_tail(lines)
     }
