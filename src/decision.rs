@@ -329,6 +329,19 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The audit annotation `decision`: `allowed`, `allowed-audit` or `denied`.
+    pub fn verdict_word(&self) -> &'static str {
+        match self
+            .audit_annotations
+            .get(AUDIT_DECISION)
+            .map(String::as_str)
+        {
+            Some("denied") => "denied",
+            Some("allowed-audit") => "allowed-audit",
+            _ => "allowed",
+        }
+    }
+
     /// The AdmissionResponse for `request` (same uid), with warnings and audit annotations.
     pub fn to_response(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let mut response = AdmissionResponse::from(request);

@@ -1,5 +1,6 @@
 //! Prometheus metrics, served on the admin port at `/metrics`.
 
+use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
@@ -17,10 +18,11 @@ use crate::silence::ControllerKey;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReviewLabels {
     /// `allowed`, `allowed-audit`, `denied` or `invalid`.
-    pub decision: String,
-    pub rule: String,
-    pub policy: String,
-    pub operation: String,
+    pub decision: Cow<'static, str>,
+    /// Static but for the policy: the key is built for every review.
+    pub rule: Cow<'static, str>,
+    pub policy: Cow<'static, str>,
+    pub operation: Cow<'static, str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -313,9 +313,9 @@ fn refuse(state: &AppState, status: StatusCode, message: String) -> Response {
         .reviews
         .get_or_create(&ReviewLabels {
             decision: "invalid".into(),
-            rule: String::new(),
-            policy: String::new(),
-            operation: String::new(),
+            rule: "".into(),
+            policy: "".into(),
+            operation: "".into(),
         })
         .inc();
     tracing::warn!(error = %message, status = status.as_u16(), "refused a request that is not an AdmissionReview");
@@ -334,9 +334,9 @@ fn no_policy(state: &AppState, problems: &str) -> Response {
         .reviews
         .get_or_create(&ReviewLabels {
             decision: "unavailable".into(),
-            rule: String::new(),
-            policy: String::new(),
-            operation: String::new(),
+            rule: "".into(),
+            policy: "".into(),
+            operation: "".into(),
         })
         .inc();
     tracing::warn!("answered a review 503: no valid policy loaded");
@@ -755,10 +755,7 @@ fn parent_unreadable(mut decision: Decision, error: &str) -> Decision {
 /// Metrics and the one structured log line per review.
 fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, elapsed: Duration) {
     let record = &decision.record;
-    let verdict = decision
-        .audit_annotations
-        .get(crate::decision::AUDIT_DECISION)
-        .map_or("allowed", String::as_str);
+    let verdict = decision.verdict_word();
     let policy = decision
         .audit_annotations
         .get(crate::decision::AUDIT_POLICY)
@@ -767,10 +764,13 @@ fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, el
         .metrics
         .reviews
         .get_or_create(&ReviewLabels {
-            decision: verdict.to_owned(),
-            rule: record.rule.as_str().to_owned(),
-            policy: policy.to_owned(),
-            operation: record.operation.clone(),
+            decision: verdict.into(),
+            rule: record.rule.as_str().into(),
+            policy: match policy {
+                "" => "".into(),
+                named => named.to_owned().into(),
+            },
+            operation: request.operation_name().into(),
         })
         .inc();
     state.metrics.review_duration.observe(elapsed.as_secs_f64());
