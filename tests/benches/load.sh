@@ -86,7 +86,7 @@ if [ "$WITH_OPA" != 0 ]; then "$OPA" version | sed -n 1p; fi
 
 # --- The driftgate binaries compared ---------------------------------------------------------
 TARGETS=()
-declare -A BIN_OF=()
+declare -A BIN_OF=() SOURCE_OF=()
 add_target() {
   local name=${1%%=*} path=${1#*=}
   if [[ "$1" != *=* || ! "$name" =~ ^[a-z0-9_]+$ || "$name" = opa || -n "${BIN_OF[$name]:-}" ]]; then
@@ -95,7 +95,13 @@ add_target() {
   fi
   [ -x "$path" ] || { echo "$name: $path is not an executable" >&2; exit 2; }
   TARGETS+=("$name")
-  BIN_OF[$name]="$(realpath "$path")"
+  SOURCE_OF[$name]="$(realpath "$path")"
+  # Each runs from a fresh copy in the same place: a rebuild during the run cannot swap it, and
+  # every binary starts from the page cache alike (a file read long ago and one just written
+  # fault in differently, which shows in RSS).
+  mkdir -p "$WORK/bin/$name"
+  cp "$path" "$WORK/bin/$name/driftgate"
+  BIN_OF[$name]="$WORK/bin/$name/driftgate"
 }
 if [ $# -gt 0 ]; then
   for spec in "$@"; do add_target "$spec"; done
@@ -185,7 +191,7 @@ START_LOAD="$(wait_for_quiet)"
   echo "oha: $("$OHA" --version)"
   if [ "$WITH_OPA" != 0 ]; then echo "opa: $("$OPA" version | sed -n 1p)"; else echo "opa: left out (LOAD_OPA=0)"; fi
   for name in "${TARGETS[@]}"; do
-    echo "target $name: ${BIN_OF[$name]} sha256 $(sha256sum "${BIN_OF[$name]}" | cut -c1-16)"
+    echo "target $name: ${SOURCE_OF[$name]} sha256 $(sha256sum "${BIN_OF[$name]}" | cut -c1-16)"
   done
   echo "rounds: $ROUNDS; duration per run: ${DURATION}s (after a 1 s warm-up); fixed rate: ${RATE}/s; HTTP/1.1 connections: $CONNECTIONS; HTTP/2: 4 connections x 8 streams"
   echo "scenarios: $(printf '%s, ' "${SCENARIOS[@]// /-}" | sed 's/, $//')"

@@ -294,7 +294,9 @@ def aggregate(runs, targets):
     for r in runs:
         groups.setdefault((r["target"], scenario_of(r)), []).append(r)
     order = {t: i for i, t in enumerate(targets + ["opa"])}
-    keys = sorted(groups, key=lambda k: (k[1][2] != "saturated", order.get(k[0], 99), k[1][0], k[1][3], k[1][1]))
+    # Scenarios in the order they ran (dicts keep insertion order).
+    first_run = {s: i for i, s in enumerate(dict.fromkeys(scenario_of(r) for r in runs))}
+    keys = sorted(groups, key=lambda k: (k[1][2] != "saturated", order.get(k[0], 99), first_run[k[1]]))
     return [(target, scenario, sorted(groups[(target, scenario)], key=lambda r: r["round"])) for target, scenario in keys]
 
 
