@@ -195,7 +195,7 @@ START_LOAD="$(wait_for_quiet)"
   done
   echo "rounds: $ROUNDS; duration per run: ${DURATION}s (after a 1 s warm-up); fixed rate: ${RATE}/s; HTTP/1.1 connections: $CONNECTIONS; HTTP/2: 4 connections x 8 streams"
   echo "scenarios: $(printf '%s, ' "${SCENARIOS[@]// /-}" | sed 's/, $//')"
-  echo "runs: $TOTAL_RUNS, about $(((TOTAL_RUNS * (DURATION + 2) + 59) / 60)) minutes of load"
+  echo "runs: $TOTAL_RUNS, about $(((TOTAL_RUNS * (DURATION + 4) + 59) / 60)) minutes (each run: a 1 s warm-up, the run, ~3 s of set-up)"
 } >"$RESULTS/machine.txt"
 cat "$RESULTS/machine.txt"
 
