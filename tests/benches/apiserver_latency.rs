@@ -12,8 +12,11 @@
 //! for the CEL policy also the break-glass branch), and a refused or wrongly admitted write
 //! stops the benchmark: otherwise the comparison would mean nothing. The configurations
 //! alternate over several rounds, rotating their order, so that a drift of the machine's load
-//! spreads over all three. A second, shorter series is bob's `kubectl edit`-like patch: admitted
-//! without a gate, refused by driftgate and by the CEL policy (the cost of the denial path).
+//! spreads over all three; besides the pooled percentiles it reports each round's Flux p50
+//! differences (driftgate − none, CEL − none, driftgate − CEL) as a median and range over the
+//! rounds, which a drift between rounds does not move. A second, shorter series is bob's
+//! `kubectl edit`-like patch: admitted without a gate, refused by driftgate and by the CEL policy
+//! (the cost of the denial path).
 //!
 //! `cargo bench --bench apiserver_latency -- [--writes 500] [--denied 100] [--rounds 10]
 //! [--warmup 20] [--wait-load 1.0] [--wait-max 600] [--no-record]`
@@ -658,6 +661,53 @@ fn wait_for_quiet(out: &mut Output, options: &Options) {
     ));
 }
 
+/// The Flux p50 differences taken within each round (the three configurations ran back to back,
+/// so a drift of the machine's speed between rounds cancels), as median and range over the
+/// rounds: what each gate adds to the no-webhook p50, and driftgate's p50 over the CEL policy's.
+struct PairedP50 {
+    driftgate: Vec<f64>,
+    vap: Vec<f64>,
+    driftgate_over_vap: Vec<f64>,
+}
+
+impl PairedP50 {
+    /// `rounds[r][i]`: round r's p50 of `Gate::ALL[i]`.
+    fn of(rounds: &[[f64; 3]]) -> PairedP50 {
+        PairedP50 {
+            driftgate: rounds.iter().map(|r| r[1] - r[0]).collect(),
+            vap: rounds.iter().map(|r| r[2] - r[0]).collect(),
+            driftgate_over_vap: rounds.iter().map(|r| r[1] - r[2]).collect(),
+        }
+    }
+
+    /// "median (min..max) ms over N rounds".
+    fn spread(values: &[f64]) -> String {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        format!(
+            "{} ms ({}..{}) over {n} rounds",
+            signed(median),
+            signed(sorted[0]),
+            signed(sorted[n - 1])
+        )
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "Paired within rounds, median (range) of each round's Flux p50 difference: driftgate adds {}, the CEL policy adds {}; driftgate minus the CEL policy: {}",
+            Self::spread(&self.driftgate),
+            Self::spread(&self.vap),
+            Self::spread(&self.driftgate_over_vap)
+        )
+    }
+}
+
 fn ms(value: f64) -> String {
     format!("{value:.2}")
 }
@@ -753,7 +803,10 @@ fn main() {
     let mut flux: Vec<Series> = vec![Series::default(); Gate::ALL.len()];
     let mut bob: Vec<Series> = vec![Series::default(); Gate::ALL.len()];
     let mut rounds_text = Vec::new();
+    // Each round's Flux p50 per configuration, for differences taken within a round.
+    let mut round_p50: Vec<[f64; 3]> = Vec::new();
     for round in 0..options.rounds {
+        let mut p50s = [f64::NAN; 3];
         // Spread the writes over the rounds; the first rounds take any remainder.
         let share =
             |total: usize| total / options.rounds + usize::from(round < total % options.rounds);
@@ -800,10 +853,13 @@ fn main() {
             );
             out.line(&text);
             rounds_text.push(text);
+            p50s[index] = flux_round.summary().p50;
             flux[index].extend(&flux_round);
             bob[index].extend(&bob_round);
         }
+        round_p50.push(p50s);
     }
+    let paired = PairedP50::of(&round_p50);
     // Leave no gate behind for whoever reuses the cluster (the process ends here anyway).
     bench.switch_to(Gate::None);
     let (server_side, server_side_raw) = server_side_view(&bench.driftgate);
@@ -875,6 +931,7 @@ fn main() {
     }
     out.line("");
     out.line(&server_side);
+    out.line(paired.line());
     out.line(format!(
         "1-minute load average: {load_start:.2} when measuring began, {load_end:.2} at the end; finished {finished}"
     ));
@@ -926,7 +983,9 @@ CARGO_TARGET_DIR=… {command}
 ```
 
 {table}
-{denied}In numbers: driftgate adds {dg_p50} ms at p50 and {dg_p99} ms at p99 to a Flux write; the
+{denied}{paired}
+
+In numbers, over all rounds pooled: driftgate adds {dg_p50} ms at p50 and {dg_p99} ms at p99 to a Flux write; the
 CEL policy adds {vap_p50} ms and {vap_p99} ms. The raw output of this run, every latency
 included, is in `tests/benches/results/apiserver-latency.txt` with the histograms behind this
 line: {server_side}. Per-round figures:
@@ -973,6 +1032,7 @@ API server's delayed ACK (~40 ms), and about one write in fifty took ~50 ms;
         vap_p99 = signed(vap.p99 - base.p99),
         rounds_text = rounds_text.join("\n"),
         server_side = server_side,
+        paired = paired.line(),
     );
     std::fs::write(results.join("apiserver-latency.md"), markdown)
         .expect("the markdown section is written");

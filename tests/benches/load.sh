@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
-# Load benchmark: `driftgate serve` and an OPA peer under the same HTTPS load and reviews.
+# Load benchmark: driftgate binaries side by side, and an OPA peer, under the same HTTPS load
+# and reviews, interleaved and repeated.
 #
-#   bash tests/benches/load.sh            # the full run recorded in tests/benches/BENCHMARKS.md
-#   LOAD_DURATION=3 LOAD_QUIET_WAIT=0 bash tests/benches/load.sh   # a quick try
+#   bash tests/benches/load.sh                                   # this checkout, built, and OPA
+#   bash tests/benches/load.sh old=/tmp/old/driftgate new=target/release/driftgate
+#   DRIFTGATE_BINS="old=/tmp/old/driftgate new=target/release/driftgate" bash tests/benches/load.sh
+#   LOAD_DURATION=2 LOAD_ROUNDS=2 LOAD_OPA=0 LOAD_QUIET_WAIT=0 bash tests/benches/load.sh a=BIN b=BIN
 #
-# Builds driftgate (release), installs the load generator oha and OPA when missing (pinned,
-# from crates.io and the Go module proxy, into ~/.cache/driftgate/tools), starts both servers
-# on loopback with the development certificates, checks first that they decide every fixture
-# alike, then drives each with oha over HTTPS/1.1 keep-alive (as kube-apiserver calls webhooks)
-# and HTTP/2, with a 30 KB Deployment UPDATE and a small Pod CREATE: saturated, at a fixed
-# rate, and saturated with server and load generator pinned to one core each. Writes
-# tests/benches/results/: machine.txt, equivalence.md/.json, summary.md (the tables for
-# BENCHMARKS.md), runs.json and the raw oha JSON of every run.
+# Installs the load generator oha and OPA when missing (pinned, from crates.io and the Go module
+# proxy, into ~/.cache/driftgate/tools), builds driftgate (release) unless binaries are given,
+# starts every server on loopback with the development certificates, checks first that they
+# decide every fixture alike (a difference not listed in opa/differences.json stops the run),
+# then drives each with oha over HTTPS/1.1 keep-alive (as kube-apiserver calls webhooks) and
+# HTTP/2, with a 30 KB Deployment UPDATE and a small Pod CREATE: saturated, at a fixed rate, and
+# saturated with server and load generator pinned to one core each.
 #
-# Knobs (environment): LOAD_DURATION seconds per run (10), LOAD_RATE reviews/s for the fixed
-# rate runs (2000), LOAD_CONNECTIONS for HTTP/1.1 (32), LOAD_QUIET_WAIT seconds to wait for the
-# 1-minute load average to drop below LOAD_QUIET (1.0) before measuring (600; 0 to skip),
-# DRIFTGATE_BIN a driftgate binary to measure instead of building one.
+# The machine's speed drifts within minutes, so no scenario is measured for one server and then
+# for the next: each scenario runs every server back to back (one round), LOAD_ROUNDS times,
+# the order rotating each round, and the ratios between servers are taken within a round.
+# Writes tests/benches/results/: machine.txt, equivalence.md/.json, summary.md (medians and
+# ranges over the rounds, per-round p99 at the fixed rate, ratios), runs.json and the raw oha
+# JSON of every run.
+#
+# Knobs (environment): DRIFTGATE_BINS "NAME=PATH ..." (or NAME=PATH arguments; the first is the
+# baseline of the ratios; DRIFTGATE_BIN=PATH is one binary named driftgate; none: build this
+# checkout), LOAD_ROUNDS (3), LOAD_DURATION seconds per run (10), LOAD_RATE reviews/s for the
+# fixed-rate runs (2000), LOAD_P99_TARGET_MS (2), LOAD_CONNECTIONS for HTTP/1.1 (32), LOAD_OPA
+# (1; 0 leaves OPA and the decision check out), LOAD_ONLY (an extended regex over scenario names
+# such as deploy30k-h1-fixed-shared), LOAD_EQUIVALENCE (fail; warn measures anyway),
+# LOAD_QUIET_WAIT seconds to wait for the 1-minute load average to drop below LOAD_QUIET (1.0)
+# before measuring (600; 0 to skip).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -25,8 +38,13 @@ OPA_VERSION=v1.22.3
 TOOLS="${DRIFTGATE_TOOLS:-$HOME/.cache/driftgate/tools}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/driftgate/target}"
 DURATION="${LOAD_DURATION:-10}"
+ROUNDS="${LOAD_ROUNDS:-3}"
 RATE="${LOAD_RATE:-2000}"
+P99_TARGET_MS="${LOAD_P99_TARGET_MS:-2}"
 CONNECTIONS="${LOAD_CONNECTIONS:-32}"
+WITH_OPA="${LOAD_OPA:-1}"
+ONLY="${LOAD_ONLY:-}"
+ON_DIFFERENCE="${LOAD_EQUIVALENCE:-fail}"
 QUIET="${LOAD_QUIET:-1.0}"
 QUIET_WAIT="${LOAD_QUIET_WAIT:-600}"
 RESULTS=tests/benches/results
@@ -56,32 +74,91 @@ if ! [ -x "$OHA" ] || [ "$("$OHA" --version 2>/dev/null)" != "oha $OHA_VERSION" 
   CARGO_TARGET_DIR="$HOME/.cache/driftgate/target-oha-install" \
     cargo install oha --version "$OHA_VERSION" --locked --root "$TOOLS"
 fi
-if ! [ -x "$OPA" ] || ! "$OPA" version 2>/dev/null | grep -x "Version: ${OPA_VERSION#v}" >/dev/null; then
+if [ "$WITH_OPA" != 0 ] &&
+  { ! [ -x "$OPA" ] || ! "$OPA" version 2>/dev/null | grep -x "Version: ${OPA_VERSION#v}" >/dev/null; }; then
   if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
     export PATH="/usr/local/go/bin:$PATH"
   fi
   GOBIN="$TOOLS/bin" go install "github.com/open-policy-agent/opa@$OPA_VERSION"
 fi
 "$OHA" --version
-"$OPA" version | sed -n 1p
+if [ "$WITH_OPA" != 0 ]; then "$OPA" version | sed -n 1p; fi
 
-if [ -n "${DRIFTGATE_BIN:-}" ]; then
-  DRIFTGATE="$DRIFTGATE_BIN"
+# --- The driftgate binaries compared ---------------------------------------------------------
+TARGETS=()
+declare -A BIN_OF=() SOURCE_OF=()
+add_target() {
+  local name=${1%%=*} path=${1#*=}
+  if [[ "$1" != *=* || ! "$name" =~ ^[a-z0-9_]+$ || "$name" = opa || -n "${BIN_OF[$name]:-}" ]]; then
+    echo "a driftgate target is NAME=PATH with a new NAME of [a-z0-9_] other than opa, not '$1'" >&2
+    exit 2
+  fi
+  [ -x "$path" ] || { echo "$name: $path is not an executable" >&2; exit 2; }
+  TARGETS+=("$name")
+  SOURCE_OF[$name]="$(realpath "$path")"
+  # Each runs from a fresh copy in the same place: a rebuild during the run cannot swap it, and
+  # every binary starts from the page cache alike (a file read long ago and one just written
+  # fault in differently, which shows in RSS).
+  mkdir -p "$WORK/bin/$name"
+  cp "$path" "$WORK/bin/$name/driftgate"
+  BIN_OF[$name]="$WORK/bin/$name/driftgate"
+}
+if [ $# -gt 0 ]; then
+  for spec in "$@"; do add_target "$spec"; done
+elif [ -n "${DRIFTGATE_BINS:-}" ]; then
+  for spec in $DRIFTGATE_BINS; do add_target "$spec"; done
+elif [ -n "${DRIFTGATE_BIN:-}" ]; then
+  add_target "driftgate=$DRIFTGATE_BIN"
 else
   step "cargo build --release"
   cargo build --release --locked --bin driftgate
-  DRIFTGATE="$CARGO_TARGET_DIR/release/driftgate"
+  add_target "driftgate=$CARGO_TARGET_DIR/release/driftgate"
 fi
 
 # --- Certificates, fixtures, ports ----------------------------------------------------------
 CERTS="$WORK/certs"
-"$DRIFTGATE" certs dev --out "$CERTS" >/dev/null
-read -r DG_PORT ADMIN_PORT OPA_PORT <<<"$($LIB free-ports 3)"
+"${BIN_OF[${TARGETS[0]}]}" certs dev --out "$CERTS" >/dev/null
+read -r -a PORTS <<<"$($LIB free-ports $((2 * ${#TARGETS[@]} + 1)))"
 
 mkdir -p "$RESULTS/oha"
 rm -f "$RESULTS"/oha/*.json "$RESULTS/runs.jsonl"
 # Everything printed from here on is also kept as the run's record.
 exec > >(tee "$RESULTS/output.txt") 2>&1
+
+# --- Scenarios ------------------------------------------------------------------------------
+declare -A BODY=(
+  [deploy30k]=tests/fixtures/bench-deployment-update-30k.json
+  [pod]=tests/fixtures/replicaset-controller-create-pod.json
+)
+# Each is "review protocol mode placement", named with dashes.
+SCENARIOS=()
+for body in deploy30k pod; do
+  for proto in h1 h2; do
+    SCENARIOS+=("$body $proto saturated shared" "$body $proto fixed shared")
+  done
+  SCENARIOS+=("$body h1 saturated pinned")
+done
+if [ -n "$ONLY" ]; then
+  kept=()
+  for scenario in "${SCENARIOS[@]}"; do
+    if [[ "${scenario// /-}" =~ $ONLY ]]; then kept+=("$scenario"); fi
+  done
+  SCENARIOS=("${kept[@]}")
+  [ ${#SCENARIOS[@]} -gt 0 ] || { echo "LOAD_ONLY='$ONLY' matches no scenario" >&2; exit 2; }
+fi
+
+# The servers that take part in a scenario: OPA's TLS listener offers only http/1.1 in ALPN
+# (its --h2c is for cleartext listeners), so it has no HTTP/2 runs.
+servers_for() {
+  local proto=$1
+  printf '%s\n' "${TARGETS[@]}"
+  if [ "$WITH_OPA" != 0 ] && [ "$proto" = h1 ]; then echo opa; fi
+}
+TOTAL_RUNS=0
+for scenario in "${SCENARIOS[@]}"; do
+  read -r _ proto _ _ <<<"$scenario"
+  TOTAL_RUNS=$((TOTAL_RUNS + ROUNDS * $(servers_for "$proto" | wc -l)))
+done
 
 # --- Machine --------------------------------------------------------------------------------
 wait_for_quiet() {
@@ -112,57 +189,72 @@ START_LOAD="$(wait_for_quiet)"
   echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)')"
   echo "rustc: $(rustc --version)"
   echo "oha: $("$OHA" --version)"
-  echo "opa: $("$OPA" version | sed -n 1p)"
-  echo "duration per run: ${DURATION}s; fixed rate: ${RATE}/s; HTTP/1.1 connections: $CONNECTIONS; HTTP/2: 4 connections x 8 streams"
+  if [ "$WITH_OPA" != 0 ]; then echo "opa: $("$OPA" version | sed -n 1p)"; else echo "opa: left out (LOAD_OPA=0)"; fi
+  for name in "${TARGETS[@]}"; do
+    echo "target $name: ${SOURCE_OF[$name]} sha256 $(sha256sum "${BIN_OF[$name]}" | cut -c1-16)"
+  done
+  echo "rounds: $ROUNDS; duration per run: ${DURATION}s (after a 1 s warm-up); fixed rate: ${RATE}/s; HTTP/1.1 connections: $CONNECTIONS; HTTP/2: 4 connections x 8 streams"
+  echo "scenarios: $(printf '%s, ' "${SCENARIOS[@]// /-}" | sed 's/, $//')"
+  echo "runs: $TOTAL_RUNS, about $(((TOTAL_RUNS * (DURATION + 4) + 59) / 60)) minutes (each run: a 1 s warm-up, the run, ~3 s of set-up)"
 } >"$RESULTS/machine.txt"
 cat "$RESULTS/machine.txt"
 
 # --- Servers --------------------------------------------------------------------------------
-step "starting driftgate serve (127.0.0.1:$DG_PORT) and OPA (127.0.0.1:$OPA_PORT)"
-# Logs go to a file, as a pod's stderr goes to the container runtime: one line per review.
-"$DRIFTGATE" serve --policy policies/example.yaml --tls-cert "$CERTS/tls.crt" --tls-key "$CERTS/tls.key" \
-  --addr "127.0.0.1:$DG_PORT" --admin-addr "127.0.0.1:$ADMIN_PORT" --no-kube 2>"$WORK/driftgate.log" &
-DG_PID=$!
-PIDS+=("$DG_PID")
-# Decision logging is off by default in OPA; its request log is off at --log-level error. No
-# version check: the benchmark sends nothing off this machine.
-"$OPA" run --server --skip-version-check --addr "127.0.0.1:$OPA_PORT" \
-  --tls-cert-file "$CERTS/tls.crt" --tls-private-key-file "$CERTS/tls.key" \
-  --set=default_decision=driftgate/main --log-level error \
-  tests/benches/opa/policy 2>"$WORK/opa.log" &
-OPA_PID=$!
-PIDS+=("$OPA_PID")
-for _ in $(seq 100); do
-  if curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null &&
-    curl -sf --cacert "$CERTS/ca.crt" "https://127.0.0.1:$OPA_PORT/health" >/dev/null; then
-    break
-  fi
-  sleep 0.2
+declare -A PID_OF=() URL_OF=() ADMIN_OF=()
+next_port=0
+for name in "${TARGETS[@]}"; do
+  port=${PORTS[$next_port]} admin=${PORTS[$((next_port + 1))]}
+  next_port=$((next_port + 2))
+  step "starting $name: driftgate serve (127.0.0.1:$port)"
+  # Logs go to a file, as a pod's stderr goes to the container runtime: one line per review.
+  "${BIN_OF[$name]}" serve --policy policies/example.yaml --tls-cert "$CERTS/tls.crt" --tls-key "$CERTS/tls.key" \
+    --addr "127.0.0.1:$port" --admin-addr "127.0.0.1:$admin" --no-kube 2>"$WORK/$name.log" &
+  PID_OF[$name]=$!
+  PIDS+=("$!")
+  URL_OF[$name]="https://localhost:$port/validate"
+  ADMIN_OF[$name]="http://127.0.0.1:$admin/readyz"
 done
-curl -sf "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null || { cat "$WORK/driftgate.log"; exit 1; }
-curl -sf --cacert "$CERTS/ca.crt" "https://127.0.0.1:$OPA_PORT/health" >/dev/null || { cat "$WORK/opa.log"; exit 1; }
+if [ "$WITH_OPA" != 0 ]; then
+  port=${PORTS[$next_port]}
+  step "starting OPA (127.0.0.1:$port)"
+  # Decision logging is off by default in OPA; its request log is off at --log-level error. No
+  # version check: the benchmark sends nothing off this machine.
+  "$OPA" run --server --skip-version-check --addr "127.0.0.1:$port" \
+    --tls-cert-file "$CERTS/tls.crt" --tls-private-key-file "$CERTS/tls.key" \
+    --set=default_decision=driftgate/main --log-level error \
+    tests/benches/opa/policy 2>"$WORK/opa.log" &
+  PID_OF[opa]=$!
+  PIDS+=("$!")
+  URL_OF[opa]="https://localhost:$port/"
+  ADMIN_OF[opa]="https://127.0.0.1:$port/health"
+fi
+ready() { curl -sf --cacert "$CERTS/ca.crt" "${ADMIN_OF[$1]}" >/dev/null; }
+for name in "${!PID_OF[@]}"; do
+  for _ in $(seq 100); do
+    if ready "$name"; then break; fi
+    sleep 0.2
+  done
+  ready "$name" || { cat "$WORK/$name.log"; exit 1; }
+done
 
 # --- Same decisions first -------------------------------------------------------------------
-step "decisions: every fixture through both servers"
-$LIB shift-fixtures tests/fixtures "$WORK/fixtures"
-EQUIVALENT=yes
-$LIB equivalence "$WORK/fixtures" "$DG_PORT" "$OPA_PORT" "$CERTS/ca.crt" \
-  "$RESULTS/equivalence.md" "$RESULTS/equivalence.json" || EQUIVALENT=no
-if [ "$EQUIVALENT" = no ]; then
-  echo "driftgate and OPA decide some fixture differently (see $RESULTS/equivalence.md); the load figures compare unequal policies" >&2
+if [ "$WITH_OPA" != 0 ] || [ ${#TARGETS[@]} -gt 1 ]; then
+  step "decisions: every fixture through every server"
+  $LIB shift-fixtures tests/fixtures "$WORK/fixtures"
+  servers=()
+  for name in "${TARGETS[@]}"; do servers+=("$name=${URL_OF[$name]}"); done
+  if [ "$WITH_OPA" != 0 ]; then servers+=("opa=${URL_OF[opa]}"); fi
+  if ! $LIB equivalence "$WORK/fixtures" "$CERTS/ca.crt" tests/benches/opa/differences.json \
+    "$RESULTS/equivalence.md" "$RESULTS/equivalence.json" "${servers[@]}"; then
+    echo "the servers decide some fixture differently, and opa/differences.json does not list it (see $RESULTS/equivalence.md)" >&2
+    if [ "$ON_DIFFERENCE" != warn ]; then
+      echo "stopping: the load figures would compare unequal policies (LOAD_EQUIVALENCE=warn measures anyway)" >&2
+      exit 1
+    fi
+  fi
 fi
 
 # --- Load -----------------------------------------------------------------------------------
-declare -A BODY=(
-  [deploy30k]=tests/fixtures/bench-deployment-update-30k.json
-  [pod]=tests/fixtures/replicaset-controller-create-pod.json
-)
-declare -A PID_OF=([driftgate]=$DG_PID [opa]=$OPA_PID)
-declare -A URL_OF=(
-  [driftgate]="https://localhost:$DG_PORT/validate"
-  [opa]="https://localhost:$OPA_PORT/"
-)
-
 # oha_args SECONDS BODY PROTO MODE: the load generator's arguments for one run.
 oha_args() {
   local seconds=$1 body=$2 proto=$3 mode=$4
@@ -182,10 +274,10 @@ oha_args() {
   printf '%s\n' "${args[@]}"
 }
 
-# run TARGET BODY PROTO MODE PLACEMENT
+# run ROUND TARGET BODY PROTO MODE PLACEMENT
 run() {
-  local target=$1 body=$2 proto=$3 mode=$4 placement=$5
-  local pid=${PID_OF[$target]} name="$1-$2-$3-$4-$5"
+  local round=$1 target=$2 body=$3 proto=$4 mode=$5 placement=$6
+  local pid=${PID_OF[$target]} name="$2-$3-$4-$5-$6-r$1"
   local pin=() cores=0,1 warmup=() args=()
   mapfile -t warmup < <(oha_args 1 "$body" "$proto" "$mode")
   mapfile -t args < <(oha_args "$DURATION" "$body" "$proto" "$mode")
@@ -206,36 +298,37 @@ run() {
   after=$($LIB cpu-ticks "$pid")
   busy_after=$($LIB busy-ticks)
   taskset -a -p -c 0,1 "$pid" >/dev/null
-  printf '{"target":"%s","body":"%s","proto":"%s","mode":"%s","placement":"%s","rate":%s,"duration_s":%s}\n' \
-    "$target" "$body" "$proto" "$mode" "$placement" "$RATE" "$DURATION" >"$WORK/run.json"
+  printf '{"round":%s,"target":"%s","body":"%s","proto":"%s","mode":"%s","placement":"%s","rate":%s,"duration_s":%s}\n' \
+    "$round" "$target" "$body" "$proto" "$mode" "$placement" "$RATE" "$DURATION" >"$WORK/run.json"
   $LIB record "$RESULTS/runs.jsonl" "$WORK/run.json" "$RESULTS/oha/$name.json" \
     "$before" "$after" "$($LIB status-kb "$pid" VmHWM)" "$busy_before" "$busy_after" "$oha_cpu"
 }
 
-step "load: ${DURATION}s per run"
-for target in driftgate opa; do
-  for body in deploy30k pod; do
-    for proto in h1 h2; do
-      # OPA's TLS listener offers only http/1.1 in ALPN (its --h2c is for cleartext listeners).
-      if [ "$target" = opa ] && [ "$proto" = h2 ]; then continue; fi
-      run "$target" "$body" "$proto" saturated shared
-      run "$target" "$body" "$proto" fixed shared
+step "load: $TOTAL_RUNS runs of ${DURATION}s, $ROUNDS rounds per scenario, servers back to back within a round"
+for scenario in "${SCENARIOS[@]}"; do
+  read -r body proto mode placement <<<"$scenario"
+  mapfile -t servers < <(servers_for "$proto")
+  for round in $(seq "$ROUNDS"); do
+    # Rotate who goes first, so that a drift within a round does not always favour the same one.
+    for i in $(seq 0 $((${#servers[@]} - 1))); do
+      server=${servers[$(((i + round - 1) % ${#servers[@]}))]}
+      run "$round" "$server" "$body" "$proto" "$mode" "$placement"
     done
-    run "$target" "$body" h1 saturated pinned
   done
 done
 
-# Peak RSS over the whole run (clear_refs resets it per run; this is the last run's window, so
-# also record VmHWM-independent current RSS).
 {
-  echo "driftgate VmRSS after the runs: $($LIB status-kb "$DG_PID" VmRSS) kB"
-  echo "opa VmRSS after the runs: $($LIB status-kb "$OPA_PID" VmRSS) kB"
+  for name in "${!PID_OF[@]}"; do
+    echo "$name VmRSS after the runs: $($LIB status-kb "${PID_OF[$name]}" VmRSS) kB"
+  done
+  for name in "${TARGETS[@]}"; do
+    echo "$name log lines: $(wc -l <"$WORK/$name.log")"
+  done
   echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "driftgate log lines (one per review): $(wc -l <"$WORK/driftgate.log")"
   echo "start load average (1 min): $START_LOAD"
 } >>"$RESULTS/machine.txt"
 
-$LIB report "$RESULTS/runs.jsonl" "$RESULTS/summary.md" "$RESULTS/runs.json"
+$LIB report "$RESULTS/runs.jsonl" "$RESULTS/summary.md" "$RESULTS/runs.json" "$P99_TARGET_MS" "${TARGETS[@]}"
 rm -f "$RESULTS/runs.jsonl"
 step "summary ($RESULTS/summary.md)"
 cat "$RESULTS/summary.md"

@@ -13,10 +13,12 @@ import os
 import re
 import resource
 import socket
+import statistics
 import ssl
 import subprocess
 import sys
 import time
+import urllib.parse
 
 # The fixtures' break-glass windows are written for this moment (the policy suites replay them
 # with `now: 2026-11-30T09:00:00Z`). OPA can only use the real clock, so the comparison shifts
@@ -61,10 +63,12 @@ def shift_fixtures(src, dst):
 class Client:
     """One kept-alive HTTPS connection, as the API server holds to a webhook."""
 
-    def __init__(self, port, path, cacert):
+    def __init__(self, url, cacert):
+        parsed = urllib.parse.urlsplit(url)
         context = ssl.create_default_context(cafile=cacert)
-        self.conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
-        self.path = path
+        # Loopback only: whatever host the URL names, connect to 127.0.0.1.
+        self.conn = http.client.HTTPSConnection("127.0.0.1", parsed.port, context=context, timeout=10)
+        self.path = parsed.path or "/"
 
     def review(self, body):
         self.conn.request("POST", self.path, body=body, headers={"Content-Type": "application/json"})
@@ -81,49 +85,77 @@ class Client:
         }
 
 
-def equivalence(fixtures, driftgate_port, opa_port, cacert, out_md, out_json):
-    """Sends every fixture to both servers and compares allowed (and the rule)."""
-    drift = Client(driftgate_port, "/validate", cacert)
-    opa = Client(opa_port, "/", cacert)
-    rows = []
+def outcome(answer):
+    """How a decision reads in equivalence.md and in opa/differences.json."""
+    return answer.get("error") or f"{'allowed' if answer['allowed'] else 'denied'} ({answer['rule']})"
+
+
+def equivalence(fixtures, cacert, differences_file, out_md, out_json, *servers):
+    """Sends every fixture to every server (NAME=URL; the first is the reference, `opa` the
+    peer) and compares allowed and the rule. The driftgate binaries must all agree; OPA must
+    agree with them or differ exactly as opa/differences.json lists, with its reason. Returns 1
+    when some difference is not listed."""
+    clients = {}
+    for spec in servers:
+        name, url = spec.split("=", 1)
+        clients[name] = Client(url, cacert)
+    names = list(clients)
+    reference = names[0]
+    with open(differences_file) as f:
+        listed = {d["fixture"]: d for d in json.load(f)["differences"]}
+    rows, unlisted, stale = [], 0, []
     for path in sorted(glob.glob(os.path.join(fixtures, "*.json"))):
         with open(path, "rb") as f:
             body = f.read()
-        d, o = drift.review(body), opa.review(body)
-        name = os.path.basename(path)
-        rows.append(
-            {
-                "fixture": name,
-                "driftgate": d,
-                "opa": o,
-                "allowed_agree": "error" not in d and d.get("allowed") == o.get("allowed"),
-                "rule_agree": "error" not in d and d.get("rule") == o.get("rule"),
-            }
-        )
-    agree = sum(r["allowed_agree"] for r in rows)
-    rules = sum(r["rule_agree"] for r in rows)
+        fixture = os.path.basename(path)
+        answers = {name: clients[name].review(body) for name in names}
+        seen = {name: outcome(answers[name]) for name in names}
+        binaries_agree = all(seen[n] == seen[reference] for n in names if n != "opa")
+        binaries_agree = binaries_agree and "error" not in answers[reference]
+        known = listed.get(fixture)
+        if "opa" not in seen or seen["opa"] == seen[reference]:
+            verdict = "yes" if binaries_agree else "**no**"
+            if known and "opa" in seen:
+                stale.append(fixture)
+        elif known and known["driftgate"] == seen[reference] and known["opa"] == seen["opa"]:
+            verdict = "listed" if binaries_agree else "**no**"
+        else:
+            verdict = "**no**"
+        unlisted += verdict == "**no**"
+        rows.append({"fixture": fixture, "answers": answers, "agree": verdict})
+    agree = sum(r["agree"] == "yes" for r in rows)
+    by_design = sum(r["agree"] == "listed" for r in rows)
     with open(out_json, "w") as f:
-        json.dump({"fixtures": len(rows), "allowed_agree": agree, "rule_agree": rules, "rows": rows}, f, indent=1)
+        json.dump({"fixtures": len(rows), "agree": agree, "listed": by_design, "unlisted": unlisted,
+                   "servers": names, "rows": rows}, f, indent=1)
     lines = [
-        f"Decisions on {len(rows)} fixtures (tests/fixtures/*.json, break-glass expiries shifted to now): "
-        f"allowed agrees on {agree}, rule agrees on {rules}.",
+        f"Decisions on {len(rows)} fixtures (tests/fixtures/*.json, break-glass expiries shifted to now), "
+        f"servers {', '.join(names)}: every server agrees (allowed and rule) on {agree}, "
+        f"{by_design} differ as listed below (by design), {unlisted} differ otherwise.",
         "",
-        "| fixture | driftgate | OPA | agree |",
-        "| --- | --- | --- | --- |",
+        "| fixture | " + " | ".join(names) + " | agree |",
+        "| --- | " + " | ".join("---" for _ in names) + " | --- |",
     ]
     for r in rows:
-        show = lambda x: x.get("error") or f"{'allowed' if x['allowed'] else 'denied'} ({x['rule']})"
-        verdict = "yes" if r["allowed_agree"] and r["rule_agree"] else (
-            "allowed only" if r["allowed_agree"] else "**no**"
-        )
-        lines.append(f"| {r['fixture']} | {show(r['driftgate'])} | {show(r['opa'])} | {verdict} |")
+        lines.append(f"| {r['fixture']} | " + " | ".join(outcome(r["answers"][n]) for n in names) + f" | {r['agree']} |")
+    if "opa" in names:
+        lines += [
+            "",
+            "Listed differences (tests/benches/opa/differences.json): what the Rego peer leaves out, and why.",
+            "",
+            "| fixture | driftgate | OPA | why |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [f"| {d['fixture']} | {d['driftgate']} | {d['opa']} | {d['reason']} |" for d in listed.values()]
     with open(out_md, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(lines[0])
     for r in rows:
-        if not (r["allowed_agree"] and r["rule_agree"]):
-            print(f"  differs: {r['fixture']}: driftgate {r['driftgate']} OPA {r['opa']}")
-    return 0 if agree == len(rows) else 1
+        if r["agree"] == "**no**":
+            print(f"  differs: {r['fixture']}: " + ", ".join(f"{n} {outcome(r['answers'][n])}" for n in names))
+    for fixture in stale:
+        print(f"  listed in {differences_file} but decided alike now: {fixture} (remove it from the list)")
+    return 1 if unlisted else 0
 
 
 def free_ports(count):
@@ -215,7 +247,7 @@ def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb, bus
     with open(runs_file, "a") as f:
         f.write(json.dumps(run) + "\n")
     print(
-        f"  {run['target']:9} {run['body']:7} {run['proto']:6} {run['mode']:10} "
+        f"  r{run['round']} {run['target']:9} {run['body']:9} {run['proto']:2} {run['mode']:9} {run['placement']:6} "
         f"{run['rps']:9.0f} rev/s  p50 {run['p50_ms']:.2f}  p99 {run['p99_ms']:.2f}  "
         f"p99.9 {run['p999_ms']:.2f} ms  ok {ok}  failed {failures(run)}  "
         f"cpu {run['cpu_ms_per_1000'] or 0:.0f} ms/1000  "
@@ -238,69 +270,151 @@ def fmt(value, digits=2):
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def report(runs_file, out_md, out_json):
-    """The tables for BENCHMARKS.md: one row per target, body, protocol and load."""
+def spread(values, digits=2):
+    """median (min–max) over the rounds; one round is just its value."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return fmt(values[0], digits)
+    return f"{fmt(statistics.median(values), digits)} ({fmt(min(values), digits)}–{fmt(max(values), digits)})"
+
+
+def scenario_of(run):
+    return (run["body"], run["proto"], run["mode"], run["placement"])
+
+
+def scenario_name(scenario):
+    return "-".join(scenario)
+
+
+def aggregate(runs, targets):
+    """Per target and scenario, in the order measured: the runs of every round."""
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["target"], scenario_of(r)), []).append(r)
+    order = {t: i for i, t in enumerate(targets + ["opa"])}
+    # Scenarios in the order they ran (dicts keep insertion order).
+    first_run = {s: i for i, s in enumerate(dict.fromkeys(scenario_of(r) for r in runs))}
+    keys = sorted(groups, key=lambda k: (k[1][2] != "saturated", order.get(k[0], 99), first_run[k[1]]))
+    return [(target, scenario, sorted(groups[(target, scenario)], key=lambda r: r["round"])) for target, scenario in keys]
+
+
+def paired_ratios(runs, numerator, denominator, metric):
+    """metric(numerator) / metric(denominator) for each scenario and round both ran: the two
+    runs of a pair ran back to back, so a drift of the machine hits both alike."""
+    by = {(r["target"], scenario_of(r), r["round"]): r for r in runs}
+    ratios = {}
+    for (target, scenario, round_), r in sorted(by.items(), key=lambda kv: kv[0][2]):
+        if target != numerator or (denominator, scenario, round_) not in by:
+            continue
+        a, b = r.get(metric), by[(denominator, scenario, round_)].get(metric)
+        if a and b:
+            ratios.setdefault(scenario, []).append(a / b)
+    return ratios
+
+
+RATIO_METRICS = [("rps", "throughput"), ("p50_ms", "p50"), ("p99_ms", "p99"),
+                 ("cpu_ms_per_1000", "CPU per review"), ("peak_rss_mb", "peak RSS")]
+
+
+def ratio_table(runs, numerator, denominator, title, note):
+    per_metric = {m: paired_ratios(runs, numerator, denominator, m) for m, _ in RATIO_METRICS}
+    scenarios = [s for s in per_metric["rps"]]
+    if not scenarios:
+        return []
+    lines = [
+        "",
+        f"### {title}",
+        "",
+        note,
+        "",
+        "| review | protocol | load | placement | " + " | ".join(label for _, label in RATIO_METRICS) + " | throughput per round |",
+        "| --- | --- | --- | --- | " + " | ".join("---:" for _ in RATIO_METRICS) + " | --- |",
+    ]
+    for s in scenarios:
+        body, proto, mode, placement = s
+        cells = [spread(per_metric[m].get(s, [])) for m, _ in RATIO_METRICS]
+        rounds = ", ".join(f"{v:.2f}" for v in per_metric["rps"][s])
+        lines.append(f"| {body} | {proto} | {mode} | {placement} | " + " | ".join(cells) + f" | {rounds} |")
+    return lines
+
+
+def report(runs_file, out_md, out_json, p99_target_ms, *targets):
+    """The tables for BENCHMARKS.md: per target and scenario the median and range over the
+    rounds, the fixed rate's p99 of every round against the target, and the ratios of each
+    binary to the first (the baseline) and to OPA, paired within rounds."""
+    targets = list(targets)
+    p99_target = float(p99_target_ms)
     with open(runs_file) as f:
         runs = [json.loads(line) for line in f if line.strip()]
-    with open(out_json, "w") as f:
-        json.dump(runs, f, indent=1)
+    groups = aggregate(runs, targets)
+    rounds = max((r["round"] for r in runs), default=0)
     lines = [
+        f"{rounds} round(s) per scenario; in each round every server ran the scenario back to back "
+        "(order rotating by round). Cells are the median over the rounds and (in brackets) their "
+        "range, min–max.",
+        "",
         "`others` is the CPU, in cores, that processes other than the server and oha used during the",
         "run (machine busy time from /proc/stat minus both): above ~0.05 the run competed with other",
-        "work. `failed` counts non-200 answers and transport errors (not the HTTP/2 requests oha",
-        "cancels when a run's time is up).",
+        "work. `failed` counts non-200 answers and transport errors over all rounds (not the HTTP/2",
+        "requests oha cancels when a run's time is up).",
         "",
-    ]
-    sat = [r for r in runs if r["mode"] == "saturated"]
-    fixed = [r for r in runs if r["mode"] == "fixed"]
-    lines += [
         "### Saturated throughput",
         "",
         "| target | review | protocol | placement | reviews/s | p50 ms | p99 ms | p99.9 ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others |",
         "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r in sat:
-        lines.append(
-            f"| {r['target']} | {r['body']} | {r['proto']} | {r['placement']} | {fmt(r['rps'], 0)} | {fmt(r['p50_ms'])} | "
-            f"{fmt(r['p99_ms'])} | {fmt(r['p999_ms'])} | {fmt(r['cpu_ms_per_1000'], 0)} | {fmt(r['peak_rss_mb'], 1)} | "
-            f"{failures(r)} | {fmt(r['others_cores'])} |"
-        )
-    lines += [
-        "",
-        f"### Fixed rate ({fixed[0]['rate'] if fixed else '-'} reviews/s, latency corrected for coordinated omission)",
-        "",
-        "| target | review | protocol | achieved reviews/s | p50 ms | p99 ms | p99.9 ms | max ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in fixed:
-        lines.append(
-            f"| {r['target']} | {r['body']} | {r['proto']} | {fmt(r['rps'], 0)} | {fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} | "
-            f"{fmt(r['p999_ms'])} | {fmt(r['max_ms'])} | {fmt(r['cpu_ms_per_1000'], 0)} | {fmt(r['peak_rss_mb'], 1)} | "
-            f"{failures(r)} | {fmt(r['others_cores'])} |"
-        )
-    # Ratios driftgate / OPA, for each run that both have.
-    key = lambda r: (r["body"], r["proto"], r["mode"], r["placement"])
-    opa = {key(r): r for r in runs if r["target"] == "opa"}
-    lines += [
-        "",
-        "### driftgate / OPA",
-        "",
-        "Throughput above 1 and p99, CPU and RSS below 1 favour driftgate.",
-        "",
-        "| review | protocol | load | placement | throughput | p99 | CPU per review | peak RSS |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
-    ]
-    ratio = lambda a, b: "-" if not a or not b else f"{a / b:.2f}"
-    for r in runs:
-        if r["target"] != "driftgate" or key(r) not in opa:
+    col = lambda rs, key, digits=2: spread([r[key] for r in rs], digits)
+    for target, (body, proto, mode, placement), rs in groups:
+        if mode != "saturated":
             continue
-        o = opa[key(r)]
-        load = "saturated" if r["mode"] == "saturated" else f"{r['rate']}/s"
         lines.append(
-            f"| {r['body']} | {r['proto']} | {load} | {r['placement']} | {ratio(r['rps'], o['rps'])} | "
-            f"{ratio(r['p99_ms'], o['p99_ms'])} | {ratio(r['cpu_ms_per_1000'], o['cpu_ms_per_1000'])} | "
-            f"{ratio(r['peak_rss_mb'], o['peak_rss_mb'])} |"
+            f"| {target} | {body} | {proto} | {placement} | {col(rs, 'rps', 0)} | {col(rs, 'p50_ms')} | "
+            f"{col(rs, 'p99_ms')} | {col(rs, 'p999_ms')} | {col(rs, 'cpu_ms_per_1000', 0)} | {col(rs, 'peak_rss_mb', 1)} | "
+            f"{sum(failures(r) for r in rs)} | {col(rs, 'others_cores')} |"
         )
+    fixed_rate = next((r["rate"] for r in runs if r["mode"] == "fixed"), None)
+    if fixed_rate is not None:
+        lines += [
+            "",
+            f"### Fixed rate ({fixed_rate} reviews/s, latency corrected for coordinated omission)",
+            "",
+            f"`p99 per round` lists every round's p99 in the order run; `p99 ≤ {p99_target:g} ms` counts the rounds that met it.",
+            "",
+            f"| target | review | protocol | achieved reviews/s | p50 ms | p99 ms | p99 per round | p99 ≤ {p99_target:g} ms | p99.9 ms | max ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others |",
+            "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for target, (body, proto, mode, placement), rs in groups:
+            if mode != "fixed":
+                continue
+            met = sum(r["p99_ms"] <= p99_target for r in rs)
+            per_round = ", ".join(f"{r['p99_ms']:.2f}" for r in rs)
+            lines.append(
+                f"| {target} | {body} | {proto} | {col(rs, 'rps', 0)} | {col(rs, 'p50_ms')} | {col(rs, 'p99_ms')} | "
+                f"{per_round} | {met} of {len(rs)} | {col(rs, 'p999_ms')} | {col(rs, 'max_ms')} | "
+                f"{col(rs, 'cpu_ms_per_1000', 0)} | {col(rs, 'peak_rss_mb', 1)} | {sum(failures(r) for r in rs)} | "
+                f"{col(rs, 'others_cores')} |"
+            )
+    ratios = {}
+    baseline = targets[0] if targets else None
+    for other in targets[1:]:
+        lines += ratio_table(
+            runs, other, baseline, f"{other} / {baseline}, paired within rounds",
+            f"Each round's ratio of {other}'s figure to {baseline}'s from the same round, then their "
+            "median (min–max). Throughput above 1 and p50, p99, CPU and RSS below 1 favour "
+            f"{other}.",
+        )
+        ratios[f"{other}/{baseline}"] = {m: {scenario_name(s): v for s, v in paired_ratios(runs, other, baseline, m).items()} for m, _ in RATIO_METRICS}
+    for target in targets:
+        lines += ratio_table(
+            runs, target, "opa", f"{target} / OPA, paired within rounds",
+            f"Throughput above 1 and p50, p99, CPU and RSS below 1 favour {target}.",
+        )
+        ratios[f"{target}/opa"] = {m: {scenario_name(s): v for s, v in paired_ratios(runs, target, "opa", m).items()} for m, _ in RATIO_METRICS}
+    with open(out_json, "w") as f:
+        json.dump({"targets": targets, "rounds": rounds, "p99_target_ms": p99_target, "runs": runs,
+                   "ratios_per_round": ratios}, f, indent=1)
     with open(out_md, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -310,7 +424,7 @@ def main(argv):
     if command == "shift-fixtures":
         shift_fixtures(*args)
     elif command == "equivalence":
-        return equivalence(args[0], int(args[1]), int(args[2]), *args[3:])
+        return equivalence(*args)
     elif command == "free-ports":
         free_ports(int(args[0]))
     elif command == "cpu-ticks":
