@@ -636,7 +636,7 @@ impl<'a> Facts<'a> {
     /// prod-payments/api (through status)".
     fn object_words(&self) -> String {
         self.about
-            .object_words(&self.kind, self.subresource, self.through)
+            .object_words(self.kind, self.subresource, self.through)
     }
 
     /// "bob may not update Deployment prod-payments/api": the subject of most refusals.
@@ -952,7 +952,7 @@ fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
                 && if facts.kind_known {
                     policy.guards_resource(
                         facts.group(),
-                        &facts.kind,
+                        facts.kind,
                         &facts.request.resource.resource,
                     )
                 } else {
@@ -967,7 +967,7 @@ fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
 fn guards_cluster_object(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
     facts.namespace.is_none()
         && facts.kind_known
-        && policy.guards_cluster_kind(facts.group(), &facts.kind)
+        && policy.guards_cluster_kind(facts.group(), facts.kind)
 }
 
 fn guards_namespace(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
@@ -1268,7 +1268,7 @@ fn refuse_deletion(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome
     {
         return None;
     }
-    let protected = rules.protects(facts.group(), &facts.kind, &facts.request.resource.resource)
+    let protected = rules.protects(facts.group(), facts.kind, &facts.request.resource.resource)
         && !rules.exempt.matches(facts.user)
         && !allowed_by_annotation(facts, rules)
         && !opener_under_window(policy, facts);

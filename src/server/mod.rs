@@ -488,6 +488,9 @@ fn answer(
 
 /// A review read in one pass: without its objects when no policy may guard the write,
 /// else with their heads read and their remainders left for the rules that ask.
+// One lives per request, on its stack, moved once: boxing either variant would cost an
+// allocation per review to save a copy.
+#[allow(clippy::large_enum_variant)]
 enum LazyRead<'a> {
     Unguarded(AdmissionRequest<DynamicObject>),
     Guarded(LazyReview<'a>),
