@@ -550,10 +550,9 @@ fn recorded_change(
 ) -> RecordedChange {
     let object = &decision.record.object;
     let request = facts.request();
-    let new = request
-        .object
-        .as_ref()
-        .and_then(|o| serde_json::to_value(o).ok())
+    let new = facts
+        .object()
+        .and_then(|o| serde_json::to_value(o.whole()).ok())
         .unwrap_or(Value::Null);
     let is_secret = object.group.is_empty() && object.kind == "Secret";
     let fields = decision
@@ -756,6 +755,17 @@ spec:
         )
     }
 
+    /// `request` as the server reads it (`review::lazy`): the objects reach the plan only
+    /// through the facts, never through the envelope.
+    fn lazy_body(request: &AdmissionRequest<DynamicObject>) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": request,
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn opening_a_window_creates_its_record_named_from_the_object_and_window() {
         let request = update("alice", "Deployment", "dep-uid", 5);
@@ -893,6 +903,31 @@ spec:
                 }],
             }
         );
+        // The server's one-pass reading records the same change.
+        let body = lazy_body(&request);
+        let review = crate::review::lazy::parse_lazily(&body)
+            .and_then(|envelope| envelope.read_heads())
+            .unwrap();
+        let facts = RequestFacts::of_lazy(&review);
+        let policies = policies();
+        let verdict = &decision.record.verdicts[0];
+        let lazily = plan_recording(
+            &record_key(&facts, &decision, verdict),
+            &facts,
+            &decision,
+            verdict,
+            rules(&policies),
+            &listed,
+            at("2026-11-30T09:00:00Z"),
+        );
+        let RecordWrite::Append {
+            change: read_lazily,
+            ..
+        } = lazily.write
+        else {
+            panic!("{:?}", lazily.write)
+        };
+        assert_eq!(read_lazily, change);
         // A window opened where driftgate did not see it: its record is created first.
         let planned = plan(&request, &decision, &[], "2026-11-30T09:00:00Z");
         let RecordWrite::Append {
