@@ -210,10 +210,16 @@ spec:
         now: Timestamp,
     ) -> bool {
         let facts = RequestFacts::new(request);
-        let decision = decide(
+        let decision = decided(policies, &facts, now);
+        tracker.observe(policies, &facts, &decision, now)
+    }
+
+    /// The decision without a cluster (no Namespace, parent, tallies or silence).
+    fn decided(policies: &PolicySet, facts: &RequestFacts<'_>, now: Timestamp) -> Decision {
+        decide(
             policies,
             &DecisionInput {
-                request: &facts,
+                request: facts,
                 namespace: None,
                 parent: None,
                 resource: None,
@@ -221,8 +227,7 @@ spec:
                 now,
                 silence: None,
             },
-        );
-        tracker.observe(policies, &facts, &decision, now)
+        )
     }
 
     #[test]
@@ -287,18 +292,7 @@ spec:
         let now: Timestamp = "2026-11-30T08:00:00Z".parse().unwrap();
         let concerns = |request: &AdmissionRequest<DynamicObject>| {
             let facts = RequestFacts::new(request);
-            let decision = decide(
-                &policies,
-                &DecisionInput {
-                    request: &facts,
-                    namespace: None,
-                    parent: None,
-                    resource: None,
-                    recent_deletes: None,
-                    now,
-                    silence: None,
-                },
-            );
+            let decision = decided(&policies, &facts, now);
             LingeringLabels::default().concerns(&policies, &facts, &decision)
         };
         assert!(!concerns(&review("UPDATE", false, None)));

@@ -162,7 +162,7 @@ impl<'a> LazyReview<'a> {
     }
 
     /// Whether a rule read either object whole (for tests and benchmarks of this laziness).
-    pub fn read_whole(&self) -> bool {
+    pub fn any_read_whole(&self) -> bool {
         [&self.object, &self.old_object]
             .into_iter()
             .flatten()
@@ -209,7 +209,7 @@ impl<'a> LazyObject<'a> {
     /// The object as the API server sent it, read on first use. Should it not be readable here
     /// (see the module's documentation), the head stands in and the review falls back.
     pub fn whole(&self) -> &DynamicObject {
-        self.whole.get_or_init(|| match self.read_whole() {
+        self.whole.get_or_init(|| match self.parse_whole() {
             Ok(object) => object,
             Err(_) => {
                 self.unread.store(true, Ordering::Relaxed);
@@ -218,7 +218,7 @@ impl<'a> LazyObject<'a> {
         })
     }
 
-    fn read_whole(&self) -> Result<DynamicObject, serde_json::Error> {
+    fn parse_whole(&self) -> Result<DynamicObject, serde_json::Error> {
         let mut data = Map::with_capacity(self.rest.len());
         for (key, raw) in &self.rest {
             data.insert(key.clone().into_owned(), serde_json::from_str(raw.get())?);
@@ -388,22 +388,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for MetadataParts<'a> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
     use crate::review::parse_review;
-
-    fn fixtures() -> Vec<(String, Vec<u8>)> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-        let mut out: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .filter(|path| path.extension().is_some_and(|e| e == "json"))
-            .map(|path| (path.display().to_string(), std::fs::read(&path).unwrap()))
-            .collect();
-        out.sort();
-        out
-    }
+    use crate::review::tests::fixtures;
 
     fn review_text(body: &str) -> String {
         format!(
@@ -463,10 +450,10 @@ mod tests {
         let review = parse_lazily(&body).unwrap().read_heads().unwrap();
         let head = review.object().unwrap().head();
         assert!(head.metadata.labels.is_some() && head.metadata.managed_fields.is_none());
-        assert!(head.data.is_null() && !review.read_whole());
+        assert!(head.data.is_null() && !review.any_read_whole());
         let whole = review.object().unwrap().whole();
         assert!(whole.metadata.managed_fields.is_some() && whole.data["spec"].is_object());
-        assert!(review.read_whole() && !review.fell_back());
+        assert!(review.any_read_whole() && !review.fell_back());
     }
 
     /// What this path cannot read it leaves to the two-step path, which says why.

@@ -469,10 +469,11 @@ pub fn read_object(path: &Path) -> Result<DynamicObject> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn fixtures() -> Vec<(String, Vec<u8>)> {
+    /// Every AdmissionReview fixture, by path, sorted.
+    pub(crate) fn fixtures() -> Vec<(String, Vec<u8>)> {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
         let mut out: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
