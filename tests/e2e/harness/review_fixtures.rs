@@ -103,7 +103,7 @@ fn normalise_values(value: &mut Value) {
 /// What driftgate decides by, by JSON pointer: the operation and what it is on, who sends it
 /// (username, groups; uid and `extra`'s keys after [`normalise`]), the options (kind, field
 /// manager, force, dry run) and the manager entries of the object's and old object's
-/// managedFields.
+/// managedFields, in sorted order.
 fn what_matters(review: &Value) -> BTreeMap<String, Value> {
     let request = &review["request"];
     let mut fields = BTreeMap::new();
@@ -130,12 +130,16 @@ fn what_matters(review: &Value) -> BTreeMap<String, Value> {
         .unwrap_or_default();
     fields.insert("request/userInfo/extra (keys)".into(), json!(extra_keys));
     for object in ["object", "oldObject"] {
-        let managers: Vec<Value> = request[object]["metadata"]["managedFields"]
+        // Sorted: the API server orders entries by when each manager last wrote, and two
+        // writers racing (Flux's status, driftgate's label) swap places from run to run, while
+        // no rule reads the order.
+        let mut managers: Vec<Value> = request[object]["metadata"]["managedFields"]
             .as_array()
             .into_iter()
             .flatten()
             .map(|m| json!([m["manager"], m["operation"], m["subresource"]]))
             .collect();
+        managers.sort_by_key(Value::to_string);
         fields.insert(
             format!("request/{object}/metadata/managedFields (manager, operation, subresource)"),
             json!(managers),
