@@ -356,6 +356,16 @@ fn the_webhook_defaults_are_safe() {
     // Idle connections cannot grow the pod past its memory limit.
     let at = args.iter().position(|a| *a == "--max-connections").unwrap();
     assert_eq!(args[at + 1], "2048");
+    // The log's queue is the binary's default, and a value passes through.
+    let at = args.iter().position(|a| *a == "--log-queue-lines").unwrap();
+    assert_eq!(args[at + 1], "8192");
+    let raised = render(&["default-values.yaml"], &["logQueueLines=65536"]);
+    let raised = strings(&raised.container()["args"]);
+    let at = raised
+        .iter()
+        .position(|a| *a == "--log-queue-lines")
+        .unwrap();
+    assert_eq!(raised[at + 1], "65536");
 
     // The Service the API server calls, and the container port behind it.
     let service = manifests.one("Service");
@@ -514,6 +524,7 @@ fn the_values_schema_refuses_unsafe_values() {
         ("webhook.timeoutSeconds=60", "timeoutSeconds"),
         ("records.failurePolicy=Maybe", "failurePolicy"),
         ("records.retention=forever", "retention"),
+        ("logQueueLines=0", "logQueueLines"),
         (
             "records.webhookName=gate.driftgate.dev",
             "must differ from webhook.name",
@@ -1473,6 +1484,7 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
             "DriftgateControllerSilent",
             "DriftgateDenialsSpiking",
             "DriftgateEmergencyChangeReverted",
+            "DriftgateLogLinesDropped",
             "DriftgatePolicyReloadFailed",
             "DriftgateSuspensionExpired",
             "DriftgateTLSReloadFailed",
@@ -1545,6 +1557,7 @@ fn monitoring_scrapes_the_admin_port_and_alerts_on_metrics_driftgate_exports() {
     assert!(expr("DriftgatePolicyReloadFailed").contains("driftgate_policy_reloads_total"));
     assert!(expr("DriftgatePolicyReloadFailed").contains("result=\"failure\""));
     assert!(expr("DriftgateTLSReloadFailed").contains("driftgate_tls_reloads_total"));
+    assert!(expr("DriftgateLogLinesDropped").contains("driftgate_log_lines_dropped_total"));
 
     // The default threshold, and nothing of this without the values.
     let manifests = render(&[], &["metrics.prometheusRule.enabled=true"]);
