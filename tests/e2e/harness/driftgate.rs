@@ -267,9 +267,30 @@ impl Driftgate {
     }
 
     /// The end of the process's log (`RUST_LOG`, default [`E2E_LOG_FILTER`]: one line per
-    /// review, out-of-scope ones included).
+    /// review, out-of-scope ones included), once it has stopped growing.
     pub fn log_tail(&self, lines: usize) -> String {
+        self.wait_for_quiet_log();
         self.lock_process().log_tail(lines)
+    }
+
+    /// Waits (up to 2 s) until the log has not grown for 100 ms. driftgate writes its log on a
+    /// thread of its own, off the request path: a review's line may reach the file a moment
+    /// after the API server has its answer, and a test reading the log straight after kubectl
+    /// returns would miss it now and then.
+    fn wait_for_quiet_log(&self) {
+        let path = self.dir.join("serve.log");
+        let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let (mut last, mut since) = (size(), Instant::now());
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = size();
+            if now != last {
+                (last, since) = (now, Instant::now());
+            } else if since.elapsed() >= Duration::from_millis(100) {
+                return;
+            }
+        }
     }
 
     fn lock_process(&self) -> std::sync::MutexGuard<'_, Guarded> {

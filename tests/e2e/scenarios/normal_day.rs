@@ -95,8 +95,9 @@ fn is_kubernetes(user: &str) -> bool {
 
 /// driftgate's review log lines (`--log-format json`).
 fn reviews(driftgate: &Driftgate) -> Vec<Value> {
-    let log = std::fs::read_to_string(driftgate.dir().join("serve.log")).expect("serve.log reads");
-    log.lines()
+    driftgate
+        .log_tail(usize::MAX)
+        .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|line| line["message"] == "review")
         .collect()
