@@ -238,10 +238,40 @@ pub fn init_logging(format: LogFormat, queue_lines: u32) -> LogWriter {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    log_panics(format);
     LogWriter {
         _flush_on_drop: guard,
         dropped,
     }
+}
+
+/// With `--log-format json`, a panic (a bug) is logged as one JSON line like every other,
+/// through the log's queue: Rust's own report is lines of text on stderr, which a log collector
+/// parsing JSON takes apart or drops. With the log off (`RUST_LOG=off`), Rust's report stays.
+pub fn log_panics(format: LogFormat) {
+    if format != LogFormat::Json {
+        return;
+    }
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !tracing::enabled!(tracing::Level::ERROR) {
+            return report(info);
+        }
+        let payload = info.payload();
+        let panic = (payload.downcast_ref::<&str>().copied())
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(no message)");
+        let location = info.location().map(|l| l.to_string()).unwrap_or_default();
+        let thread = std::thread::current();
+        let thread = thread.name().unwrap_or("(unnamed)");
+        // As Rust's report: captured only when RUST_BACKTRACE asks for it.
+        let backtrace = std::backtrace::Backtrace::capture();
+        if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+            tracing::error!(panic, location, thread, %backtrace, "a thread panicked");
+        } else {
+            tracing::error!(panic, location, thread, "a thread panicked");
+        }
+    }));
 }
 
 /// A byte count, plain or with a Ki/Mi/Gi suffix, with room for one body at the limit beside
