@@ -29,7 +29,8 @@
 # (1; 0 leaves OPA and the decision check out), LOAD_ONLY (an extended regex over scenario names
 # such as deploy30k-h1-fixed-shared), LOAD_EQUIVALENCE (fail; warn measures anyway),
 # LOAD_QUIET_WAIT seconds to wait for the 1-minute load average to drop below LOAD_QUIET (1.0)
-# before measuring (600; 0 to skip).
+# before measuring (600; 0 to skip), LOAD_RESULTS the results directory (tests/benches/results;
+# another keeps a one-off run from replacing the committed figures).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -47,7 +48,7 @@ ONLY="${LOAD_ONLY:-}"
 ON_DIFFERENCE="${LOAD_EQUIVALENCE:-fail}"
 QUIET="${LOAD_QUIET:-1.0}"
 QUIET_WAIT="${LOAD_QUIET_WAIT:-600}"
-RESULTS=tests/benches/results
+RESULTS="${LOAD_RESULTS:-tests/benches/results}"
 LIB="python3 tests/benches/loadlib.py"
 OHA="$TOOLS/bin/oha"
 OPA="$TOOLS/bin/opa"

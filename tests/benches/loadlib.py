@@ -179,11 +179,12 @@ def cpu_ticks(pid):
 
 
 def busy_ticks():
-    """CPU ticks spent busy on the whole machine (every core, every process) since boot, and
-    the time of reading them, as TICKS:SECONDS."""
+    """CPU ticks spent busy on the whole machine (every core, every process) since boot, the
+    ticks the hypervisor gave this machine's cores to others (steal), and the time of reading
+    them, as BUSY:STEAL:SECONDS."""
     with open("/proc/stat") as f:
         user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
-    print(f"{user + nice + system + irq + softirq + steal}:{time.monotonic():.3f}")
+    print(f"{user + nice + system + irq + softirq}:{steal}:{time.monotonic():.3f}")
 
 
 def timed(out, cmd):
@@ -217,11 +218,12 @@ def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb, bus
     ok = int(codes.get("200", 0))
     hz = os.sysconf("SC_CLK_TCK")
     cpu_s = (int(ticks_after) - int(ticks_before)) / hz
-    (busy_before, wall_before), (busy_after, wall_after) = (
+    (busy_before, steal_before, wall_before), (busy_after, steal_after, wall_after) = (
         map(float, busy_before.split(":")),
         map(float, busy_after.split(":")),
     )
     busy_s, wall_s = (busy_after - busy_before) / hz, wall_after - wall_before
+    steal_s = (steal_after - steal_before) / hz
     pct = oha.get("latencyPercentiles", {})
     run.update(
         {
@@ -242,6 +244,9 @@ def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb, bus
             # Cores' worth of CPU that neither the server nor oha used: other work on the
             # machine competing with the benchmark.
             "others_cores": max(0.0, busy_s - cpu_s - float(oha_cpu_s)) / wall_s,
+            # Cores' worth of time the hypervisor ran something else on this machine's cores:
+            # every process here, the server and oha included, stood still meanwhile.
+            "steal_cores": steal_s / wall_s,
         }
     )
     with open(runs_file, "a") as f:
@@ -251,7 +256,8 @@ def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb, bus
         f"{run['rps']:9.0f} rev/s  p50 {run['p50_ms']:.2f}  p99 {run['p99_ms']:.2f}  "
         f"p99.9 {run['p999_ms']:.2f} ms  ok {ok}  failed {failures(run)}  "
         f"cpu {run['cpu_ms_per_1000'] or 0:.0f} ms/1000  "
-        f"rss {run['peak_rss_mb']:.1f} MB  others {run['others_cores']:.2f} cores"
+        f"rss {run['peak_rss_mb']:.1f} MB  others {run['others_cores']:.2f} cores  "
+        f"steal {run['steal_cores']:.2f} cores"
     )
 
 
@@ -357,22 +363,26 @@ def report(runs_file, out_md, out_json, p99_target_ms, *targets):
         "",
         "`others` is the CPU, in cores, that processes other than the server and oha used during the",
         "run (machine busy time from /proc/stat minus both): above ~0.05 the run competed with other",
-        "work. `failed` counts non-200 answers and transport errors over all rounds (not the HTTP/2",
-        "requests oha cancels when a run's time is up).",
+        "work. `steal` is the time, in cores, the hypervisor gave this machine's cores to other",
+        "machines (/proc/stat's steal): every process here stood still meanwhile, the server and oha",
+        "included, so a pause shows as latency no server can avoid. `failed` counts non-200 answers",
+        "and transport errors over all rounds (not the HTTP/2 requests oha cancels when a run's time",
+        "is up).",
         "",
         "### Saturated throughput",
         "",
-        "| target | review | protocol | placement | reviews/s | p50 ms | p99 ms | p99.9 ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| target | review | protocol | placement | reviews/s | p50 ms | p99 ms | p99.9 ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others | steal |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    col = lambda rs, key, digits=2: spread([r[key] for r in rs], digits)
+    # .get: runs recorded before a column existed show "-" there.
+    col = lambda rs, key, digits=2: spread([r.get(key) for r in rs], digits)
     for target, (body, proto, mode, placement), rs in groups:
         if mode != "saturated":
             continue
         lines.append(
             f"| {target} | {body} | {proto} | {placement} | {col(rs, 'rps', 0)} | {col(rs, 'p50_ms')} | "
             f"{col(rs, 'p99_ms')} | {col(rs, 'p999_ms')} | {col(rs, 'cpu_ms_per_1000', 0)} | {col(rs, 'peak_rss_mb', 1)} | "
-            f"{sum(failures(r) for r in rs)} | {col(rs, 'others_cores')} |"
+            f"{sum(failures(r) for r in rs)} | {col(rs, 'others_cores')} | {col(rs, 'steal_cores')} |"
         )
     fixed_rate = next((r["rate"] for r in runs if r["mode"] == "fixed"), None)
     if fixed_rate is not None:
@@ -382,8 +392,8 @@ def report(runs_file, out_md, out_json, p99_target_ms, *targets):
             "",
             f"`p99 per round` lists every round's p99 in the order run; `p99 ≤ {p99_target:g} ms` counts the rounds that met it.",
             "",
-            f"| target | review | protocol | achieved reviews/s | p50 ms | p99 ms | p99 per round | p99 ≤ {p99_target:g} ms | p99.9 ms | max ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others |",
-            "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| target | review | protocol | achieved reviews/s | p50 ms | p99 ms | p99 per round | p99 ≤ {p99_target:g} ms | p99.9 ms | max ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others | steal |",
+            "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for target, (body, proto, mode, placement), rs in groups:
             if mode != "fixed":
@@ -394,7 +404,7 @@ def report(runs_file, out_md, out_json, p99_target_ms, *targets):
                 f"| {target} | {body} | {proto} | {col(rs, 'rps', 0)} | {col(rs, 'p50_ms')} | {col(rs, 'p99_ms')} | "
                 f"{per_round} | {met} of {len(rs)} | {col(rs, 'p999_ms')} | {col(rs, 'max_ms')} | "
                 f"{col(rs, 'cpu_ms_per_1000', 0)} | {col(rs, 'peak_rss_mb', 1)} | {sum(failures(r) for r in rs)} | "
-                f"{col(rs, 'others_cores')} |"
+                f"{col(rs, 'others_cores')} | {col(rs, 'steal_cores')} |"
             )
     ratios = {}
     baseline = targets[0] if targets else None
