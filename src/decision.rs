@@ -12,7 +12,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::admission::{AdmissionResponse, Operation};
 use serde::Serialize;
 
 use crate::deletions::{RecentDeletes, within};
@@ -24,7 +24,7 @@ use crate::policy::document::GuardedOperation;
 use crate::policy::{
     BreakGlassRules, DeletionRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet,
 };
-use crate::request::{RequestFacts, ReviewObject, is_namespace_object};
+use crate::request::{RequestEnvelope, RequestFacts, ReviewObject, is_namespace_object};
 use crate::silence::{ControllerSilence, refusal_points_to_git};
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
 use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
@@ -343,8 +343,8 @@ impl Decision {
     }
 
     /// The AdmissionResponse for `request` (same uid), with warnings and audit annotations.
-    pub fn to_response(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-        let mut response = AdmissionResponse::from(request);
+    pub fn to_response<'r>(&self, request: impl Into<RequestEnvelope<'r>>) -> AdmissionResponse {
+        let mut response = request.into().response();
         if !self.allowed {
             response = response.deny(&self.message);
             response.result.code = 403;
@@ -442,7 +442,7 @@ pub struct DecisionInput<'a> {
 struct Facts<'a> {
     input: &'a DecisionInput<'a>,
     about: &'a RequestFacts<'a>,
-    request: &'a AdmissionRequest<DynamicObject>,
+    request: RequestEnvelope<'a>,
     operation: Option<GuardedOperation>,
     /// The subresource the write is judged as: "" for the object itself.
     subresource: &'a str,
@@ -516,7 +516,7 @@ fn effective_changes(
 fn resolve_kind<'a>(input: &DecisionInput<'a>, subresource: &str) -> (&'a str, bool) {
     let request = input.request.request();
     if subresource.is_empty() {
-        return (&request.kind.kind, true);
+        return (&request.kind().kind, true);
     }
     let parent_kind = input
         .parent
@@ -524,7 +524,7 @@ fn resolve_kind<'a>(input: &DecisionInput<'a>, subresource: &str) -> (&'a str, b
         .map(|t| t.kind.as_str());
     match input.resource.map(|r| r.kind.as_str()).or(parent_kind) {
         Some(kind) if !kind.is_empty() => (kind, true),
-        _ => (&request.resource.resource, false),
+        _ => (&request.resource().resource, false),
     }
 }
 
@@ -545,7 +545,7 @@ impl<'a> Facts<'a> {
             kind,
             kind_known,
             judge_status: subresource.is_empty() && input.resource.is_none_or(|r| !r.has_status),
-            user: &request.user_info,
+            user: request.user_info(),
             changes: OnceCell::new(),
         };
         // Judged by effect, not by path: a subresource write that carries the whole object and
@@ -554,7 +554,7 @@ impl<'a> Facts<'a> {
             facts.through = Some(subresource);
             facts.subresource = "";
             // The objects are the parent itself, so they name its kind.
-            facts.kind = &request.kind.kind;
+            facts.kind = &request.kind().kind;
             facts.kind_known = true;
         }
         facts
@@ -566,19 +566,19 @@ impl<'a> Facts<'a> {
     fn carries_whole_object(&self) -> bool {
         let request = self.request;
         let same_kind = if self.kind_known {
-            request.kind.kind == self.kind
+            request.kind().kind == self.kind
         } else {
-            request.kind.group == request.resource.group && request.kind.kind != "Scale"
+            request.kind().group == request.resource().group && request.kind().kind != "Scale"
         };
         !self.subresource.is_empty()
-            && request.operation == Operation::Update
+            && request.operation() == Operation::Update
             && self.about.object().is_some()
             && self.about.old_object().is_some()
             && same_kind
     }
 
     fn group(&self) -> &str {
-        &self.request.resource.group
+        &self.request.resource().group
     }
 
     /// Changed field paths of an UPDATE; empty for other operations.
@@ -589,7 +589,7 @@ impl<'a> Facts<'a> {
     fn all_changes(&self) -> &Changes {
         self.changes.get_or_init(|| {
             match (
-                &self.request.operation,
+                &self.request.operation(),
                 self.about.old_object(),
                 self.about.object(),
             ) {
@@ -616,7 +616,7 @@ impl<'a> Facts<'a> {
     /// the caller-supplied parent for a subresource. A CREATE has none.
     fn stored_meta(&self) -> Option<&'a ObjectMeta> {
         if self.subresource.is_empty() {
-            match self.request.operation {
+            match self.request.operation() {
                 Operation::Update | Operation::Delete => {
                     self.about.old_object().map(|o| o.metadata())
                 }
@@ -651,7 +651,7 @@ impl<'a> Facts<'a> {
 
     /// The command an opener would run, for denial messages.
     fn open_command(&self) -> String {
-        let name = echo(&self.request.name, MAX_NAME_CHARS);
+        let name = echo(self.request.name(), MAX_NAME_CHARS);
         if self.is_namespace_object() {
             // Without KIND/NAME the CLI opens the namespace-wide window on -n's Namespace.
             return format!(
@@ -676,7 +676,7 @@ impl<'a> Facts<'a> {
     /// Service.
     fn target_type(&self) -> String {
         let group = self.group();
-        let resource = &self.request.resource.resource;
+        let resource = &self.request.resource().resource;
         if !group.is_empty() && group != "apps" {
             format!("{resource}.{group}")
         } else if self.kind_known {
@@ -953,11 +953,13 @@ fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
                     policy.guards_resource(
                         facts.group(),
                         facts.kind,
-                        &facts.request.resource.resource,
+                        &facts.request.resource().resource,
                     )
                 } else {
-                    policy
-                        .guards_unresolved_resource(facts.group(), &facts.request.resource.resource)
+                    policy.guards_unresolved_resource(
+                        facts.group(),
+                        &facts.request.resource().resource,
+                    )
                 }
         }
 }
@@ -1262,14 +1264,17 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
 /// the limit. Otherwise the other rules judge it.
 fn refuse_deletion(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     let rules = policy.deletions.as_ref()?;
-    if facts.request.operation != Operation::Delete
+    if facts.request.operation() != Operation::Delete
         || !facts.subresource.is_empty()
         || !(guards_namespace(policy, facts) || guards_cluster_object(policy, facts))
     {
         return None;
     }
-    let protected = rules.protects(facts.group(), facts.kind, &facts.request.resource.resource)
-        && !rules.exempt.matches(facts.user)
+    let protected = rules.protects(
+        facts.group(),
+        facts.kind,
+        &facts.request.resource().resource,
+    ) && !rules.exempt.matches(facts.user)
         && !allowed_by_annotation(facts, rules)
         && !opener_under_window(policy, facts);
     if protected {
@@ -1299,7 +1304,7 @@ fn deletion_protected(
     facts: &Facts<'_>,
     rules: &DeletionRules,
 ) -> RuleOutcome {
-    let name = echo(&facts.request.name, MAX_NAME_CHARS);
+    let name = echo(facts.request.name(), MAX_NAME_CHARS);
     let annotate = match facts.namespace {
         _ if facts.is_namespace_object() => format!(
             "kubectl annotate namespace/{name} {}=true",
@@ -1528,7 +1533,7 @@ fn suspend_commands(facts: &Facts<'_>) -> (String, String) {
     let target = format!(
         "{}/{}",
         facts.kind.to_lowercase(),
-        echo(&facts.request.name, MAX_NAME_CHARS)
+        echo(facts.request.name(), MAX_NAME_CHARS)
     );
     let ns = facts.namespace.unwrap_or("default");
     (
@@ -1947,20 +1952,20 @@ fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
         .map(|changes| changes.paths.iter().map(ToString::to_string).collect())
         .unwrap_or_default();
     let record = DecisionRecord {
-        uid: request.uid.clone(),
+        uid: request.uid().to_owned(),
         operation: facts.about.operation_name().to_owned(),
         user: facts.about.username().to_owned(),
         groups: facts.user.groups.clone().unwrap_or_default(),
         field_manager: facts.about.field_manager().map(str::to_owned),
-        dry_run: request.dry_run,
+        dry_run: request.dry_run(),
         object: ObjectRef {
-            group: request.resource.group.clone(),
-            version: request.resource.version.clone(),
+            group: request.resource().group.clone(),
+            version: request.resource().version.clone(),
             kind: facts.kind.to_string(),
-            resource: request.resource.resource.clone(),
+            resource: request.resource().resource.clone(),
             subresource: facts.subresource.to_owned(),
             namespace: facts.namespace.unwrap_or("").to_owned(),
-            name: request.name.clone(),
+            name: request.name().to_owned(),
         },
         rule,
         verdicts,
@@ -1981,11 +1986,12 @@ fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
 /// is not known from the envelope (`kind` is the subresource's, such as `Scale`), so any
 /// subresource write in a guarded namespace counts; so does a Namespace object, whose own
 /// labels may select policies.
-pub fn may_guard(
+pub fn may_guard<'r>(
     policies: &PolicySet,
-    request: &AdmissionRequest<DynamicObject>,
+    request: impl Into<RequestEnvelope<'r>>,
     namespace: Option<&ObjectMeta>,
 ) -> bool {
+    let request = request.into();
     // driftgate's own records are guarded in every namespace, and their CRD cluster-wide.
     crate::ledger::guard::guards(request)
         || crate::policy::admission::guards(request)
@@ -1997,10 +2003,10 @@ pub fn may_guard(
 
 fn may_guard_with(
     policy: &GatePolicy,
-    request: &AdmissionRequest<DynamicObject>,
+    request: RequestEnvelope<'_>,
     namespace: Option<&ObjectMeta>,
 ) -> bool {
-    let operation = match request.operation {
+    let operation = match request.operation() {
         Operation::Create => GuardedOperation::Create,
         Operation::Update => GuardedOperation::Update,
         Operation::Delete => GuardedOperation::Delete,
@@ -2016,11 +2022,11 @@ fn may_guard_with(
     if is_namespace_object(request) {
         return true;
     }
-    let Some(name) = request.namespace.as_deref().filter(|ns| !ns.is_empty()) else {
+    let Some(name) = request.namespace().filter(|ns| !ns.is_empty()) else {
         // A cluster-scoped object: its kind is in the envelope (a subresource's parent kind
         // may not be, so any subresource counts where the policy guards cluster-scoped kinds).
-        let subresource = request.sub_resource.as_deref().unwrap_or("");
-        return policy.guards_cluster_kind(&request.kind.group, &request.kind.kind)
+        let subresource = request.sub_resource().unwrap_or("");
+        return policy.guards_cluster_kind(&request.kind().group, &request.kind().kind)
             || (!subresource.is_empty() && policy.cluster_scoped.is_some());
     };
     let labels = match namespace {
@@ -2033,11 +2039,11 @@ fn may_guard_with(
     if deletion {
         return true;
     }
-    let resource = &request.resource;
-    match request.sub_resource.as_deref().unwrap_or("") {
+    let resource = request.resource();
+    match request.sub_resource().unwrap_or("") {
         "" => {
             policy.guards_subresource("")
-                && policy.guards_resource(&resource.group, &request.kind.kind, &resource.resource)
+                && policy.guards_resource(&resource.group, &request.kind().kind, &resource.resource)
         }
         _ => true,
     }
@@ -2046,13 +2052,13 @@ fn may_guard_with(
 /// Whether the policy's `suspensions` may judge this write beyond what it guards: an UPDATE of
 /// an object itself in a namespace that holds GitOps objects. Not Leases (controllers renew
 /// theirs there every few seconds) nor Events, which carry no suspension.
-fn suspension_guards(policy: &GatePolicy, request: &AdmissionRequest<DynamicObject>) -> bool {
-    let (Some(rules), Some(name)) = (&policy.suspensions, request.namespace.as_deref()) else {
+fn suspension_guards(policy: &GatePolicy, request: RequestEnvelope<'_>) -> bool {
+    let (Some(rules), Some(name)) = (&policy.suspensions, request.namespace()) else {
         return false;
     };
-    let kind = (request.kind.group.as_str(), request.kind.kind.as_str());
-    request.operation == Operation::Update
-        && request.sub_resource.as_deref().unwrap_or("").is_empty()
+    let kind = (request.kind().group.as_str(), request.kind().kind.as_str());
+    request.operation() == Operation::Update
+        && request.sub_resource().unwrap_or("").is_empty()
         && !matches!(
             kind,
             ("coordination.k8s.io", "Lease") | ("", "Event") | ("events.k8s.io", "Event")
@@ -2062,16 +2068,16 @@ fn suspension_guards(policy: &GatePolicy, request: &AdmissionRequest<DynamicObje
 
 /// Whether the policy's `deletions` may stop this delete, whatever else it guards: its kind
 /// from the envelope, its namespace guarded or not known yet (labels may select it).
-fn deletion_guards(policy: &GatePolicy, request: &AdmissionRequest<DynamicObject>) -> bool {
+fn deletion_guards(policy: &GatePolicy, request: RequestEnvelope<'_>) -> bool {
     let Some(rules) = &policy.deletions else {
         return false;
     };
-    request.operation == Operation::Delete
-        && request.sub_resource.as_deref().unwrap_or("").is_empty()
+    request.operation() == Operation::Delete
+        && request.sub_resource().unwrap_or("").is_empty()
         && rules.protects(
-            &request.kind.group,
-            &request.kind.kind,
-            &request.resource.resource,
+            &request.kind().group,
+            &request.kind().kind,
+            &request.resource().resource,
         )
 }
 

@@ -46,13 +46,13 @@ impl DeletionTally {
         now: Timestamp,
     ) {
         let request = facts.request();
-        if request.operation != Operation::Delete || request.dry_run || !decision.allowed {
+        if request.operation() != Operation::Delete || request.dry_run() || !decision.allowed {
             return;
         }
         let Some(namespace) = facts.scope_namespace() else {
             return;
         };
-        let user = &request.user_info;
+        let user = &request.user_info();
         for verdict in decision
             .record
             .verdicts

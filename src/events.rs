@@ -204,7 +204,7 @@ impl PlannedEvent {
 /// When the write is denied, only the denials are reported: the admitting verdicts of other
 /// policies describe a write that did not happen.
 pub fn planned_events(request: &RequestFacts<'_>, decision: &Decision) -> Vec<PlannedEvent> {
-    if request.request().dry_run || decision.record.dry_run {
+    if request.request().dry_run() || decision.record.dry_run {
         return Vec::new();
     }
     // Most reviews call for no Event (a controller's apply, an unguarded write): nothing is
@@ -216,7 +216,7 @@ pub fn planned_events(request: &RequestFacts<'_>, decision: &Decision) -> Vec<Pl
     }
     let Some(regarding) = request.regarding(&decision.record.object.kind) else {
         tracing::debug!(
-            uid = %request.request().uid,
+            uid = %request.request().uid(),
             "no Event for a request without an object name"
         );
         return Vec::new();

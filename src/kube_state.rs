@@ -265,7 +265,7 @@ impl ParentLookup {
             return Parent::Absent;
         };
         let request = facts.request();
-        let gvr = &request.resource;
+        let gvr = request.resource();
         let resource = ApiResource {
             group: gvr.group.clone(),
             version: gvr.version.clone(),
@@ -278,10 +278,10 @@ impl ParentLookup {
             Some(ns) => Api::namespaced_with(client, ns, &resource),
             None => Api::all_with(client, &resource),
         };
-        let error = if request.name.is_empty() {
+        let error = if request.name().is_empty() {
             "the request names no object".to_owned()
         } else {
-            match tokio::time::timeout(self.timeout, api.get(&request.name)).await {
+            match tokio::time::timeout(self.timeout, api.get(request.name())).await {
                 Ok(Ok(parent)) => {
                     Metrics::count_result(&self.metrics.parent_lookups, true);
                     if self.lock_throttle().success() {
@@ -302,8 +302,8 @@ impl ParentLookup {
         let parent = format!(
             "{}/{} {}",
             gvr.resource,
-            request.name,
-            request.namespace.as_deref().unwrap_or("")
+            request.name(),
+            request.namespace().unwrap_or("")
         );
         match suppressed {
             Some(suppressed) => tracing::warn!(

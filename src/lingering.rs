@@ -89,10 +89,10 @@ impl LingeringLabels {
         if !matches!(decision.record.object.subresource.as_str(), "" | "status") {
             return false;
         }
-        if request.operation == Operation::Delete {
+        if request.operation() == Operation::Delete {
             return self.by_uid.remove(uid).is_some();
         }
-        let object = if request.dry_run {
+        let object = if request.dry_run() {
             facts.old_object()
         } else {
             facts.object()

@@ -6,10 +6,11 @@
 
 use std::borrow::Cow;
 
+use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource};
 
 use crate::policy::document::GuardedOperation;
 use crate::review::lazy::{LazyObject, LazyReview};
@@ -56,12 +57,77 @@ impl std::fmt::Debug for ReviewObject<'_> {
     }
 }
 
+/// A request's envelope: who, what, where, which operation; everything but its objects, which
+/// the server's request does not hold (`review::lazy`): read them through
+/// [`RequestFacts::object`] and [`RequestFacts::old_object`].
+#[derive(Clone, Copy, Debug)]
+pub struct RequestEnvelope<'a>(&'a AdmissionRequest<DynamicObject>);
+
+impl<'a> From<&'a AdmissionRequest<DynamicObject>> for RequestEnvelope<'a> {
+    fn from(request: &'a AdmissionRequest<DynamicObject>) -> Self {
+        RequestEnvelope(request)
+    }
+}
+
+impl<'a> RequestEnvelope<'a> {
+    pub fn uid(self) -> &'a str {
+        &self.0.uid
+    }
+
+    pub fn operation(self) -> Operation {
+        self.0.operation.clone()
+    }
+
+    /// The object's name; "" for a CREATE with `generateName`.
+    pub fn name(self) -> &'a str {
+        &self.0.name
+    }
+
+    pub fn namespace(self) -> Option<&'a str> {
+        self.0.namespace.as_deref()
+    }
+
+    /// The kind written: the subresource's for a subresource (`Scale`).
+    pub fn kind(self) -> &'a GroupVersionKind {
+        &self.0.kind
+    }
+
+    pub fn resource(self) -> &'a GroupVersionResource {
+        &self.0.resource
+    }
+
+    pub fn sub_resource(self) -> Option<&'a str> {
+        self.0.sub_resource.as_deref()
+    }
+
+    pub fn user_info(self) -> &'a UserInfo {
+        &self.0.user_info
+    }
+
+    pub fn dry_run(self) -> bool {
+        self.0.dry_run
+    }
+
+    /// The answer to this request (its uid), allowing it.
+    pub fn response(self) -> AdmissionResponse {
+        AdmissionResponse::from(self.0)
+    }
+
+    /// The write's `options.fieldManager`, if it names one.
+    fn field_manager(self) -> Option<&'a str> {
+        self.0
+            .options
+            .as_ref()
+            .and_then(|options| options.0.get("fieldManager"))
+            .and_then(|v| v.as_str())
+            .filter(|fm| !fm.is_empty())
+    }
+}
+
 /// What a review says about its request, borrowed from it where it can be.
 #[derive(Clone, Debug)]
 pub struct RequestFacts<'a> {
-    /// The envelope. Its `object` and `oldObject` are never read through it: the server's
-    /// request holds none (see [`Self::object`]).
-    request: &'a AdmissionRequest<DynamicObject>,
+    request: RequestEnvelope<'a>,
     object: Option<ReviewObject<'a>>,
     old_object: Option<ReviewObject<'a>>,
     username: &'a str,
@@ -97,7 +163,8 @@ impl<'a> RequestFacts<'a> {
         object: Option<ReviewObject<'a>>,
         old_object: Option<ReviewObject<'a>>,
     ) -> Self {
-        let username = request.user_info.username.as_deref().unwrap_or("");
+        let request = RequestEnvelope(request);
+        let username = request.user_info().username.as_deref().unwrap_or("");
         RequestFacts {
             request,
             object,
@@ -107,15 +174,15 @@ impl<'a> RequestFacts<'a> {
                 "" => Cow::Borrowed(ANONYMOUS),
                 name => echo(name, MAX_NAME_CHARS),
             },
-            field_manager: field_manager(request),
+            field_manager: request.field_manager(),
             is_namespace_object: is_namespace_object(request),
             scope_namespace: scope_namespace(request),
-            subresource: request.sub_resource.as_deref().unwrap_or(""),
+            subresource: request.sub_resource().unwrap_or(""),
         }
     }
 
-    /// The envelope: read the objects through [`Self::object`] and [`Self::old_object`].
-    pub fn request(&self) -> &'a AdmissionRequest<DynamicObject> {
+    /// The envelope: the objects are read through [`Self::object`] and [`Self::old_object`].
+    pub fn request(&self) -> RequestEnvelope<'a> {
         self.request
     }
 
@@ -188,7 +255,7 @@ impl<'a> RequestFacts<'a> {
 
     /// The operation, when it is one a policy can guard (not CONNECT).
     pub fn guarded_operation(&self) -> Option<GuardedOperation> {
-        match self.request.operation {
+        match self.request.operation() {
             Operation::Create => Some(GuardedOperation::Create),
             Operation::Update => Some(GuardedOperation::Update),
             Operation::Delete => Some(GuardedOperation::Delete),
@@ -198,7 +265,7 @@ impl<'a> RequestFacts<'a> {
 
     /// "CREATE", "UPDATE", "DELETE", "CONNECT": as the API server and the audit log name it.
     pub fn operation_name(&self) -> &'static str {
-        match self.request.operation {
+        match self.request.operation() {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
             Operation::Delete => "DELETE",
@@ -208,7 +275,7 @@ impl<'a> RequestFacts<'a> {
 
     /// "create", "update", "delete", "connect to": what the writer may not do.
     pub fn operation_word(&self) -> &'static str {
-        match self.request.operation {
+        match self.request.operation() {
             Operation::Create => "create",
             Operation::Update => "update",
             Operation::Delete => "delete",
@@ -218,7 +285,7 @@ impl<'a> RequestFacts<'a> {
 
     /// "created", "changed", "deleted", "connected to": what the writer did.
     pub fn past_word(&self) -> &'static str {
-        match self.request.operation {
+        match self.request.operation() {
             Operation::Create => "created",
             Operation::Update => "changed",
             Operation::Delete => "deleted",
@@ -229,7 +296,7 @@ impl<'a> RequestFacts<'a> {
     /// The apiVersion of the resource written (`apps/v1`, `v1`): for a subresource such as
     /// `scale`, the parent's, never the Scale's `autoscaling/v1`.
     pub fn api_version(&self) -> String {
-        let resource = &self.request.resource;
+        let resource = self.request.resource();
         if resource.group.is_empty() {
             resource.version.clone()
         } else {
@@ -251,7 +318,7 @@ impl<'a> RequestFacts<'a> {
     /// resolved for the write, `subresource` the one it is judged as, and `through` the
     /// subresource a write judged as one to the object itself came through.
     pub fn object_words(&self, kind: &str, subresource: &str, through: Option<&str>) -> String {
-        let name = echo(&self.request.name, MAX_NAME_CHARS);
+        let name = echo(self.request.name(), MAX_NAME_CHARS);
         let mut words = match self.object_namespace() {
             Some(ns) => format!("{kind} {ns}/{name}"),
             None => format!("{kind} {name}"),
@@ -269,14 +336,14 @@ impl<'a> RequestFacts<'a> {
     /// with generateName): the API server would refuse an Event about it. No resourceVersion:
     /// it changes with every write and would split an Event series.
     pub fn regarding(&self, kind: &str) -> Option<ObjectReference> {
-        if self.request.name.is_empty() {
+        if self.request.name().is_empty() {
             return None;
         }
         Some(ObjectReference {
             api_version: Some(self.api_version()),
             kind: Some(kind.to_owned()),
             namespace: self.object_namespace().map(str::to_owned),
-            name: Some(self.request.name.clone()),
+            name: Some(self.request.name().to_owned()),
             uid: self.object_uid().map(str::to_owned),
             ..ObjectReference::default()
         })
@@ -284,27 +351,18 @@ impl<'a> RequestFacts<'a> {
 }
 
 /// Whether `request` writes a Namespace: read from the envelope alone, before its objects are.
-pub fn is_namespace_object(request: &AdmissionRequest<DynamicObject>) -> bool {
-    request.kind.group.is_empty() && request.kind.kind == "Namespace"
+pub fn is_namespace_object(request: RequestEnvelope<'_>) -> bool {
+    request.kind().group.is_empty() && request.kind().kind == "Namespace"
 }
 
 /// The namespace that scopes `request` (see [`RequestFacts::scope_namespace`]); from the
 /// envelope alone, so that the server can look the Namespace up before reading the objects.
-pub fn scope_namespace(request: &AdmissionRequest<DynamicObject>) -> Option<&str> {
-    match request.namespace.as_deref() {
+pub fn scope_namespace(request: RequestEnvelope<'_>) -> Option<&str> {
+    match request.namespace() {
         Some(ns) if !ns.is_empty() => Some(ns),
-        _ if is_namespace_object(request) && !request.name.is_empty() => Some(&request.name),
+        _ if is_namespace_object(request) && !request.name().is_empty() => Some(request.name()),
         _ => None,
     }
-}
-
-fn field_manager(request: &AdmissionRequest<DynamicObject>) -> Option<&str> {
-    request
-        .options
-        .as_ref()
-        .and_then(|options| options.0.get("fieldManager"))
-        .and_then(|v| v.as_str())
-        .filter(|fm| !fm.is_empty())
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ pub fn plan_controller_write(
         return plan;
     };
     let request = facts.request();
-    let object = match (&request.operation, facts.object()) {
+    let object = match (&request.operation(), facts.object()) {
         (Operation::Delete, _) | (_, None) => None,
         (_, Some(object)) => serde_json::to_value(object.whole()).ok(),
     };
@@ -121,7 +121,7 @@ pub fn plan_controller_write(
         }
         // A dry run is refused above like the real write, so that Flux reports the refusal.
         // Otherwise one dry run settles nothing: a real write of other values may follow it.
-        if request.dry_run {
+        if request.dry_run() {
             match dry_run_step(facts, kind, record, &written, &evidence, now) {
                 Some(DryRunStep::Confirm(settlement)) => plan.settlements.push(*settlement),
                 Some(DryRunStep::Mark(mark)) => plan.dry_run_marks.push(mark),

@@ -11,14 +11,14 @@
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::admission::Operation;
 
 use crate::decision::{PolicyVerdict, Rule};
 use crate::diff::changed_paths;
 use crate::fieldpath::FieldPath;
 use crate::ledger::record::{BackportRequirement, BackportStatus, Phase};
 use crate::policy::PolicySet;
-use crate::request::{RequestFacts, ReviewObject};
+use crate::request::{RequestEnvelope, RequestFacts, ReviewObject};
 use crate::timefmt::human_utc;
 
 pub const GROUP: &str = "driftgate.dev";
@@ -94,14 +94,14 @@ impl LedgerGuard {
 
 /// What the guard judges: a write of a record (in any namespace, through any subresource), or
 /// an update or delete of the records' CRD.
-pub fn guards(request: &AdmissionRequest<DynamicObject>) -> bool {
-    let resource = &request.resource;
+pub fn guards(request: RequestEnvelope<'_>) -> bool {
+    let resource = request.resource();
     let record = resource.group == GROUP && resource.resource == RECORDS;
     let crd = resource.group == "apiextensions.k8s.io"
         && resource.resource == "customresourcedefinitions"
-        && request.name == RECORDS_CRD
-        && request.operation != Operation::Create;
-    request.operation != Operation::Connect && (record || crd)
+        && request.name() == RECORDS_CRD
+        && request.operation() != Operation::Create;
+    request.operation() != Operation::Connect && (record || crd)
 }
 
 /// The guard's verdict for a write of a record or of the records' CRD; None for anything else.
@@ -112,17 +112,17 @@ pub fn judge(
     now: Timestamp,
 ) -> Option<PolicyVerdict> {
     let request = facts.request();
-    if request.operation == Operation::Connect {
+    if request.operation() == Operation::Connect {
         return None;
     }
-    let resource = &request.resource;
+    let resource = request.resource();
     if resource.group == GROUP && resource.resource == RECORDS {
         return Some(judge_record(policies, guard, facts, now));
     }
     if resource.group == "apiextensions.k8s.io"
         && resource.resource == "customresourcedefinitions"
-        && request.name == RECORDS_CRD
-        && request.operation != Operation::Create
+        && request.name() == RECORDS_CRD
+        && request.operation() != Operation::Create
     {
         return Some(judge_crd(guard, facts));
     }
@@ -185,26 +185,26 @@ fn judge_record(
     let namespace = facts.scope_namespace().unwrap_or("");
     // A DELETE of the collection is reviewed one record at a time, with no name: only the old
     // object names it.
-    let name = match request.name.as_str() {
+    let name = match request.name() {
         "" => old_object
             .and_then(|o| o.metadata.name.as_deref())
             .unwrap_or(""),
         name => name,
     };
-    let stored = match request.operation {
+    let stored = match request.operation() {
         Operation::Create => new.as_ref(),
         _ => old.as_ref(),
     };
     let subject = Subject {
         who: facts.who(),
         username,
-        user: &request.user_info,
+        user: request.user_info(),
         record: format!("BackportRequirement {namespace}/{name}"),
         namespace,
         name,
         policy: stored.map_or_else(|| "?".to_owned(), |r| r.spec.policy.clone()),
     };
-    match request.operation {
+    match request.operation() {
         Operation::Delete => judge_delete(guard, &subject, old.as_ref()),
         Operation::Create if guard.is_writer(username) => subject.verdict(Rule::LedgerWriter, None),
         Operation::Create => subject.deny(
@@ -488,10 +488,10 @@ fn judge_crd(guard: &LedgerGuard, facts: &RequestFacts<'_>) -> PolicyVerdict {
     // No policy guards the CRD: driftgate's own settings do.
     let verdict =
         |rule: Rule, message: Option<String>| PolicyVerdict::enforced(String::new(), rule, message);
-    if guard.is_crd_admin(&request.user_info) {
+    if guard.is_crd_admin(request.user_info()) {
         return verdict(Rule::LedgerCrdAdmin, None);
     }
-    let (verb, problem) = match (&request.operation, facts.old_object(), facts.object()) {
+    let (verb, problem) = match (&request.operation(), facts.old_object(), facts.object()) {
         (Operation::Update, Some(old), Some(new)) => {
             let changed = match crd_update(old.whole(), new.whole()) {
                 Ok(rule) => return verdict(rule, None),

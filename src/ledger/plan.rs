@@ -87,7 +87,7 @@ pub fn ledger_tasks<'a>(
                 .and_then(|p| p.break_glass.as_ref())?;
             if verdict.rule == Rule::Controller {
                 Some(LedgerTask::JudgeControllerWrite { verdict, rules })
-            } else if facts.request().dry_run || !is_break_glass_write(verdict.rule) {
+            } else if facts.request().dry_run() || !is_break_glass_write(verdict.rule) {
                 None
             } else {
                 Some(LedgerTask::Record { verdict, rules })
@@ -103,7 +103,7 @@ pub fn unrecorded_warning(facts: &RequestFacts<'_>, decision: &Decision) -> Opti
         .verdicts
         .iter()
         .any(|v| is_break_glass_write(v.rule));
-    (!facts.request().dry_run && break_glass).then_some(
+    (!facts.request().dry_run() && break_glass).then_some(
         "driftgate runs without a cluster: this break-glass change is not recorded in a backport ledger.",
     )
 }
@@ -584,8 +584,8 @@ fn recorded_change(
             uid: object_uid(facts),
         }),
         subresource: object.subresource.clone(),
-        request_uid: request.uid.clone(),
-        resource_version: match request.operation {
+        request_uid: request.uid().to_owned(),
+        resource_version: match request.operation() {
             Operation::Create => String::new(),
             _ => facts
                 .old_object()

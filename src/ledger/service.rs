@@ -314,7 +314,7 @@ impl Ledger {
             return None;
         };
         Metrics::count_result(&self.metrics.ledger_writes, false);
-        tracing::warn!(%error, uid = %facts.request().uid, rule = %verdict.rule, "could not write the backport record");
+        tracing::warn!(%error, uid = %facts.request().uid(), rule = %verdict.rule, "could not write the backport record");
         Some(Refusal::unrecorded(
             &decision.record,
             &verdict.policy,

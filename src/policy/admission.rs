@@ -2,19 +2,18 @@
 //! policy is refused at `kubectl apply` (and Flux reports it) instead of being stored and
 //! then refused by every driftgate that reads it. Pure: the request in, a verdict out.
 
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::admission::Operation;
 
 use crate::decision::{PolicyVerdict, Rule};
 use crate::policy::gatepolicy::{GROUP, PLURAL, compile_object, problem_lines};
-use crate::request::RequestFacts;
+use crate::request::{RequestEnvelope, RequestFacts};
 
 /// A create or update of a GatePolicy itself (its status is driftgate's own bookkeeping).
-pub fn guards(request: &AdmissionRequest<DynamicObject>) -> bool {
-    request.resource.group == GROUP
-        && request.resource.resource == PLURAL
-        && request.sub_resource.as_deref().unwrap_or("").is_empty()
-        && matches!(request.operation, Operation::Create | Operation::Update)
+pub fn guards(request: RequestEnvelope<'_>) -> bool {
+    request.resource().group == GROUP
+        && request.resource().resource == PLURAL
+        && request.sub_resource().unwrap_or("").is_empty()
+        && matches!(request.operation(), Operation::Create | Operation::Update)
 }
 
 /// The verdict on a GatePolicy write; None for any other request. Always Enforce: a policy
@@ -24,7 +23,7 @@ pub fn judge(facts: &RequestFacts<'_>) -> Option<PolicyVerdict> {
     if !guards(request) {
         return None;
     }
-    let name = request.name.as_str();
+    let name = request.name();
     let (rule, message) = match facts.object().map(|o| compile_object(o.whole())) {
         Some(Ok(_)) => (Rule::PolicyCompiled, None),
         Some(Err(errors)) => (
@@ -45,7 +44,7 @@ pub fn judge(facts: &RequestFacts<'_>) -> Option<PolicyVerdict> {
 /// Names the user, the object, the policy and the rule, says what to do, then lists every
 /// problem one a line, as `driftgate policy check` prints them.
 fn refusal(facts: &RequestFacts<'_>, lines: &[String]) -> String {
-    let name = facts.request().name.as_str();
+    let name = facts.request().name();
     let who = facts.who();
     let (count, them) = match lines.len() {
         1 => ("1 problem".to_owned(), "it"),
@@ -60,6 +59,8 @@ fn refusal(facts: &RequestFacts<'_>, lines: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use kube::core::DynamicObject;
+    use kube::core::admission::AdmissionRequest;
     use serde_json::{Value, json};
 
     use super::*;

@@ -40,7 +40,7 @@ use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog};
 use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
-use crate::request::{RequestFacts, scope_namespace};
+use crate::request::{RequestEnvelope, RequestFacts, scope_namespace};
 use crate::review::lazy::{LazyEnvelope, LazyReview, parse_lazily};
 use crate::review::{Envelope, Review, SHALLOW_DEPTH, Unreadable, parse_envelope, stack_for};
 use crate::silence::DEFAULT_SILENCE_AFTER;
@@ -512,7 +512,7 @@ fn read_lazily<'a>(
     policies: &PolicySet,
     envelope: LazyEnvelope<'a>,
 ) -> Option<LazyRead<'a>> {
-    let namespace = namespace_of(state, envelope.request());
+    let namespace = namespace_of(state, envelope.request().into());
     if !may_guard(
         policies,
         envelope.request(),
@@ -528,7 +528,7 @@ fn read_lazily<'a>(
 /// reviews that concern it (every review passes here).
 fn remember(state: &AppState, policies: &PolicySet, facts: &RequestFacts<'_>, decision: &Decision) {
     let now = (state.clock)();
-    if !facts.request().dry_run && !state.ledger.is_connected() {
+    if !facts.request().dry_run() && !state.ledger.is_connected() {
         state.windows.observe(decision, now);
     }
     // Dry runs count: Flux dry-runs every object on every interval.
@@ -566,7 +566,7 @@ struct ReadReview {
 /// envelope alone, so that nothing in its objects (depth, size, validity) can turn an
 /// unguarded write into an error.
 fn read(state: &AppState, policies: &PolicySet, envelope: Envelope<'_>) -> ReadReview {
-    let namespace = namespace_of(state, envelope.request());
+    let namespace = namespace_of(state, envelope.request().into());
     let namespace_meta = namespace.as_ref().map(|ns| &ns.metadata);
     if !may_guard(policies, envelope.request(), namespace_meta) {
         return ReadReview {
@@ -650,10 +650,7 @@ impl<F: Future> Future for GrownStack<F> {
 
 /// The Namespace that scopes a request, from the cache: the request's namespace, or for a
 /// Namespace object the object itself.
-fn namespace_of(
-    state: &AppState,
-    request: &AdmissionRequest<DynamicObject>,
-) -> Option<Arc<Namespace>> {
+fn namespace_of(state: &AppState, request: RequestEnvelope<'_>) -> Option<Arc<Namespace>> {
     state.namespaces.get(scope_namespace(request)?)
 }
 
@@ -675,7 +672,7 @@ pub async fn review(state: &AppState, facts: &RequestFacts<'_>) -> Decision {
         return decision;
     }
     // Every review passes here: the lock is taken for deletes only.
-    if facts.request().operation == Operation::Delete {
+    if facts.request().operation() == Operation::Delete {
         state
             .deletions
             .lock()
@@ -698,10 +695,10 @@ async fn decide_with_cluster(
     let namespace_meta = namespace.as_ref().map(|ns| &ns.metadata);
     let resource = state
         .resources
-        .lookup(&request.resource.group, &request.resource.resource)
+        .lookup(&request.resource().group, &request.resource().resource)
         .await;
     // Copied out, so that the lock is not held while deciding.
-    let recent_deletes = (request.operation == Operation::Delete)
+    let recent_deletes = (request.operation() == Operation::Delete)
         .then(|| facts.scope_namespace())
         .flatten()
         .map(|namespace| {
@@ -786,7 +783,7 @@ fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, el
     macro_rules! review_line {
         ($level:ident) => {
             tracing::$level!(
-                uid = %text(&request.request().uid),
+                uid = %text(&request.request().uid()),
                 operation = %record.operation,
                 kind = %text(&record.object.kind),
                 subresource = %text(&record.object.subresource),

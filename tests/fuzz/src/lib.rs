@@ -20,7 +20,7 @@ use driftgate::events::{EventSink, planned_events};
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;
-use driftgate::request::RequestFacts;
+use driftgate::request::{RequestEnvelope, RequestFacts};
 use driftgate::review::lazy::parse_lazily;
 use driftgate::review::{ReviewError, parse_envelope, parse_review};
 use driftgate::server::{AppState, router};
@@ -286,11 +286,12 @@ pub fn admission_review(body: &[u8]) {
 
 /// What the API server relies on in an answer: its kind, the request's uid, a verdict, and a
 /// reason when it refuses.
-pub fn check_answer(request: &AdmissionRequest<DynamicObject>, review: &Value) {
+pub fn check_answer<'r>(request: impl Into<RequestEnvelope<'r>>, review: &Value) {
+    let request = request.into();
     assert_eq!(review["apiVersion"], "admission.k8s.io/v1", "{review}");
     assert_eq!(review["kind"], "AdmissionReview", "{review}");
     let response = &review["response"];
-    assert_eq!(response["uid"], request.uid.as_str(), "{review}");
+    assert_eq!(response["uid"], request.uid(), "{review}");
     let allowed = response["allowed"]
         .as_bool()
         .unwrap_or_else(|| panic!("the answer has no verdict: {review}"));
@@ -305,10 +306,10 @@ pub fn check_answer(request: &AdmissionRequest<DynamicObject>, review: &Value) {
 /// and, for a subresource, a parent (named as the request's object) with an open window.
 fn decide_with_cluster(policies: &PolicySet, facts: &RequestFacts<'_>) -> Decision {
     let request = facts.request();
-    let namespace_name = match request.namespace.as_deref() {
+    let namespace_name = match request.namespace() {
         Some(ns) if !ns.is_empty() => Some(ns),
-        _ if request.kind.group.is_empty() && request.kind.kind == "Namespace" => {
-            Some(request.name.as_str())
+        _ if request.kind().group.is_empty() && request.kind().kind == "Namespace" => {
+            Some(request.name())
         }
         _ => None,
     };
@@ -336,8 +337,8 @@ fn decide_with_cluster(policies: &PolicySet, facts: &RequestFacts<'_>) -> Decisi
     );
     if needs_parent(policies, &decision) {
         let mut parent = parent().clone();
-        parent.metadata.name = Some(request.name.clone());
-        parent.metadata.namespace = request.namespace.clone();
+        parent.metadata.name = Some(request.name().to_owned());
+        parent.metadata.namespace = request.namespace().map(str::to_owned);
         decision = decide(
             policies,
             &DecisionInput {
