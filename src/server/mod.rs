@@ -451,10 +451,12 @@ async fn validate(
     };
     let policies = state.policies.load();
     // One pass over the body first; what it cannot read or judge goes the two-step way.
-    if let Some(read) = parse_lazily(&body).and_then(|e| read_lazily(&state, &policies, e)) {
+    if let Some((read, namespace)) =
+        parse_lazily(&body).and_then(|e| read_lazily(&state, &policies, e))
+    {
         // The one description of the request, for the decision, its Events and the log line.
         let facts = read.facts();
-        let decision = review(&state, &facts).await;
+        let decision = review(&state, &policies, namespace.as_deref(), &facts).await;
         if !facts.fell_back() {
             return answer(&state, &policies, &facts, &decision, started);
         }
@@ -505,22 +507,23 @@ impl LazyRead<'_> {
     }
 }
 
-/// Scope is judged from the envelope alone, as in [`read`]; `None` when an object's head
-/// is not readable, for the two-step path to say why.
+/// Scope is judged from the envelope alone, as in [`read`], with the Namespace the decision
+/// then reads; `None` when an object's head is not readable, for the two-step path to say why.
 fn read_lazily<'a>(
     state: &AppState,
     policies: &PolicySet,
     envelope: LazyEnvelope<'a>,
-) -> Option<LazyRead<'a>> {
+) -> Option<(LazyRead<'a>, Option<Arc<Namespace>>)> {
     let namespace = namespace_of(state, envelope.request().into());
     if !may_guard(
         policies,
         envelope.request(),
         namespace.as_ref().map(|ns| &ns.metadata),
     ) {
-        return Some(LazyRead::Unguarded(envelope.without_objects()));
+        return Some((LazyRead::Unguarded(envelope.without_objects()), namespace));
     }
-    envelope.read_heads().map(LazyRead::Guarded)
+    let review = envelope.read_heads()?;
+    Some((LazyRead::Guarded(review), namespace))
 }
 
 /// What the in-memory trackers keep of one review (for gauges, refusals and reports): each is
@@ -612,11 +615,13 @@ async fn judge(
         return unreadable(policies, &input, problem);
     }
     let depth = read.request.depth();
+    let namespace = read.namespace.as_deref();
     if depth > SHALLOW_DEPTH {
         // The decision and the ledger walk, serialize and clone objects recursively.
-        return GrownStack::new(review(state, facts), stack_for(depth)).await;
+        let review = review(state, policies, namespace, facts);
+        return GrownStack::new(review, stack_for(depth)).await;
     }
-    review(state, facts).await
+    review(state, policies, namespace, facts).await
 }
 
 /// A future polled on a stack of at least `bytes`, grown on the heap when the thread's is
@@ -655,18 +660,23 @@ fn namespace_of(state: &AppState, request: RequestEnvelope<'_>) -> Option<Arc<Na
 }
 
 /// The decision for one request, fetching the parent of a subresource only when a window on it
-/// could change the outcome, and recording break-glass changes before they are admitted.
-pub async fn review(state: &AppState, facts: &RequestFacts<'_>) -> Decision {
-    let policies = state.policies.load();
+/// could change the outcome, and recording break-glass changes before they are admitted. The
+/// policies and the Namespace are those its scope was judged with.
+async fn review(
+    state: &AppState,
+    policies: &PolicySet,
+    namespace: Option<&Namespace>,
+    facts: &RequestFacts<'_>,
+) -> Decision {
     let now = (state.clock)();
-    let mut decision = decide_with_cluster(state, facts, &policies, now).await;
+    let mut decision = decide_with_cluster(state, facts, policies, namespace, now).await;
     // A decision from facts that fell back is void: the caller decides again.
     if facts.fell_back() {
         return decision;
     }
     state
         .ledger
-        .apply(facts, &mut decision, &policies, now)
+        .apply(facts, &mut decision, policies, now)
         .await;
     if facts.fell_back() {
         return decision;
@@ -677,7 +687,7 @@ pub async fn review(state: &AppState, facts: &RequestFacts<'_>) -> Decision {
             .deletions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .observe(facts, &decision, &policies, now);
+            .observe(facts, &decision, policies, now);
     }
     decision
 }
@@ -686,13 +696,11 @@ async fn decide_with_cluster(
     state: &AppState,
     facts: &RequestFacts<'_>,
     policies: &PolicySet,
+    namespace: Option<&Namespace>,
     now: Timestamp,
 ) -> Decision {
     let request = facts.request();
-    let namespace = facts
-        .scope_namespace()
-        .and_then(|name| state.namespaces.get(name));
-    let namespace_meta = namespace.as_ref().map(|ns| &ns.metadata);
+    let namespace_meta = namespace.map(|ns| &ns.metadata);
     let resource = state
         .resources
         .lookup(&request.resource().group, &request.resource().resource)
