@@ -29,7 +29,7 @@ use serde::{Deserialize, de};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::{ADMISSION_API_VERSION, ADMISSION_KIND};
+use super::{ADMISSION_API_VERSION, ADMISSION_KIND, name_from_objects};
 
 /// A review read in one pass: the envelope built, the objects as slices of the body.
 pub struct LazyEnvelope<'a> {
@@ -104,16 +104,12 @@ impl<'a> LazyEnvelope<'a> {
             object: head(self.object)?,
             old_object: head(self.old_object)?,
         };
-        if review.request.name.is_empty() {
-            // A DELETE of a collection names each object only in it (see `name_from_object`).
-            let named = [review.old_object.as_ref(), review.object.as_ref()]
-                .into_iter()
-                .flatten()
-                .find_map(|o| o.head.metadata.name.clone().filter(|n| !n.is_empty()));
-            if let Some(name) = named {
-                review.request.name = name;
-            }
-        }
+        name_from_objects(
+            &mut review.request.name,
+            review.old_object.as_ref(),
+            review.object.as_ref(),
+            |o| o.head.metadata.name.clone(),
+        );
         Some(review)
     }
 
@@ -121,19 +117,10 @@ impl<'a> LazyEnvelope<'a> {
     /// objects, as in [`super::Envelope::without_objects`].
     pub fn without_objects(self) -> AdmissionRequest<DynamicObject> {
         let mut request = self.request;
-        if request.name.is_empty() {
-            let name = [self.old_object, self.object]
-                .into_iter()
-                .flatten()
-                .filter_map(|parts| parts.metadata)
-                .flatten()
-                .filter(|(key, _)| key == "name")
-                .find_map(|(_, raw)| serde_json::from_str::<String>(raw.get()).ok())
-                .filter(|name| !name.is_empty());
-            if let Some(name) = name {
-                request.name = name;
-            }
-        }
+        name_from_objects(&mut request.name, self.old_object, self.object, |parts| {
+            let (_, raw) = parts.metadata?.into_iter().find(|(key, _)| key == "name")?;
+            serde_json::from_str::<String>(raw.get()).ok()
+        });
         request
     }
 }

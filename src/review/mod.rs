@@ -177,7 +177,12 @@ impl<'a> Envelope<'a> {
         let request = review.request_mut();
         request.object = object;
         request.old_object = old_object;
-        name_from_object(request);
+        name_from_objects(
+            &mut request.name,
+            request.old_object.as_ref(),
+            request.object.as_ref(),
+            |o| o.metadata.name.clone(),
+        );
         Ok(review)
     }
 
@@ -185,28 +190,28 @@ impl<'a> Envelope<'a> {
     /// read from them (a DELETE of a collection names it only there), which skips the rest of
     /// the object without recursion.
     pub fn without_objects(self) -> Review {
-        let mut review = self.review;
-        let request = review.request_mut();
-        if request.name.is_empty() {
-            #[derive(Deserialize)]
-            struct Named {
-                #[serde(default)]
-                metadata: Option<Name>,
-            }
-            #[derive(Deserialize)]
-            struct Name {
-                #[serde(default)]
-                name: Option<String>,
-            }
-            let name = [self.old_object, self.object]
-                .into_iter()
-                .flatten()
-                .filter_map(|raw| serde_json::from_str::<Named>(raw.get()).ok())
-                .find_map(|named| named.metadata?.name.filter(|n| !n.is_empty()));
-            if let Some(name) = name {
-                request.name = name;
-            }
+        #[derive(Deserialize)]
+        struct Named {
+            #[serde(default)]
+            metadata: Option<Name>,
         }
+        #[derive(Deserialize)]
+        struct Name {
+            #[serde(default)]
+            name: Option<String>,
+        }
+        let mut review = self.review;
+        name_from_objects(
+            &mut review.request_mut().name,
+            self.old_object,
+            self.object,
+            |raw| {
+                serde_json::from_str::<Named>(raw.get())
+                    .ok()?
+                    .metadata?
+                    .name
+            },
+        );
         review
     }
 }
@@ -408,19 +413,26 @@ pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Revi
 }
 
 /// A DELETE of a collection reviews each object with an empty `name` (measured on
-/// kube-apiserver 1.35; only `oldObject` names it): take the name from the object, so that
-/// messages, Events and backport records say which object it was. A request with no named
-/// object keeps its empty name.
-fn name_from_object(request: &mut AdmissionRequest<DynamicObject>) {
-    if !request.name.is_empty() {
+/// kube-apiserver 1.35; only `oldObject` names it): take the name from the object (`name_of`
+/// reads it, however the object is held), so that messages, Events and backport records say
+/// which object it was. A request with no named object keeps its empty name; a named one is
+/// not read.
+pub(crate) fn name_from_objects<T>(
+    name: &mut String,
+    old_object: Option<T>,
+    object: Option<T>,
+    name_of: impl FnMut(T) -> Option<String>,
+) {
+    if !name.is_empty() {
         return;
     }
-    let named = [request.old_object.as_ref(), request.object.as_ref()]
+    let named = [old_object, object]
         .into_iter()
         .flatten()
-        .find_map(|o| o.metadata.name.clone().filter(|n| !n.is_empty()));
-    if let Some(name) = named {
-        request.name = name;
+        .filter_map(name_of)
+        .find(|n| !n.is_empty());
+    if let Some(named) = named {
+        *name = named;
     }
 }
 
