@@ -214,6 +214,9 @@ pub struct LogWriter {
     pub dropped: tracing_appender::non_blocking::ErrorCounter,
 }
 
+/// The thread that writes the log.
+const LOG_THREAD: &str = "driftgate-log";
+
 /// Logs go to stderr from a thread of their own, so that a slow reader of stderr never holds a
 /// review, through a queue of `queue_lines` (full: lines are dropped); `RUST_LOG` filters them
 /// (default `info`).
@@ -223,7 +226,7 @@ pub fn init_logging(format: LogFormat, queue_lines: u32) -> LogWriter {
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)
         .buffered_lines_limit(queue_lines as usize)
-        .thread_name("driftgate-log")
+        .thread_name(LOG_THREAD)
         .finish(stderr);
     let dropped = writer.error_counter();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -254,7 +257,9 @@ pub fn log_panics(format: LogFormat) {
     }
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if !tracing::enabled!(tracing::Level::ERROR) {
+        let thread = std::thread::current();
+        // The log's own thread cannot write its panic: Rust's report says it.
+        if !tracing::enabled!(tracing::Level::ERROR) || thread.name() == Some(LOG_THREAD) {
             return report(info);
         }
         let payload = info.payload();
@@ -262,7 +267,6 @@ pub fn log_panics(format: LogFormat) {
             .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
             .unwrap_or("(no message)");
         let location = info.location().map(|l| l.to_string()).unwrap_or_default();
-        let thread = std::thread::current();
         let thread = thread.name().unwrap_or("(unnamed)");
         // As Rust's report: captured only when RUST_BACKTRACE asks for it.
         let backtrace = std::backtrace::Backtrace::capture();
