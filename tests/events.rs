@@ -5,10 +5,10 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::captured_log::Captured;
 use common::*;
 use driftgate::decision::{
     AUDIT_DECISION, AUDIT_POLICY, AUDIT_RULE, Decision, DecisionInput, RefusalWords, Rule, decide,
@@ -806,20 +806,6 @@ async fn shutdown_publishes_what_is_queued_then_counts_late_events() {
     assert_eq!(dropped(&p.metrics, "shutdown"), 1);
 }
 
-/// A log writer for one test, to read what the publisher logged.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn without_a_client_events_are_logged_not_published() {
     let captured = Captured::default();
@@ -836,12 +822,12 @@ async fn without_a_client_events_are_logged_not_published() {
     p.sink.record(&RequestFacts::new(&request), &decision);
     let metrics = p.metrics.clone();
     eventually("the Event is logged", || {
-        String::from_utf8_lossy(&captured.0.lock().unwrap()).contains("WriteDenied")
+        captured.text().contains("WriteDenied")
     })
     .await;
     p.stop().await;
 
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     let line: serde_json::Value = serde_json::from_str(
         log.lines()
             .find(|l| l.contains("WriteDenied"))

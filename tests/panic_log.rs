@@ -1,25 +1,12 @@
 //! With `--log-format json`, a panic is one JSON log line, not Rust's text report (its own test
 //! binary: the panic hook and the log's subscriber are global to the process).
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+#[path = "common/captured_log.rs"]
+mod captured_log;
 
+use captured_log::Captured;
 use driftgate::serve::{LogFormat, log_panics};
 use serde_json::Value;
-
-/// Collects what the log writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[test]
 fn a_panic_is_one_json_log_line_naming_the_message_place_and_thread() {
@@ -38,7 +25,7 @@ fn a_panic_is_one_json_log_line_naming_the_message_place_and_thread() {
         .unwrap();
     assert!(thread.join().is_err(), "the thread panicked");
 
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = captured.text();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 1, "one line, not a text report:\n{text}");
     let line: Value = serde_json::from_str(lines[0]).expect("the line is JSON");

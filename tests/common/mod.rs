@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod binary;
+pub mod captured_log;
 pub mod scratch;
 pub mod webhook;
 
