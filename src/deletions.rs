@@ -52,7 +52,7 @@ impl DeletionTally {
         let Some(namespace) = facts.scope_namespace() else {
             return;
         };
-        let user = &request.user_info();
+        let user = request.user_info();
         for verdict in decision
             .record
             .verdicts
