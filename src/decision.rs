@@ -442,7 +442,6 @@ pub struct DecisionInput<'a> {
 struct Facts<'a> {
     input: &'a DecisionInput<'a>,
     about: &'a RequestFacts<'a>,
-    request: RequestEnvelope<'a>,
     operation: Option<GuardedOperation>,
     /// The subresource the write is judged as: "" for the object itself.
     subresource: &'a str,
@@ -537,7 +536,6 @@ impl<'a> Facts<'a> {
         let mut facts = Facts {
             input,
             about,
-            request,
             operation: about.guarded_operation(),
             subresource,
             through: None,
@@ -564,7 +562,7 @@ impl<'a> Facts<'a> {
     /// `resize`), not another kind (`Scale`). Unresolved parents count unless the objects are
     /// of another group or a Scale.
     fn carries_whole_object(&self) -> bool {
-        let request = self.request;
+        let request = self.request();
         let same_kind = if self.kind_known {
             request.kind().kind == self.kind
         } else {
@@ -577,8 +575,13 @@ impl<'a> Facts<'a> {
             && same_kind
     }
 
+    /// The envelope: who, what, where, which operation.
+    fn request(&self) -> RequestEnvelope<'a> {
+        self.about.request()
+    }
+
     fn group(&self) -> &str {
-        &self.request.resource().group
+        &self.request().resource().group
     }
 
     /// Changed field paths of an UPDATE; empty for other operations.
@@ -589,7 +592,7 @@ impl<'a> Facts<'a> {
     fn all_changes(&self) -> &Changes {
         self.changes.get_or_init(|| {
             match (
-                &self.request.operation(),
+                &self.request().operation(),
                 self.about.old_object(),
                 self.about.object(),
             ) {
@@ -616,7 +619,7 @@ impl<'a> Facts<'a> {
     /// the caller-supplied parent for a subresource. A CREATE has none.
     fn stored_meta(&self) -> Option<&'a ObjectMeta> {
         if self.subresource.is_empty() {
-            match self.request.operation() {
+            match self.request().operation() {
                 Operation::Update | Operation::Delete => {
                     self.about.old_object().map(|o| o.metadata())
                 }
@@ -651,7 +654,7 @@ impl<'a> Facts<'a> {
 
     /// The command an opener would run, for denial messages.
     fn open_command(&self) -> String {
-        let name = echo(self.request.name(), MAX_NAME_CHARS);
+        let name = echo(self.request().name(), MAX_NAME_CHARS);
         if self.is_namespace_object() {
             // Without KIND/NAME the CLI opens the namespace-wide window on -n's Namespace.
             return format!(
@@ -676,7 +679,7 @@ impl<'a> Facts<'a> {
     /// Service.
     fn target_type(&self) -> String {
         let group = self.group();
-        let resource = &self.request.resource().resource;
+        let resource = &self.request().resource().resource;
         if !group.is_empty() && group != "apps" {
             format!("{resource}.{group}")
         } else if self.kind_known {
@@ -953,12 +956,12 @@ fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
                     policy.guards_resource(
                         facts.group(),
                         facts.kind,
-                        &facts.request.resource().resource,
+                        &facts.request().resource().resource,
                     )
                 } else {
                     policy.guards_unresolved_resource(
                         facts.group(),
-                        &facts.request.resource().resource,
+                        &facts.request().resource().resource,
                     )
                 }
         }
@@ -1264,7 +1267,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
 /// the limit. Otherwise the other rules judge it.
 fn refuse_deletion(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     let rules = policy.deletions.as_ref()?;
-    if facts.request.operation() != Operation::Delete
+    if facts.request().operation() != Operation::Delete
         || !facts.subresource.is_empty()
         || !(guards_namespace(policy, facts) || guards_cluster_object(policy, facts))
     {
@@ -1273,7 +1276,7 @@ fn refuse_deletion(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome
     let protected = rules.protects(
         facts.group(),
         facts.kind,
-        &facts.request.resource().resource,
+        &facts.request().resource().resource,
     ) && !rules.exempt.matches(facts.user)
         && !allowed_by_annotation(facts, rules)
         && !opener_under_window(policy, facts);
@@ -1304,7 +1307,7 @@ fn deletion_protected(
     facts: &Facts<'_>,
     rules: &DeletionRules,
 ) -> RuleOutcome {
-    let name = echo(facts.request.name(), MAX_NAME_CHARS);
+    let name = echo(facts.request().name(), MAX_NAME_CHARS);
     let annotate = match facts.namespace {
         _ if facts.is_namespace_object() => format!(
             "kubectl annotate namespace/{name} {}=true",
@@ -1533,7 +1536,7 @@ fn suspend_commands(facts: &Facts<'_>) -> (String, String) {
     let target = format!(
         "{}/{}",
         facts.kind.to_lowercase(),
-        echo(facts.request.name(), MAX_NAME_CHARS)
+        echo(facts.request().name(), MAX_NAME_CHARS)
     );
     let ns = facts.namespace.unwrap_or("default");
     (
@@ -1914,7 +1917,7 @@ fn apply_mode(policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
 }
 
 fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
-    let request = facts.request;
+    let request = facts.request();
     let allowed = verdicts.iter().all(|v| v.allowed);
     let deciding: Vec<&PolicyVerdict> = if !allowed {
         verdicts.iter().filter(|v| !v.allowed).collect()
@@ -1961,7 +1964,7 @@ fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
         object: ObjectRef {
             group: request.resource().group.clone(),
             version: request.resource().version.clone(),
-            kind: facts.kind.to_string(),
+            kind: facts.kind.to_owned(),
             resource: request.resource().resource.clone(),
             subresource: facts.subresource.to_owned(),
             namespace: facts.namespace.unwrap_or("").to_owned(),

@@ -209,9 +209,11 @@ pub fn planned_events(request: &RequestFacts<'_>, decision: &Decision) -> Vec<Pl
     }
     // Most reviews call for no Event (a controller's apply, an unguarded write): nothing is
     // built for them.
-    let reported = |verdict: &&PolicyVerdict| decision.allowed || !verdict.allowed;
-    let verdicts = decision.record.verdicts.iter().filter(reported);
-    if !verdicts.clone().any(calls_for_event) {
+    let reported = |verdict: &&PolicyVerdict| {
+        (decision.allowed || !verdict.allowed) && calls_for_event(verdict)
+    };
+    let mut verdicts = decision.record.verdicts.iter().filter(reported).peekable();
+    if verdicts.peek().is_none() {
         return Vec::new();
     }
     let Some(regarding) = request.regarding(&decision.record.object.kind) else {
@@ -255,11 +257,9 @@ fn calls_for_event(verdict: &PolicyVerdict) -> bool {
     )
 }
 
-/// The reason and note for one verdict, or None when it calls for no Event.
+/// The reason and note for one verdict that [`calls_for_event`], or None when it calls for
+/// none after all.
 fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, String)> {
-    if !calls_for_event(verdict) {
-        return None;
-    }
     if verdict.would_deny {
         let note = refusal_note(verdict, |refusal| match refusal {
             Refusal::Words(words) => audit_note(words, &verdict.policy, verdict.rule),

@@ -377,7 +377,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for MetadataParts<'a> {
 mod tests {
     use super::*;
     use crate::review::parse_review;
-    use crate::review::tests::fixtures;
+    use crate::review::tests::{COLLECTION_DELETE, fixtures};
 
     fn review_text(body: &str) -> String {
         format!(
@@ -486,11 +486,7 @@ mod tests {
 
     #[test]
     fn a_collection_delete_is_named_from_its_object() {
-        let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
-            "uid":"u","kind":{"group":"","version":"v1","kind":"ConfigMap"},
-            "resource":{"group":"","version":"v1","resource":"configmaps"},"namespace":"dev",
-            "operation":"DELETE","userInfo":{"username":"bob"},"object":null,
-            "oldObject":{"metadata":{"name":"settings"},"data":{"k":"v"}}}}"#;
+        let body = COLLECTION_DELETE;
         assert_eq!(
             parse_lazily(body).unwrap().without_objects().name,
             "settings"

@@ -562,13 +562,17 @@ pub(crate) mod tests {
         }
     }
 
-    #[test]
-    fn a_collection_delete_is_named_from_its_object_without_reading_it() {
-        let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+    /// One object of a DELETE of a collection, as the API server reviews it: no name in the
+    /// request, the object in `oldObject` only.
+    pub(crate) const COLLECTION_DELETE: &[u8] = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
             "uid":"u","kind":{"group":"","version":"v1","kind":"ConfigMap"},
             "resource":{"group":"","version":"v1","resource":"configmaps"},"namespace":"dev",
             "operation":"DELETE","userInfo":{"username":"bob"},"object":null,
             "oldObject":{"metadata":{"name":"settings","managedFields":[{"fieldsV1":{"f:data":{}}}]},"data":{"k":"v"}}}}"#;
+
+    #[test]
+    fn a_collection_delete_is_named_from_its_object_without_reading_it() {
+        let body = COLLECTION_DELETE;
         let review = parse_envelope(body).unwrap().without_objects();
         assert_eq!(review.name, "settings");
         assert!(review.old_object.is_none() && review.object.is_none());

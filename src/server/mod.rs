@@ -40,7 +40,7 @@ use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog};
 use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
-use crate::request::{RequestEnvelope, RequestFacts, scope_namespace};
+use crate::request::{RequestFacts, scope_namespace};
 use crate::review::lazy::{LazyEnvelope, LazyReview, parse_lazily};
 use crate::review::{Envelope, Review, SHALLOW_DEPTH, Unreadable, parse_envelope, stack_for};
 use crate::silence::DEFAULT_SILENCE_AFTER;
@@ -514,12 +514,8 @@ fn read_lazily<'a>(
     policies: &PolicySet,
     envelope: LazyEnvelope<'a>,
 ) -> Option<(LazyRead<'a>, Option<Arc<Namespace>>)> {
-    let namespace = namespace_of(state, envelope.request().into());
-    if !may_guard(
-        policies,
-        envelope.request(),
-        namespace.as_ref().map(|ns| &ns.metadata),
-    ) {
+    let (guarded, namespace) = scope(state, policies, envelope.request());
+    if !guarded {
         return Some((LazyRead::Unguarded(envelope.without_objects()), namespace));
     }
     let review = envelope.read_heads()?;
@@ -569,9 +565,8 @@ struct ReadReview {
 /// envelope alone, so that nothing in its objects (depth, size, validity) can turn an
 /// unguarded write into an error.
 fn read(state: &AppState, policies: &PolicySet, envelope: Envelope<'_>) -> ReadReview {
-    let namespace = namespace_of(state, envelope.request().into());
-    let namespace_meta = namespace.as_ref().map(|ns| &ns.metadata);
-    if !may_guard(policies, envelope.request(), namespace_meta) {
+    let (guarded, namespace) = scope(state, policies, envelope.request());
+    if !guarded {
         return ReadReview {
             request: envelope.without_objects(),
             namespace,
@@ -653,10 +648,17 @@ impl<F: Future> Future for GrownStack<F> {
     }
 }
 
-/// The Namespace that scopes a request, from the cache: the request's namespace, or for a
-/// Namespace object the object itself.
-fn namespace_of(state: &AppState, request: RequestEnvelope<'_>) -> Option<Arc<Namespace>> {
-    state.namespaces.get(scope_namespace(request)?)
+/// Whether a policy may guard the write, judged from the envelope alone (both ways of reading
+/// a review ask here first), and the Namespace that scopes it, from the cache: the request's
+/// namespace, or for a Namespace object the object itself.
+fn scope(
+    state: &AppState,
+    policies: &PolicySet,
+    request: &AdmissionRequest<DynamicObject>,
+) -> (bool, Option<Arc<Namespace>>) {
+    let namespace = scope_namespace(request.into()).and_then(|name| state.namespaces.get(name));
+    let guarded = may_guard(policies, request, namespace.as_ref().map(|ns| &ns.metadata));
+    (guarded, namespace)
 }
 
 /// The decision for one request, fetching the parent of a subresource only when a window on it
@@ -791,7 +793,7 @@ fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, el
     macro_rules! review_line {
         ($level:ident) => {
             tracing::$level!(
-                uid = %text(&request.request().uid()),
+                uid = %text(request.request().uid()),
                 operation = %record.operation,
                 kind = %text(&record.object.kind),
                 subresource = %text(&record.object.subresource),
