@@ -39,3 +39,42 @@ fn a_panic_is_one_json_log_line_naming_the_message_place_and_thread() {
     let location = line["location"].as_str().unwrap();
     assert!(location.starts_with("tests/panic_log.rs:"), "{line}");
 }
+
+/// `serve`'s own logging, as `driftgate serve --log-format json` sets it up, in a child
+/// process of this test (the hook and subscriber are global): its stderr holds the panic as
+/// one JSON line and no text report.
+#[test]
+fn serve_logging_in_json_reports_a_panic_on_stderr_as_one_json_line() {
+    const CHILD: &str = "DRIFTGATE_PANIC_LOG_CHILD";
+    const NAME: &str = "serve_logging_in_json_reports_a_panic_on_stderr_as_one_json_line";
+    if std::env::var_os(CHILD).is_some() {
+        let log = driftgate::serve::init_logging(LogFormat::Json, 64);
+        let thread = std::thread::Builder::new()
+            .name("review-worker".into())
+            .spawn(|| panic!("the policy vanished"))
+            .unwrap();
+        assert!(thread.join().is_err());
+        drop(log);
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("panicked at"),
+        "Rust's text report:\n{stderr}"
+    );
+    let panics: Vec<Value> = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["message"] == "a thread panicked")
+        .collect();
+    assert_eq!(panics.len(), 1, "{stderr}");
+    assert_eq!(panics[0]["panic"], "the policy vanished", "{stderr}");
+    assert_eq!(panics[0]["thread"], "review-worker", "{stderr}");
+}
