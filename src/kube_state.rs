@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::DiscoveredResource;
 use crate::metrics::Metrics;
-use crate::request::RequestFacts;
+use crate::request::{RequestFacts, StoredAddress};
 use crate::throttle::Throttle;
 
 /// Namespace objects kept current by a list/watch. Cheap to clone.
@@ -266,36 +266,22 @@ impl ParentLookup {
         };
         let request = facts.request();
         let gvr = request.resource();
-        let resource = ApiResource {
-            group: gvr.group.clone(),
-            version: gvr.version.clone(),
-            api_version: facts.api_version(),
-            // Only group, version and plural make the URL; the kind comes back with the object.
-            kind: String::new(),
-            plural: gvr.resource.clone(),
-        };
-        let api: Api<DynamicObject> = match facts.object_namespace() {
-            Some(ns) => Api::namespaced_with(client, ns, &resource),
-            None => Api::all_with(client, &resource),
-        };
-        let error = if request.name().is_empty() {
-            "the request names no object".to_owned()
-        } else {
-            match tokio::time::timeout(self.timeout, api.get(request.name())).await {
-                Ok(Ok(parent)) => {
+        let error = match facts.stored_address() {
+            None => "the request names no object".to_owned(),
+            Some(address) => match read_stored(client, &address, self.timeout).await {
+                Ok(Some(parent)) => {
                     Metrics::count_result(&self.metrics.parent_lookups, true);
                     if self.lock_throttle().success() {
                         tracing::info!("parent lookups succeed again");
                     }
                     return Parent::Found(Box::new(parent));
                 }
-                Ok(Err(kube::Error::Api(status))) if status.code == 404 => {
+                Ok(None) => {
                     Metrics::count_result(&self.metrics.parent_lookups, false);
                     return Parent::Absent;
                 }
-                Ok(Err(error)) => error.to_string(),
-                Err(_) => format!("no answer within {:?}", self.timeout),
-            }
+                Err(error) => error.to_string(),
+            },
         };
         Metrics::count_result(&self.metrics.parent_lookups, false);
         let suppressed = self.lock_throttle().failure();
@@ -322,6 +308,39 @@ impl ParentLookup {
         // A panic while holding this lock cannot leave a Throttle inconsistent in a way that
         // matters: it only decides whether to log.
         self.throttle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Why an object could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadStoredError {
+    #[error("the API server answered: {0}")]
+    Api(#[from] kube::Error),
+    #[error("the API server did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// The object stored at `address`, as the API server has it now; None when it does not exist.
+pub async fn read_stored(
+    client: kube::Client,
+    address: &StoredAddress,
+    timeout: Duration,
+) -> Result<Option<DynamicObject>, ReadStoredError> {
+    let resource = ApiResource {
+        group: address.group.clone(),
+        version: address.version.clone(),
+        api_version: address.api_version(),
+        // Only group, version and plural make the URL; the kind comes back with the object.
+        kind: String::new(),
+        plural: address.plural.clone(),
+    };
+    let api: Api<DynamicObject> = match &address.namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    match tokio::time::timeout(timeout, api.get_opt(&address.name)).await {
+        Ok(read) => Ok(read?),
+        Err(_) => Err(ReadStoredError::Timeout(timeout)),
     }
 }
 

@@ -304,6 +304,23 @@ impl<'a> RequestFacts<'a> {
         }
     }
 
+    /// Where the object written is stored, to read it back: for a subresource, its parent.
+    /// None when the request names no object (a CREATE with generateName).
+    pub fn stored_address(&self) -> Option<StoredAddress> {
+        let request = self.request;
+        if request.name().is_empty() {
+            return None;
+        }
+        let resource = request.resource();
+        Some(StoredAddress {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            plural: resource.resource.clone(),
+            namespace: self.object_namespace().map(str::to_owned),
+            name: request.name().to_owned(),
+        })
+    }
+
     /// The uid of the object written: from the object, or the old object for a DELETE. For
     /// `scale` the Scale's uid is its parent's.
     pub fn object_uid(&self) -> Option<&'a str> {
@@ -347,6 +364,29 @@ impl<'a> RequestFacts<'a> {
             uid: self.object_uid().map(str::to_owned),
             ..ObjectReference::default()
         })
+    }
+}
+
+/// Where an object is stored in the API: its resource (group, version, plural), namespace and
+/// name. What driftgate reads back to confirm what a review claimed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredAddress {
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    /// None for a cluster-scoped object.
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl StoredAddress {
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 }
 

@@ -1,12 +1,20 @@
 //! A controller's write judged against the records awaiting backport for its object, purely:
 //! the request, the verdict, the records and the clock come in; out come the records it
 //! settles (with their Events) and, when the policy refuses reverts, the refusal.
+//!
+//! A review is a claim: anyone who reaches the webhook's port can POST one that names Flux.
+//! It may refuse a write (an answer changes nothing durable), but a real write settles a
+//! record only as the API server stored it ([`plan_stored_settlements`], on the object read
+//! back), and dry runs, which leave nothing stored, settle only when the caller is the
+//! authenticated API server.
 
 use std::sync::Arc;
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
+use kube::core::DynamicObject;
 use kube::core::admission::Operation;
 use serde_json::Value;
 
@@ -17,7 +25,7 @@ use crate::ledger::phase::{PhaseChange, awaiting_since, phase_of, window_ended};
 use crate::ledger::plan::Refusal;
 use crate::ledger::record::{BackportRequirement, DryRunMatch, Phase};
 use crate::policy::BreakGlassRules;
-use crate::request::RequestFacts;
+use crate::request::{RequestFacts, StoredAddress};
 
 /// The object a write is to, as records name it: None without a uid (nothing to look up).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,11 +137,125 @@ pub fn plan_controller_write(
             }
             continue;
         }
-        if let Some(settlement) = settlement(facts, kind, record, evidence, Proof::Write) {
-            plan.settlements.push(settlement);
-        }
+        // A real write settles nothing here: what it carries is only claimed until the API
+        // server stores it, and the object is read back for that (`plan_stored_settlements`).
     }
     plan
+}
+
+/// A controller's real write, admitted: what to read back to settle records on what the API
+/// server stored rather than on what a review claimed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredWrite {
+    pub address: StoredAddress,
+    pub written: WrittenObject,
+    /// The object's resourceVersion before the write: until the stored object has another,
+    /// the write has not landed.
+    pub old_resource_version: Option<String>,
+    /// The controller's field manager: its managedFields entry says which fields it set.
+    pub field_manager: Option<String>,
+    pub deleted: bool,
+    /// The controller, as Events name it.
+    pub who: String,
+    /// The object its Events are about.
+    pub regarding: ObjectReference,
+}
+
+impl StoredWrite {
+    /// None for a dry run or a write without an object uid (nothing to look up).
+    pub fn of(facts: &RequestFacts<'_>, kind: &str) -> Option<StoredWrite> {
+        let request = facts.request();
+        if request.dry_run() {
+            return None;
+        }
+        Some(StoredWrite {
+            address: facts.stored_address()?,
+            written: WrittenObject::of(facts)?,
+            old_resource_version: facts
+                .old_object()
+                .and_then(|old| old.metadata().resource_version.clone()),
+            field_manager: facts.field_manager().map(str::to_owned),
+            deleted: request.operation() == Operation::Delete,
+            who: facts.who().to_owned(),
+            regarding: facts.regarding(kind).unwrap_or_default(),
+        })
+    }
+}
+
+/// What the object read back says of a controller's write.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Stored<'a> {
+    /// Still the version the write was made to: it has not landed (yet, or ever: refused by
+    /// another webhook, or never made, for a forged review).
+    NotYet,
+    /// Gone, replaced (another uid) or being deleted.
+    Gone,
+    /// Stored at a newer version.
+    Object(&'a DynamicObject),
+}
+
+/// What `live` (None: not found) says of `write`.
+pub fn stored<'a>(write: &StoredWrite, live: Option<&'a DynamicObject>) -> Stored<'a> {
+    let Some(live) = live else {
+        return Stored::Gone;
+    };
+    if live.metadata.uid.as_deref() != Some(write.written.uid.as_str())
+        || (write.deleted && live.metadata.deletion_timestamp.is_some())
+    {
+        return Stored::Gone;
+    }
+    if live.metadata.resource_version.is_some()
+        && live.metadata.resource_version == write.old_resource_version
+    {
+        return Stored::NotYet;
+    }
+    Stored::Object(live)
+}
+
+/// The records `awaiting` that the object as stored settles. Only what the controller's own
+/// managedFields entry owns is evidence: a forged review that names Flux leaves the fields
+/// with the manager that set them (driftgate refuses forged ownership), so it settles nothing.
+pub fn plan_stored_settlements(
+    write: &StoredWrite,
+    stored: Stored<'_>,
+    awaiting: &[Arc<BackportRequirement>],
+) -> Vec<Settlement> {
+    let evidence_of = |record: &BackportRequirement| match stored {
+        Stored::NotYet => Evidence::Nothing,
+        Stored::Gone => Evidence::Reverted(vec!["(object deleted)".to_owned()]),
+        Stored::Object(object) => {
+            let Some(fields) = managed_fields_of(object, write.field_manager.as_deref()) else {
+                return Evidence::Nothing;
+            };
+            match serde_json::to_value(object) {
+                Ok(value) => judge(&record.spec, &write.written.uid, &value, Some(&fields)),
+                Err(_) => Evidence::Nothing,
+            }
+        }
+    };
+    awaiting
+        .iter()
+        .filter_map(|record| {
+            let evidence = evidence_of(record);
+            settlement(&write.who, &write.regarding, record, evidence, Proof::Write)
+        })
+        .collect()
+}
+
+/// The field set (`fieldsV1`) of `manager`'s entry on the object itself (no subresource).
+fn managed_fields_of(object: &DynamicObject, manager: Option<&str>) -> Option<Value> {
+    let manager = manager?;
+    object
+        .metadata
+        .managed_fields
+        .as_ref()?
+        .iter()
+        .find(|entry| {
+            entry.manager.as_deref() == Some(manager)
+                && entry.subresource.as_deref().unwrap_or("").is_empty()
+        })
+        .and_then(|entry| entry.fields_v1.as_ref())
+        .map(|fields| fields.0.clone())
 }
 
 /// How far apart two dry runs must be to be two: the API server calls every webhook
@@ -170,10 +292,14 @@ fn dry_run_step(
         .and_then(|s| s.dry_run_match.as_ref())
         .filter(|m| m.object_uid == written.uid);
     match earlier {
-        Some(mark) if now.duration_since(mark.time.0) >= DISTINCT_DRY_RUNS => {
-            settlement(facts, kind, record, Evidence::Backported, Proof::DryRuns)
-                .map(|settlement| DryRunStep::Confirm(Box::new(settlement)))
-        }
+        Some(mark) if now.duration_since(mark.time.0) >= DISTINCT_DRY_RUNS => settlement(
+            facts.who(),
+            &facts.regarding(kind).unwrap_or_default(),
+            record,
+            Evidence::Backported,
+            Proof::DryRuns,
+        )
+        .map(|settlement| DryRunStep::Confirm(Box::new(settlement))),
         // The same dry run seen twice (two webhook configurations), or a dry run a moment after.
         Some(_) => None,
         None => Some(DryRunStep::Mark(DryRunMark {
@@ -198,20 +324,7 @@ enum Proof {
 
 /// The controller's own field set: only what it manages is evidence of what Git holds.
 fn controller_fields(facts: &RequestFacts<'_>) -> Option<Value> {
-    let manager = facts.field_manager()?;
-    facts
-        .object()?
-        .whole()
-        .metadata
-        .managed_fields
-        .as_ref()?
-        .iter()
-        .find(|entry| {
-            entry.manager.as_deref() == Some(manager)
-                && entry.subresource.as_deref().unwrap_or("").is_empty()
-        })
-        .and_then(|entry| entry.fields_v1.as_ref())
-        .map(|fields| fields.0.clone())
+    managed_fields_of(facts.object()?.whole(), facts.field_manager())
 }
 
 /// Whether the policy still refuses reverts of `record`: for `refuseRevertsFor` since it
@@ -251,13 +364,12 @@ fn revert_refused_message(
 
 /// The move `evidence` calls for, with its Event; None when it proves nothing.
 fn settlement(
-    facts: &RequestFacts<'_>,
-    kind: &str,
+    controller_user: &str,
+    regarding: &ObjectReference,
     record: &Arc<BackportRequirement>,
     evidence: Evidence,
     proof: Proof,
 ) -> Option<Settlement> {
-    let controller_user = facts.who();
     let opener = record.spec.window.opener_words();
     let reason = record.spec.window.reason_words();
     let name = record.name_any();
@@ -283,7 +395,7 @@ fn settlement(
         ),
         Evidence::Nothing => return None,
     };
-    let event = PlannedEvent::new(reason, note, facts.regarding(kind).unwrap_or_default());
+    let event = PlannedEvent::new(reason, note, regarding.clone());
     // The transition says what its Event says.
     let change = match (evidence, proof) {
         (Evidence::Reverted(fields), _) => PhaseChange::reverted(fields, event.note.clone()),
@@ -388,6 +500,45 @@ mod tests {
         )
     }
 
+    /// Flux's real write of Deployment api (from resourceVersion 41), to be read back.
+    fn flux_write() -> StoredWrite {
+        let mut request = update(FLUX, "Deployment", "dep-uid", 5);
+        request.options = Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+            json!({"fieldManager": "kustomize-controller"}),
+        ));
+        let write = StoredWrite::of(&RequestFacts::new(&request), "Deployment");
+        write.expect("a real write with a uid is read back")
+    }
+
+    /// Deployment api as the API server stores it: `replicas` at `resource_version`, with
+    /// `spec.replicas` in the managedFields entry of `owner`.
+    fn live(replicas: u32, resource_version: &str, owner: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": "api", "namespace": "prod-payments", "uid": "dep-uid",
+                "resourceVersion": resource_version,
+                "managedFields": [
+                    {"manager": owner, "operation": "Update", "apiVersion": "apps/v1",
+                     "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+                    {"manager": "kustomize-controller", "operation": "Apply", "apiVersion": "apps/v1",
+                     "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}}}},
+                ],
+            },
+            "spec": {"replicas": replicas},
+        }))
+        .unwrap()
+    }
+
+    /// The settlements of `live` read back after [`flux_write`], for `record`.
+    fn settled_as_stored(
+        record: Arc<BackportRequirement>,
+        live: Option<&DynamicObject>,
+    ) -> Vec<Settlement> {
+        let write = flux_write();
+        plan_stored_settlements(&write, stored(&write, live), &[record])
+    }
+
     #[test]
     fn a_revert_the_policy_still_holds_is_refused_naming_the_record_and_what_to_do() {
         let plan = judged(2, false, 30);
@@ -432,7 +583,7 @@ mod tests {
             r.message
                 .contains("BackportRequirement prod-payments/deployment-api-2")
         }));
-        // Without the held record, the same write settles the old one.
+        // Without the held record, the same write is admitted.
         let plan = plan_controller_write(
             &RequestFacts::new(&request),
             &decision.record.object.kind,
@@ -441,15 +592,20 @@ mod tests {
             &records[..1],
             at("2026-11-30T11:00:00Z"),
         );
-        assert_eq!(plan.settlements.len(), 1);
+        assert_eq!(plan, ControllerPlan::default());
     }
 
     #[test]
     fn a_revert_after_the_hold_settles_the_record_reverted_with_its_event() {
-        let plan = judged(2, false, 60);
-        assert_eq!(plan.refusal, None);
-        let [settlement] = &plan.settlements[..] else {
-            panic!("{plan:?}")
+        // Admitted once the hold is over, and settled on the object as stored, which Flux's
+        // entry now owns with other values.
+        assert_eq!(judged(2, false, 60), ControllerPlan::default());
+        let settled = settled_as_stored(
+            awaiting("2026-11-30T10:00:00Z"),
+            Some(&live(2, "42", "kustomize-controller")),
+        );
+        let [settlement] = &settled[..] else {
+            panic!("{settled:?}")
         };
         assert_eq!(settlement.record.name_any(), "deployment-api-1");
         assert_eq!(
@@ -479,17 +635,68 @@ mod tests {
     }
 
     #[test]
-    fn a_write_carrying_the_recorded_values_confirms_the_backport() {
-        let plan = judged(5, false, 5);
-        assert_eq!(plan.refusal, None);
-        assert_eq!(plan.dry_run_marks, []);
-        let [settlement] = &plan.settlements[..] else {
-            panic!("{plan:?}")
+    fn a_write_carrying_the_recorded_values_confirms_the_backport_once_stored() {
+        // The review alone settles nothing: it is a claim.
+        assert_eq!(judged(5, false, 5), ControllerPlan::default());
+        let settled = settled_as_stored(
+            awaiting("2026-11-30T10:00:00Z"),
+            Some(&live(5, "42", "kustomize-controller")),
+        );
+        let [settlement] = &settled[..] else {
+            panic!("{settled:?}")
         };
         assert_eq!(settlement.event.reason, EventReason::BackportConfirmed);
         assert_eq!(
             (settlement.change.phase, settlement.change.reason),
             (Phase::Backported, "ControllerCarriedChange")
+        );
+        assert_eq!(
+            settlement.event.regarding.kind.as_deref(),
+            Some("Deployment")
+        );
+    }
+
+    #[test]
+    fn a_forged_controller_write_settles_nothing_as_the_api_server_shows_it() {
+        // Nothing stored after the claimed write: still resourceVersion 41.
+        let record = awaiting("2026-11-30T10:00:00Z");
+        assert_eq!(
+            settled_as_stored(record.clone(), Some(&live(5, "41", "kubectl-edit"))),
+            []
+        );
+        // Stored since, by someone else: the emergency value is alice's manager's, not Flux's.
+        assert_eq!(
+            settled_as_stored(record.clone(), Some(&live(5, "43", "kubectl-edit"))),
+            []
+        );
+        // Nor does a claimed revert: the value is still alice's.
+        assert_eq!(
+            settled_as_stored(record.clone(), Some(&live(5, "43", "kubectl-scale"))),
+            []
+        );
+        // Without an entry of the claimed manager there is no evidence at all.
+        let mut write = flux_write();
+        write.field_manager = Some("someone-else".into());
+        let object = live(5, "43", "kustomize-controller");
+        assert_eq!(
+            plan_stored_settlements(&write, stored(&write, Some(&object)), &[record]),
+            []
+        );
+    }
+
+    #[test]
+    fn a_stored_object_gone_or_replaced_reverts_and_one_not_yet_written_waits() {
+        let write = flux_write();
+        let object = live(5, "41", "kustomize-controller");
+        assert_eq!(stored(&write, Some(&object)), Stored::NotYet);
+        assert_eq!(stored(&write, None), Stored::Gone);
+        let mut replaced = live(5, "50", "kustomize-controller");
+        replaced.metadata.uid = Some("another-uid".into());
+        assert_eq!(stored(&write, Some(&replaced)), Stored::Gone);
+        let settled = settled_as_stored(awaiting("2026-11-30T10:00:00Z"), None);
+        assert!(
+            matches!(&settled[..], [s] if s.change.phase == Phase::Reverted),
+            "{settled:?}"
         );
     }
 
@@ -569,9 +776,13 @@ mod tests {
         let first = judged(5, true, 60);
         assert_eq!(first.dry_run_marks.len(), 1);
         let record = marked("dep-uid", at("2026-11-30T11:00:00Z"));
-        let real = judged_against(record, 2, false, 60);
-        let [settlement] = &real.settlements[..] else {
-            panic!("{real:?}")
+        assert_eq!(
+            judged_against(record.clone(), 2, false, 60),
+            ControllerPlan::default()
+        );
+        let settled = settled_as_stored(record, Some(&live(2, "42", "kustomize-controller")));
+        let [settlement] = &settled[..] else {
+            panic!("{settled:?}")
         };
         assert_eq!(settlement.change.phase, Phase::Reverted);
     }

@@ -315,28 +315,22 @@ pub fn plan_recording<'a>(
     let existing = current.first().copied();
     let user = decision.record.user.as_str();
     let write = match verdict.rule {
-        Rule::BreakGlassClosed => match existing {
-            Some(record) => RecordWrite::Transition {
-                record,
-                change: PhaseChange::closed(user),
-            },
-            None => RecordWrite::Nothing,
-        },
-        Rule::BreakGlassOpened | Rule::BreakGlassExtended | Rule::BreakGlassAmended => {
-            match (verdict.new_window.as_ref(), existing) {
-                (None, _) => RecordWrite::Nothing,
-                (Some(window), Some(record)) => RecordWrite::UpdateWindow {
-                    record,
-                    patch: window_patch(window),
-                },
-                (Some(window), None) => RecordWrite::Create(Box::new(key.new_record(
-                    window,
-                    &verdict.policy,
-                    Some((user, now)),
-                    PhaseChange::opened(user, window.expires_at),
-                ))),
-            }
+        rule if waits_for_stored(rule) => {
+            StoredChange::of(facts, decision, verdict, rules, now).plan(listed, now)
         }
+        Rule::BreakGlassOpened => match (verdict.new_window.as_ref(), existing) {
+            (None, _) => RecordWrite::Nothing,
+            (Some(window), Some(record)) => RecordWrite::UpdateWindow {
+                record,
+                patch: window_patch(window),
+            },
+            (Some(window), None) => RecordWrite::Create(Box::new(key.new_record(
+                window,
+                &verdict.policy,
+                Some((user, now)),
+                PhaseChange::opened(user, window.expires_at),
+            ))),
+        },
         Rule::BreakGlassWindow => match verdict.window.as_ref() {
             None => RecordWrite::Nothing,
             Some(window) => RecordWrite::Append {
@@ -378,10 +372,9 @@ fn plan_suspension<'a>(
     });
     let user = decision.record.user.as_str();
     match (verdict.rule, existing, verdict.new_window.as_ref()) {
-        (Rule::Resumed, Some(record), _) => RecordWrite::Transition {
-            record,
-            change: PhaseChange::resumed(user),
-        },
+        (Rule::Resumed, _, _) => {
+            StoredChange::of(facts, decision, verdict, rules, now).plan(listed, now)
+        }
         (Rule::Suspended, Some(record), Some(window)) if phase_of(record) == Phase::Expired => {
             RecordWrite::Renew {
                 record,
@@ -427,6 +420,106 @@ fn window_patch(window: &BreakGlassWindow) -> Value {
         "labelValue": window.label_value,
         "reason": window.reason,
     }}})
+}
+
+/// Whether a verdict's record write waits until the API server shows the change. Closing,
+/// extending or amending a window and resuming a suspension only move or amend a record, so
+/// they are written once the object read back carries them: a review claiming one (anyone who
+/// reaches the port can POST one) changes no record. Changes under a window, windows opened
+/// and suspensions are recorded before the answer, so that nothing admitted goes unrecorded.
+pub fn waits_for_stored(rule: Rule) -> bool {
+    matches!(
+        rule,
+        Rule::BreakGlassClosed | Rule::BreakGlassExtended | Rule::BreakGlassAmended | Rule::Resumed
+    )
+}
+
+/// A record write that waits until the API server stores the change it records.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredChange {
+    pub key: WindowKey,
+    pub rule: Rule,
+    pub policy: String,
+    pub user: String,
+    pub new_window: Option<BreakGlassWindow>,
+    /// The fields the change sets, as the stored object must carry them.
+    pub fields: Vec<RecordedField>,
+}
+
+impl StoredChange {
+    pub fn of(
+        facts: &RequestFacts<'_>,
+        decision: &Decision,
+        verdict: &PolicyVerdict,
+        rules: &BreakGlassRules,
+        now: Timestamp,
+    ) -> StoredChange {
+        let key = record_key(facts, decision, verdict);
+        let fields = recorded_change(facts, decision, key.scope, rules, now).fields;
+        StoredChange {
+            key,
+            rule: verdict.rule,
+            policy: verdict.policy.clone(),
+            user: decision.record.user.clone(),
+            new_window: verdict.new_window.clone(),
+            fields,
+        }
+    }
+
+    /// Whether `stored` (the object as the API server has it) carries every field of the
+    /// change. A field whose path cannot be read back is not carried.
+    pub fn is_carried_by(&self, stored: &Value) -> bool {
+        self.fields.iter().all(|field| {
+            crate::fieldpath::FieldPath::parse(&field.path)
+                .is_ok_and(|path| digest(value_at(stored, &path)) == field.digest)
+        })
+    }
+
+    /// What to write once the change is carried, given `listed`, the records of the window's
+    /// object: the same moves [`plan_recording`] plans for the verdict.
+    pub fn plan<'a>(&self, listed: &'a [BackportRequirement], now: Timestamp) -> RecordWrite<'a> {
+        let user = self.user.as_str();
+        if self.key.scope == RecordScope::Suspension {
+            let unresumed = listed.iter().find(|r| {
+                r.spec.scope == RecordScope::Suspension
+                    && matches!(phase_of(r), Phase::Open | Phase::Expired)
+            });
+            return match (self.rule, unresumed) {
+                (Rule::Resumed, Some(record)) => RecordWrite::Transition {
+                    record,
+                    change: PhaseChange::resumed(user),
+                },
+                _ => RecordWrite::Nothing,
+            };
+        }
+        let open = listed.iter().find(|r| {
+            phase_of(r) == Phase::Open
+                && r.spec.scope == self.key.scope
+                && r.spec.window.expires_at.0 > now
+        });
+        match (self.rule, open, self.new_window.as_ref()) {
+            (Rule::BreakGlassClosed, Some(record), _) => RecordWrite::Transition {
+                record,
+                change: PhaseChange::closed(user),
+            },
+            (Rule::BreakGlassExtended | Rule::BreakGlassAmended, Some(record), Some(window)) => {
+                RecordWrite::UpdateWindow {
+                    record,
+                    patch: window_patch(window),
+                }
+            }
+            // A window driftgate has no open record of (opened before it was installed).
+            (Rule::BreakGlassExtended | Rule::BreakGlassAmended, None, Some(window)) => {
+                RecordWrite::Create(Box::new(self.key.new_record(
+                    window,
+                    &self.policy,
+                    Some((user, now)),
+                    PhaseChange::opened(user, window.expires_at),
+                )))
+            }
+            _ => RecordWrite::Nothing,
+        }
+    }
 }
 
 /// Whether `record` holds `change` already (recorded by another replica, or by a retry).
@@ -870,6 +963,46 @@ spec:
         let planned = plan(&request, &decision, &listed, "2026-11-30T10:00:00Z");
         assert_eq!(planned.expire.len(), 1);
         assert_eq!(planned.write, RecordWrite::Nothing);
+    }
+
+    #[test]
+    fn a_close_or_extension_is_recorded_only_when_the_stored_object_carries_it() {
+        // alice extends her window: the label's new value is what the stored object must show.
+        let request = update("alice", "Deployment", "dep-uid", 5);
+        let mut decision = decision(
+            &request,
+            Rule::BreakGlassExtended,
+            Some(window(WindowScope::Object, "2026-11-30T12:00:00Z")),
+        );
+        decision.record.changed_fields = vec!["spec.replicas".into()];
+        let verdict = &decision.record.verdicts[0];
+        let policies = policies();
+        let change = StoredChange::of(
+            &RequestFacts::new(&request),
+            &decision,
+            verdict,
+            rules(&policies),
+            at("2026-11-30T09:00:00Z"),
+        );
+        assert!(waits_for_stored(Rule::BreakGlassExtended));
+        assert!(change.is_carried_by(&json!({"spec": {"replicas": 5}})));
+        // A forged review: the API server still has the old value, or never had the object.
+        assert!(!change.is_carried_by(&json!({"spec": {"replicas": 2}})));
+        assert!(!change.is_carried_by(&json!({})));
+        // Carried: the open record's window is patched, as plan_recording plans it.
+        let listed = [open_record("current", "2026-11-30T10:00:00Z")];
+        assert!(matches!(
+            change.plan(&listed, at("2026-11-30T09:00:01Z")),
+            RecordWrite::UpdateWindow { record, .. } if record.metadata.name.as_deref() == Some("current")
+        ));
+        // Changes and windows opened are still written before the answer.
+        for rule in [
+            Rule::BreakGlassWindow,
+            Rule::BreakGlassOpened,
+            Rule::Suspended,
+        ] {
+            assert!(!waits_for_stored(rule), "{rule}");
+        }
     }
 
     #[test]

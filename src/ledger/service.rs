@@ -17,6 +17,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::core::DynamicObject;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
@@ -25,11 +26,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::{Decision, PolicyVerdict, Rule};
 use crate::events::EventSink;
-use crate::kube_state::NamespaceCache;
-use crate::ledger::controller::{WrittenObject, plan_controller_write};
+use crate::kube_state::{NamespaceCache, read_stored};
+use crate::ledger::controller::{
+    Stored, StoredWrite, WrittenObject, plan_controller_write, plan_stored_settlements, stored,
+};
 use crate::ledger::guard::LedgerGuard;
 use crate::ledger::plan::{
-    LedgerTask, Refusal, ledger_tasks, plan_recording, record_key, unrecorded_warning,
+    LedgerTask, RecordingPlan, Refusal, StoredChange, ledger_tasks, plan_recording, record_key,
+    unrecorded_warning, waits_for_stored,
 };
 use crate::ledger::record::BackportRequirement;
 use crate::ledger::upkeep::{is_managed, plan_expiry, plan_retention, record_gauges};
@@ -45,6 +49,20 @@ pub const DEFAULT_EXPIRY_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 /// How long recording one break-glass change may take by default; see
 /// [`Ledger::with_write_timeout`].
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// When an admitted write is read back, after the answer: the API server stores it a moment
+/// after driftgate admits it, later under load.
+const READ_BACK_DELAYS: [Duration; 6] = [
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_millis(800),
+    Duration::from_millis(1600),
+    Duration::from_millis(3200),
+];
+
+/// How long one read back may take.
+const READ_BACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a settled record is kept by default (`serve --record-retention`).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
@@ -83,6 +101,9 @@ struct Connected {
     /// The Ledger's guard, whose writer (`system:serviceaccount:NS:NAME`) names driftgate's
     /// own namespace: where the records of cluster-scoped objects are kept.
     guard: Arc<ArcSwap<LedgerGuard>>,
+    /// Whether every review comes from the API server, authenticated by its client
+    /// certificate: only then is a dry run's word enough to settle a record.
+    authenticated_callers: AtomicBool,
 }
 
 impl Ledger {
@@ -96,6 +117,18 @@ impl Ledger {
             guard: Arc::default(),
             identity_pending: Arc::default(),
         }
+    }
+
+    /// Whether every review comes from the authenticated API server (`serve --client-ca`): then
+    /// a controller's dry runs, which leave nothing stored to confirm them by, may settle a
+    /// record. Without it they settle nothing: anyone who reaches the port could claim one.
+    pub fn with_authenticated_callers(self, authenticated: bool) -> Ledger {
+        if let Some(inner) = &self.inner {
+            inner
+                .authenticated_callers
+                .store(authenticated, Ordering::Relaxed);
+        }
+        self
     }
 
     /// Judges writes of records and of their CRD with `guard`.
@@ -186,6 +219,7 @@ impl Ledger {
             namespaces,
             retention: upkeep.retention,
             guard: guard.clone(),
+            authenticated_callers: AtomicBool::new(false),
         });
         let api: Api<BackportRequirement> = Api::all(client);
         let watcher_task = tokio::spawn(connected.clone().watch(api, writer, shutdown.clone()));
@@ -273,6 +307,10 @@ impl Ledger {
                     ),
                 // A review that falls back is decided again on the two-step path.
                 LedgerTask::Record { .. } if !facts.read_whole() => return None,
+                LedgerTask::Record { verdict, rules } if waits_for_stored(verdict.rule) => {
+                    inner.record_once_stored(facts, decision, verdict, rules, now);
+                    None
+                }
                 LedgerTask::Record { verdict, rules } => self
                     .record(inner, facts, decision, verdict, rules, now)
                     .await
@@ -417,6 +455,59 @@ impl Connected {
             .map_err(|e| e.to_string())
     }
 
+    /// Writes what `verdict` calls for once the API server shows the change it records (a
+    /// window closed, extended or amended, a suspension resumed), in the background: a review
+    /// alone is a claim. A change that never lands writes nothing.
+    fn record_once_stored(
+        self: &Arc<Self>,
+        facts: &RequestFacts<'_>,
+        decision: &Decision,
+        verdict: &PolicyVerdict,
+        rules: &BreakGlassRules,
+        now: Timestamp,
+    ) {
+        let change = StoredChange::of(facts, decision, verdict, rules, now);
+        let Some(write) = StoredWrite::of(facts, &decision.record.object.kind) else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            let Some(Some(live)) = this.read_back(&write).await else {
+                return;
+            };
+            if !serde_json::to_value(&live).is_ok_and(|v| change.is_carried_by(&v)) {
+                tracing::info!(object = %write.address.name, rule = %change.rule, user = %change.user, "the object as stored does not carry the change a review claimed: no record is changed");
+                return;
+            }
+            if let Err(error) = this.write_stored_change(&change).await {
+                tracing::warn!(%error, object = %write.address.name, rule = %change.rule, "could not record a change the API server stored");
+            }
+        });
+    }
+
+    async fn write_stored_change(&self, change: &StoredChange) -> Result<(), String> {
+        let now = Timestamp::now();
+        let mut namespace = change.key.namespace.clone();
+        if namespace.is_empty() {
+            namespace = self
+                .home()
+                .ok_or("driftgate does not know its own namespace")?;
+        }
+        let listed = self
+            .writer
+            .list(&namespace, &change.key.label_selector())
+            .await
+            .map_err(|e| e.to_string())?;
+        let plan = RecordingPlan {
+            expire: Vec::new(),
+            write: change.plan(&listed, now),
+        };
+        self.writer
+            .record(&namespace, plan, now)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// driftgate's own namespace, from its service account's username; None while it is not
     /// known, or when driftgate runs as another kind of user.
     fn home(&self) -> Option<String> {
@@ -447,15 +538,76 @@ impl Connected {
             return None;
         }
         let plan = plan_controller_write(facts, kind, verdict, rules, &awaiting, now);
-        for settlement in plan.settlements {
-            let this = self.clone();
-            tokio::spawn(async move { this.writer.settle(settlement, now).await });
+        if plan.refusal.is_some() {
+            return plan.refusal;
         }
-        for mark in plan.dry_run_marks {
+        if facts.request().dry_run() {
+            // A dry run leaves nothing in the API server to confirm it by: only the
+            // authenticated API server's word for it may settle a record.
+            if self.authenticated_callers.load(Ordering::Relaxed) {
+                for settlement in plan.settlements {
+                    let this = self.clone();
+                    tokio::spawn(async move { this.writer.settle(settlement, now).await });
+                }
+                for mark in plan.dry_run_marks {
+                    let this = self.clone();
+                    tokio::spawn(async move { this.writer.mark_dry_run(mark, now).await });
+                }
+            }
+        } else if let Some(write) = StoredWrite::of(facts, kind) {
             let this = self.clone();
-            tokio::spawn(async move { this.writer.mark_dry_run(mark, now).await });
+            tokio::spawn(async move { this.settle_as_stored(write).await });
         }
-        plan.refusal
+        None
+    }
+
+    /// Settles the records awaiting an admitted controller write on the object as the API
+    /// server stored it. A write that never lands (refused by another webhook, or never made:
+    /// a forged review) settles nothing.
+    async fn settle_as_stored(self: Arc<Self>, write: StoredWrite) {
+        let Some(live) = self.read_back(&write).await else {
+            return;
+        };
+        let stored = match &live {
+            Some(object) => Stored::Object(object),
+            None => Stored::Gone,
+        };
+        let now = Timestamp::now();
+        let awaiting = self
+            .store
+            .state_filter(|r| write.written.awaited_by(r, now));
+        for settlement in plan_stored_settlements(&write, stored, &awaiting) {
+            self.writer.settle(settlement, now).await;
+        }
+    }
+
+    /// Reads an admitted write's object back until the write has landed: Some(None) once it is
+    /// gone, Some(Some(object)) once stored at a newer version; None when it never lands
+    /// within the read-back delays (refused by another webhook, or never made).
+    async fn read_back(&self, write: &StoredWrite) -> Option<Option<DynamicObject>> {
+        for delay in READ_BACK_DELAYS {
+            tokio::time::sleep(delay).await;
+            let live = match read_stored(
+                self.writer.client.clone(),
+                &write.address,
+                READ_BACK_TIMEOUT,
+            )
+            .await
+            {
+                Ok(live) => live,
+                Err(error) => {
+                    tracing::debug!(%error, object = %write.address.name, "could not read a write back; retrying");
+                    continue;
+                }
+            };
+            match stored(write, live.as_ref()) {
+                Stored::NotYet => continue,
+                Stored::Gone => return Some(None),
+                Stored::Object(_) => return Some(live),
+            }
+        }
+        tracing::debug!(object = %write.address.name, user = %write.who, "an admitted write was not stored (refused elsewhere, or never made): nothing is recorded of it");
+        None
     }
 
     /// The records this driftgate looks after: those in namespaces its policies guard, and in
