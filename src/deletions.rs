@@ -45,28 +45,13 @@ impl DeletionTally {
         policies: &PolicySet,
         now: Timestamp,
     ) {
-        let request = facts.request();
-        if request.operation() != Operation::Delete || request.dry_run() || !decision.allowed {
-            return;
-        }
-        let Some(namespace) = facts.scope_namespace() else {
-            return;
-        };
-        let user = request.user_info();
-        for verdict in decision
-            .record
-            .verdicts
-            .iter()
-            .filter(|v| v.rule == Rule::Controller)
-        {
-            let limit = policies
-                .policies()
-                .iter()
-                .find(|p| p.name == verdict.policy)
-                .and_then(|p| p.deletion_limit_for(user));
-            if let Some((_, limit)) = limit {
-                self.count(namespace, &verdict.policy, limit.per.as_signed(), now);
-            }
+        self.count_all(&counted_deletes(facts, decision, policies), now);
+    }
+
+    /// Counts `deletes` at `now`.
+    pub fn count_all(&mut self, deletes: &[CountedDelete], now: Timestamp) {
+        for delete in deletes {
+            self.count(&delete.namespace, &delete.policy, delete.per, now);
         }
     }
 
@@ -84,6 +69,48 @@ impl DeletionTally {
             times.pop_front();
         }
     }
+}
+
+/// A delete that a policy's `controllerLimit` counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountedDelete {
+    pub namespace: String,
+    pub policy: String,
+    pub per: jiff::SignedDuration,
+}
+
+/// The deletes `decision` admitted for the controllers of policies with a limit.
+pub fn counted_deletes(
+    facts: &RequestFacts<'_>,
+    decision: &Decision,
+    policies: &PolicySet,
+) -> Vec<CountedDelete> {
+    let request = facts.request();
+    if request.operation() != Operation::Delete || request.dry_run() || !decision.allowed {
+        return Vec::new();
+    }
+    let Some(namespace) = facts.scope_namespace() else {
+        return Vec::new();
+    };
+    let user = request.user_info();
+    decision
+        .record
+        .verdicts
+        .iter()
+        .filter(|v| v.rule == Rule::Controller)
+        .filter_map(|verdict| {
+            let (_, limit) = policies
+                .policies()
+                .iter()
+                .find(|p| p.name == verdict.policy)
+                .and_then(|p| p.deletion_limit_for(user))?;
+            Some(CountedDelete {
+                namespace: namespace.to_owned(),
+                policy: verdict.policy.clone(),
+                per: limit.per.as_signed(),
+            })
+        })
+        .collect()
 }
 
 /// How many of `times` fall within `per` before `now`.

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::DiscoveredResource;
 use crate::metrics::Metrics;
-use crate::request::{RequestFacts, StoredAddress};
+use crate::request::{AdmittedWrite, Landed, RequestFacts, StoredAddress};
 use crate::throttle::Throttle;
 
 /// Namespace objects kept current by a list/watch. Cheap to clone.
@@ -341,6 +341,62 @@ pub async fn read_stored(
     match tokio::time::timeout(timeout, api.get_opt(&address.name)).await {
         Ok(read) => Ok(read?),
         Err(_) => Err(ReadStoredError::Timeout(timeout)),
+    }
+}
+
+/// When an admitted write is read back, after the answer: the API server stores it a moment
+/// after driftgate admits it, later under load.
+const READ_BACK_DELAYS: [Duration; 6] = [
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_millis(800),
+    Duration::from_millis(1600),
+    Duration::from_millis(3200),
+];
+
+/// How long one read back may take.
+const READ_BACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Reads admitted writes back: what the API server stored is the truth, a review only a claim.
+/// Cheap to clone; without a cluster every read back finds nothing.
+#[derive(Clone)]
+pub struct StoredReader {
+    client: Option<kube::Client>,
+}
+
+impl StoredReader {
+    pub fn new(client: Option<kube::Client>) -> StoredReader {
+        StoredReader { client }
+    }
+
+    /// Reads `write`'s object back until the write has landed: Some(None) once the object is
+    /// gone, Some(Some(object)) once stored at a newer version; None when it never lands within
+    /// the read-back delays (refused by another webhook, or never made: a forged review), or
+    /// cannot be read.
+    pub async fn read_back(&self, write: &AdmittedWrite) -> Option<Option<DynamicObject>> {
+        let client = self.client.clone()?;
+        for delay in READ_BACK_DELAYS {
+            tokio::time::sleep(delay).await;
+            let live = match read_stored(client.clone(), &write.address, READ_BACK_TIMEOUT).await {
+                Ok(live) => live,
+                Err(ReadStoredError::Api(kube::Error::Api(status))) if status.code == 403 => {
+                    tracing::warn!(resource = %write.address.plural, group = %write.address.group, "driftgate may not read this kind back (RBAC), so what a write of it claims is never confirmed and nothing is recorded of it after the answer; add the kind to the chart's rbac.readBack");
+                    return None;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, object = %write.address.name, "could not read a write back; retrying");
+                    continue;
+                }
+            };
+            match write.landed(live.as_ref()) {
+                Landed::NotYet => continue,
+                Landed::Gone => return Some(None),
+                Landed::Object(_) => return Some(live),
+            }
+        }
+        tracing::debug!(object = %write.address.name, "an admitted write was not stored (refused elsewhere, or never made): nothing is recorded of it");
+        None
     }
 }
 

@@ -390,6 +390,66 @@ impl StoredAddress {
     }
 }
 
+/// An admitted write to read back: the API server stores it a moment after the answer, and only
+/// what it stored is the truth (a review is a claim: anyone who reaches the port can POST one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmittedWrite {
+    pub address: StoredAddress,
+    pub uid: String,
+    /// The object's resourceVersion before the write: until the stored object has another,
+    /// the write has not landed.
+    pub old_resource_version: Option<String>,
+    pub deleted: bool,
+}
+
+/// What the object read back says of an [`AdmittedWrite`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Landed<'a> {
+    /// Still the version the write was made to: not landed (yet, or ever: refused by another
+    /// webhook, or never made, for a forged review).
+    NotYet,
+    /// Gone, replaced (another uid) or, for a delete, being deleted.
+    Gone,
+    /// Stored at a newer version.
+    Object(&'a DynamicObject),
+}
+
+impl AdmittedWrite {
+    /// None for a dry run (nothing is stored) or a write without a name or uid.
+    pub fn of(facts: &RequestFacts<'_>) -> Option<AdmittedWrite> {
+        let request = facts.request();
+        if request.dry_run() {
+            return None;
+        }
+        Some(AdmittedWrite {
+            address: facts.stored_address()?,
+            uid: facts.object_uid().filter(|uid| !uid.is_empty())?.to_owned(),
+            old_resource_version: facts
+                .old_object()
+                .and_then(|old| old.metadata().resource_version.clone()),
+            deleted: request.operation() == Operation::Delete,
+        })
+    }
+
+    /// What `live` (None: not found) says of this write.
+    pub fn landed<'a>(&self, live: Option<&'a DynamicObject>) -> Landed<'a> {
+        let Some(live) = live else {
+            return Landed::Gone;
+        };
+        if live.metadata.uid.as_deref() != Some(self.uid.as_str())
+            || (self.deleted && live.metadata.deletion_timestamp.is_some())
+        {
+            return Landed::Gone;
+        }
+        if live.metadata.resource_version.is_some()
+            && live.metadata.resource_version == self.old_resource_version
+        {
+            return Landed::NotYet;
+        }
+        Landed::Object(live)
+    }
+}
+
 /// Whether `request` writes a Namespace: read from the envelope alone, before its objects are.
 pub fn is_namespace_object(request: RequestEnvelope<'_>) -> bool {
     request.kind().group.is_empty() && request.kind().kind == "Namespace"

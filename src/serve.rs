@@ -19,7 +19,9 @@ use crate::blast_radius::{GateSelectorArgs, KeeperInputs, spawn_selector_keeper}
 use crate::certs::runtime::{RuntimeCertArgs, RuntimeCerts};
 use crate::error::{Error, Result};
 use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, ParentLookup, ResourceCatalog, client_config, client_for};
+use crate::kube_state::{
+    NamespaceCache, ParentLookup, ResourceCatalog, StoredReader, client_config, client_for,
+};
 use crate::leader::{LeaderArgs, Leadership};
 use crate::ledger::guard::LedgerGuard;
 use crate::ledger::service::{Ledger, Upkeep};
@@ -632,6 +634,9 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
             shutdown.clone(),
         ));
     }
+    // Set by client-certificate authentication of the API server (issue 24): until then every
+    // review is a claim, confirmed by reading back what the API server stored.
+    let caller_authenticated = false;
     let mut state = AppState::new(
         policies.clone(),
         namespaces,
@@ -641,10 +646,11 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     )
     .with_policy_status(policy_status.clone())
     .with_gatepolicies(gatepolicies)
-    .with_ledger(ledger)
+    .with_ledger(ledger.with_authenticated_callers(caller_authenticated))
     .with_resources(resources)
     .with_body_budget(args.max_body_bytes_in_flight)
-    .with_silence_after(args.controller_silence_after);
+    .with_silence_after(args.controller_silence_after)
+    .with_read_back(StoredReader::new(client.clone()), caller_authenticated);
     if args.policy_reports {
         state = state.with_denials(denials);
     }

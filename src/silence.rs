@@ -105,13 +105,21 @@ impl ControllerSilence {
         decision: &Decision,
         now: Timestamp,
     ) -> SilenceChanges {
+        self.observe_writers(policies, tracked_writers(policies, decision), now)
+    }
+
+    /// Records that `writers` wrote at `at` (forward only), and forgets those that `policies`
+    /// no longer configure.
+    pub fn observe_writers(
+        &mut self,
+        policies: &PolicySet,
+        writers: Vec<ControllerKey>,
+        at: Timestamp,
+    ) -> SilenceChanges {
         let mut changes = SilenceChanges::default();
-        for verdict in &decision.record.verdicts {
-            let Some(key) = tracked_writer(policies, verdict) else {
-                continue;
-            };
-            let last = self.last_write.entry(key.clone()).or_insert(now);
-            *last = (*last).max(now);
+        for key in writers {
+            let last = self.last_write.entry(key.clone()).or_insert(at);
+            *last = (*last).max(at);
             changes.written.push((key, *last));
         }
         self.forget_unconfigured(policies, &mut changes);
@@ -276,6 +284,16 @@ pub fn refusal_points_to_git(rule: Rule) -> bool {
 
 /// The tracked controller whose write `verdict` judged, if any. `matched` names a controller
 /// for these rules only (a delegation's name otherwise).
+/// The tracked controllers `decision` shows writing.
+pub fn tracked_writers(policies: &PolicySet, decision: &Decision) -> Vec<ControllerKey> {
+    decision
+        .record
+        .verdicts
+        .iter()
+        .filter_map(|verdict| tracked_writer(policies, verdict))
+        .collect()
+}
+
 fn tracked_writer(policies: &PolicySet, verdict: &PolicyVerdict) -> Option<ControllerKey> {
     let by_controller = matches!(
         verdict.rule,

@@ -25,7 +25,7 @@ use crate::ledger::phase::{PhaseChange, awaiting_since, phase_of, window_ended};
 use crate::ledger::plan::Refusal;
 use crate::ledger::record::{BackportRequirement, DryRunMatch, Phase};
 use crate::policy::BreakGlassRules;
-use crate::request::{RequestFacts, StoredAddress};
+use crate::request::{AdmittedWrite, Landed, RequestFacts};
 
 /// The object a write is to, as records name it: None without a uid (nothing to look up).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,14 +147,10 @@ pub fn plan_controller_write(
 /// server stored rather than on what a review claimed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredWrite {
-    pub address: StoredAddress,
+    pub admitted: AdmittedWrite,
     pub written: WrittenObject,
-    /// The object's resourceVersion before the write: until the stored object has another,
-    /// the write has not landed.
-    pub old_resource_version: Option<String>,
     /// The controller's field manager: its managedFields entry says which fields it set.
     pub field_manager: Option<String>,
-    pub deleted: bool,
     /// The controller, as Events name it.
     pub who: String,
     /// The object its Events are about.
@@ -164,52 +160,14 @@ pub struct StoredWrite {
 impl StoredWrite {
     /// None for a dry run or a write without an object uid (nothing to look up).
     pub fn of(facts: &RequestFacts<'_>, kind: &str) -> Option<StoredWrite> {
-        let request = facts.request();
-        if request.dry_run() {
-            return None;
-        }
         Some(StoredWrite {
-            address: facts.stored_address()?,
+            admitted: AdmittedWrite::of(facts)?,
             written: WrittenObject::of(facts)?,
-            old_resource_version: facts
-                .old_object()
-                .and_then(|old| old.metadata().resource_version.clone()),
             field_manager: facts.field_manager().map(str::to_owned),
-            deleted: request.operation() == Operation::Delete,
             who: facts.who().to_owned(),
             regarding: facts.regarding(kind).unwrap_or_default(),
         })
     }
-}
-
-/// What the object read back says of a controller's write.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Stored<'a> {
-    /// Still the version the write was made to: it has not landed (yet, or ever: refused by
-    /// another webhook, or never made, for a forged review).
-    NotYet,
-    /// Gone, replaced (another uid) or being deleted.
-    Gone,
-    /// Stored at a newer version.
-    Object(&'a DynamicObject),
-}
-
-/// What `live` (None: not found) says of `write`.
-pub fn stored<'a>(write: &StoredWrite, live: Option<&'a DynamicObject>) -> Stored<'a> {
-    let Some(live) = live else {
-        return Stored::Gone;
-    };
-    if live.metadata.uid.as_deref() != Some(write.written.uid.as_str())
-        || (write.deleted && live.metadata.deletion_timestamp.is_some())
-    {
-        return Stored::Gone;
-    }
-    if live.metadata.resource_version.is_some()
-        && live.metadata.resource_version == write.old_resource_version
-    {
-        return Stored::NotYet;
-    }
-    Stored::Object(live)
 }
 
 /// The records `awaiting` that the object as stored settles. Only what the controller's own
@@ -217,13 +175,13 @@ pub fn stored<'a>(write: &StoredWrite, live: Option<&'a DynamicObject>) -> Store
 /// with the manager that set them (driftgate refuses forged ownership), so it settles nothing.
 pub fn plan_stored_settlements(
     write: &StoredWrite,
-    stored: Stored<'_>,
+    stored: Landed<'_>,
     awaiting: &[Arc<BackportRequirement>],
 ) -> Vec<Settlement> {
     let evidence_of = |record: &BackportRequirement| match stored {
-        Stored::NotYet => Evidence::Nothing,
-        Stored::Gone => Evidence::Reverted(vec!["(object deleted)".to_owned()]),
-        Stored::Object(object) => {
+        Landed::NotYet => Evidence::Nothing,
+        Landed::Gone => Evidence::Reverted(vec!["(object deleted)".to_owned()]),
+        Landed::Object(object) => {
             let Some(fields) = managed_fields_of(object, write.field_manager.as_deref()) else {
                 return Evidence::Nothing;
             };
@@ -536,7 +494,7 @@ mod tests {
         live: Option<&DynamicObject>,
     ) -> Vec<Settlement> {
         let write = flux_write();
-        plan_stored_settlements(&write, stored(&write, live), &[record])
+        plan_stored_settlements(&write, write.admitted.landed(live), &[record])
     }
 
     #[test]
@@ -679,20 +637,22 @@ mod tests {
         write.field_manager = Some("someone-else".into());
         let object = live(5, "43", "kustomize-controller");
         assert_eq!(
-            plan_stored_settlements(&write, stored(&write, Some(&object)), &[record]),
+            plan_stored_settlements(&write, write.admitted.landed(Some(&object)), &[record]),
             []
         );
     }
 
     #[test]
     fn a_stored_object_gone_or_replaced_reverts_and_one_not_yet_written_waits() {
-        let write = flux_write();
+        let write = flux_write().admitted;
         let object = live(5, "41", "kustomize-controller");
-        assert_eq!(stored(&write, Some(&object)), Stored::NotYet);
-        assert_eq!(stored(&write, None), Stored::Gone);
+        assert_eq!(write.landed(Some(&object)), Landed::NotYet);
+        assert_eq!(write.landed(None), Landed::Gone);
         let mut replaced = live(5, "50", "kustomize-controller");
         replaced.metadata.uid = Some("another-uid".into());
-        assert_eq!(stored(&write, Some(&replaced)), Stored::Gone);
+        assert_eq!(write.landed(Some(&replaced)), Landed::Gone);
+        let newer = live(5, "42", "kustomize-controller");
+        assert_eq!(write.landed(Some(&newer)), Landed::Object(&newer));
         let settled = settled_as_stored(awaiting("2026-11-30T10:00:00Z"), None);
         assert!(
             matches!(&settled[..], [s] if s.change.phase == Phase::Reverted),

@@ -17,7 +17,6 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::core::DynamicObject;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
@@ -26,9 +25,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::{Decision, PolicyVerdict, Rule};
 use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, read_stored};
+use crate::kube_state::{NamespaceCache, StoredReader};
 use crate::ledger::controller::{
-    Stored, StoredWrite, WrittenObject, plan_controller_write, plan_stored_settlements, stored,
+    StoredWrite, WrittenObject, plan_controller_write, plan_stored_settlements,
 };
 use crate::ledger::guard::LedgerGuard;
 use crate::ledger::plan::{
@@ -40,7 +39,7 @@ use crate::ledger::upkeep::{is_managed, plan_expiry, plan_retention, record_gaug
 use crate::ledger::writes::RecordWriter;
 use crate::metrics::Metrics;
 use crate::policy::{BreakGlassRules, PolicySet};
-use crate::request::RequestFacts;
+use crate::request::{AdmittedWrite, Landed, RequestFacts};
 
 /// How often the expiry task looks at the records by default (`serve --expiry-check-interval`).
 /// Expiry is noticed within this time.
@@ -49,20 +48,6 @@ pub const DEFAULT_EXPIRY_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 /// How long recording one break-glass change may take by default; see
 /// [`Ledger::with_write_timeout`].
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// When an admitted write is read back, after the answer: the API server stores it a moment
-/// after driftgate admits it, later under load.
-const READ_BACK_DELAYS: [Duration; 6] = [
-    Duration::from_millis(100),
-    Duration::from_millis(200),
-    Duration::from_millis(400),
-    Duration::from_millis(800),
-    Duration::from_millis(1600),
-    Duration::from_millis(3200),
-];
-
-/// How long one read back may take.
-const READ_BACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a settled record is kept by default (`serve --record-retention`).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
@@ -104,6 +89,8 @@ struct Connected {
     /// Whether every review comes from the API server, authenticated by its client
     /// certificate: only then is a dry run's word enough to settle a record.
     authenticated_callers: AtomicBool,
+    /// Admitted writes read back: settlements and record moves rest on what was stored.
+    reader: StoredReader,
 }
 
 impl Ledger {
@@ -220,6 +207,7 @@ impl Ledger {
             retention: upkeep.retention,
             guard: guard.clone(),
             authenticated_callers: AtomicBool::new(false),
+            reader: StoredReader::new(Some(client.clone())),
         });
         let api: Api<BackportRequirement> = Api::all(client);
         let watcher_task = tokio::spawn(connected.clone().watch(api, writer, shutdown.clone()));
@@ -467,12 +455,12 @@ impl Connected {
         now: Timestamp,
     ) {
         let change = StoredChange::of(facts, decision, verdict, rules, now);
-        let Some(write) = StoredWrite::of(facts, &decision.record.object.kind) else {
+        let Some(write) = AdmittedWrite::of(facts) else {
             return;
         };
         let this = self.clone();
         tokio::spawn(async move {
-            let Some(Some(live)) = this.read_back(&write).await else {
+            let Some(Some(live)) = this.reader.read_back(&write).await else {
                 return;
             };
             if !serde_json::to_value(&live).is_ok_and(|v| change.is_carried_by(&v)) {
@@ -565,12 +553,12 @@ impl Connected {
     /// server stored it. A write that never lands (refused by another webhook, or never made:
     /// a forged review) settles nothing.
     async fn settle_as_stored(self: Arc<Self>, write: StoredWrite) {
-        let Some(live) = self.read_back(&write).await else {
+        let Some(live) = self.reader.read_back(&write.admitted).await else {
             return;
         };
         let stored = match &live {
-            Some(object) => Stored::Object(object),
-            None => Stored::Gone,
+            Some(object) => Landed::Object(object),
+            None => Landed::Gone,
         };
         let now = Timestamp::now();
         let awaiting = self
@@ -579,35 +567,6 @@ impl Connected {
         for settlement in plan_stored_settlements(&write, stored, &awaiting) {
             self.writer.settle(settlement, now).await;
         }
-    }
-
-    /// Reads an admitted write's object back until the write has landed: Some(None) once it is
-    /// gone, Some(Some(object)) once stored at a newer version; None when it never lands
-    /// within the read-back delays (refused by another webhook, or never made).
-    async fn read_back(&self, write: &StoredWrite) -> Option<Option<DynamicObject>> {
-        for delay in READ_BACK_DELAYS {
-            tokio::time::sleep(delay).await;
-            let live = match read_stored(
-                self.writer.client.clone(),
-                &write.address,
-                READ_BACK_TIMEOUT,
-            )
-            .await
-            {
-                Ok(live) => live,
-                Err(error) => {
-                    tracing::debug!(%error, object = %write.address.name, "could not read a write back; retrying");
-                    continue;
-                }
-            };
-            match stored(write, live.as_ref()) {
-                Stored::NotYet => continue,
-                Stored::Gone => return Some(None),
-                Stored::Object(_) => return Some(live),
-            }
-        }
-        tracing::debug!(object = %write.address.name, user = %write.who, "an admitted write was not stored (refused elsewhere, or never made): nothing is recorded of it");
-        None
     }
 
     /// The records this driftgate looks after: those in namespaces its policies guard, and in

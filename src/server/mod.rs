@@ -36,11 +36,11 @@ use crate::decision::{
 };
 use crate::deletions::DeletionTally;
 use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog};
+use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog, StoredReader};
 use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
-use crate::request::{RequestFacts, scope_namespace};
+use crate::request::{AdmittedWrite, RequestFacts, scope_namespace};
 use crate::review::lazy::{LazyEnvelope, LazyReview, parse_lazily};
 use crate::review::{Envelope, Review, SHALLOW_DEPTH, Unreadable, parse_envelope, stack_for};
 use crate::silence::DEFAULT_SILENCE_AFTER;
@@ -92,11 +92,17 @@ pub struct AppState {
     pub gatepolicies: Option<Arc<gatepolicies::GatePolicyHealth>>,
     /// The controllers' recent deletes, for `deletions.controllerLimit`. Each replica counts
     /// the deletes it reviews.
-    pub deletions: std::sync::Mutex<DeletionTally>,
+    pub deletions: Arc<std::sync::Mutex<DeletionTally>>,
     /// Break-glass labels seen on reviewed objects, for the expired-label gauge.
     pub lingering: std::sync::RwLock<crate::lingering::LingeringLabels>,
     /// The recent denials per namespace, for the PolicyReports (`serve --policy-reports`).
     pub denials: Option<Arc<std::sync::Mutex<crate::reports::RecentDenials>>>,
+    /// Whether every review comes from the API server, authenticated by its client certificate
+    /// (`serve --client-ca`). Otherwise a review is only a claim (anyone who reaches the port
+    /// can POST one): what it says changes nothing durable until the API server shows it.
+    pub caller_authenticated: bool,
+    /// Reads admitted writes back, to confirm what a review claimed.
+    pub stored: StoredReader,
 }
 
 impl AppState {
@@ -126,9 +132,11 @@ impl AppState {
             clock: Arc::new(Timestamp::now),
             accepting: AtomicBool::new(true),
             gatepolicies: None,
-            deletions: std::sync::Mutex::default(),
+            deletions: Arc::default(),
             lingering: std::sync::RwLock::default(),
             denials: None,
+            caller_authenticated: false,
+            stored: StoredReader::new(None),
         }
     }
 
@@ -175,6 +183,14 @@ impl AppState {
         denials: Arc<std::sync::Mutex<crate::reports::RecentDenials>>,
     ) -> Self {
         self.denials = Some(denials);
+        self
+    }
+
+    /// Reads admitted writes back with `stored`; `caller_authenticated` when every caller is
+    /// the API server, verified by its client certificate.
+    pub fn with_read_back(mut self, stored: StoredReader, caller_authenticated: bool) -> Self {
+        self.stored = stored;
+        self.caller_authenticated = caller_authenticated;
         self
     }
 
@@ -530,8 +546,12 @@ fn remember(state: &AppState, policies: &PolicySet, facts: &RequestFacts<'_>, de
     if !facts.request().dry_run() && !state.ledger.is_connected() {
         state.windows.observe(decision, now);
     }
-    // Dry runs count: Flux dry-runs every object on every interval.
-    state.silence.observe(policies, decision, now);
+    if state.caller_authenticated {
+        // Dry runs count: Flux dry-runs every object on every interval.
+        state.silence.observe(policies, decision, now);
+    } else {
+        confirm_controller_write(state, policies, facts, decision, now);
+    }
     let lingering = &state.lingering;
     let concerns = lingering
         .read()
@@ -543,7 +563,10 @@ fn remember(state: &AppState, policies: &PolicySet, facts: &RequestFacts<'_>, de
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .observe(policies, facts, decision, now);
     }
+    // A refused write leaves nothing in the API server to confirm it by: only the
+    // authenticated API server's reviews are reported.
     if let Some(denials) = &state.denials
+        && state.caller_authenticated
         && let Some(denial) = crate::reports::denial_of(decision, now)
     {
         denials
@@ -551,6 +574,58 @@ fn remember(state: &AppState, policies: &PolicySet, facts: &RequestFacts<'_>, de
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .note(denial);
     }
+}
+
+/// A controller's write, claimed by a review that may not come from the API server, moves its
+/// last write only as the API server shows it: read back (at most every few seconds per
+/// controller), the time of the controller's own managedFields entry, or the object gone.
+/// Dry runs and refused writes leave nothing stored, so they move nothing.
+fn confirm_controller_write(
+    state: &AppState,
+    policies: &PolicySet,
+    facts: &RequestFacts<'_>,
+    decision: &Decision,
+    now: Timestamp,
+) {
+    if !decision.allowed {
+        return;
+    }
+    let writers = crate::silence::tracked_writers(policies, decision);
+    let Some(write) = AdmittedWrite::of(facts).filter(|_| !writers.is_empty()) else {
+        return;
+    };
+    if !state.silence.should_confirm(&writers, now) {
+        return;
+    }
+    let manager = facts.field_manager().map(str::to_owned);
+    let (reader, silence) = (state.stored.clone(), state.silence.clone());
+    let policies = state.policies.clone();
+    tokio::spawn(async move {
+        let written_at = match reader.read_back(&write).await {
+            None => return,
+            Some(None) => Timestamp::now(),
+            Some(Some(live)) => {
+                let Some(at) = manager.as_deref().and_then(|m| entry_time(&live, m)) else {
+                    return;
+                };
+                at
+            }
+        };
+        silence.observe_stored(&policies.load(), writers, written_at);
+    });
+}
+
+/// When `manager` last wrote `object` itself (no subresource), as its managedFields say.
+fn entry_time(object: &DynamicObject, manager: &str) -> Option<Timestamp> {
+    object
+        .metadata
+        .managed_fields
+        .as_ref()?
+        .iter()
+        .filter(|e| e.manager.as_deref() == Some(manager))
+        .filter(|e| e.subresource.as_deref().unwrap_or("").is_empty())
+        .filter_map(|e| e.time.as_ref().map(|t| t.0))
+        .max()
 }
 
 /// A review as read: with its objects, unless no policy may guard it (then they are never
@@ -685,13 +760,45 @@ async fn review(
     }
     // Every review passes here: the lock is taken for deletes only.
     if facts.request().operation() == Operation::Delete {
+        count_deletes(state, facts, &decision, policies, now);
+    }
+    decision
+}
+
+/// Counts a controller's admitted deletes for `deletions.controllerLimit`: at once when the
+/// caller is the authenticated API server, else once the API server shows the object gone (a
+/// forged review could otherwise fill the tally and stop a real prune).
+fn count_deletes(
+    state: &AppState,
+    facts: &RequestFacts<'_>,
+    decision: &Decision,
+    policies: &PolicySet,
+    now: Timestamp,
+) {
+    let deletes = crate::deletions::counted_deletes(facts, decision, policies);
+    if deletes.is_empty() {
+        return;
+    }
+    if state.caller_authenticated {
         state
             .deletions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .observe(facts, &decision, policies, now);
+            .count_all(&deletes, now);
+        return;
     }
-    decision
+    let Some(write) = AdmittedWrite::of(facts) else {
+        return;
+    };
+    let (reader, tally) = (state.stored.clone(), state.deletions.clone());
+    tokio::spawn(async move {
+        if let Some(None) = reader.read_back(&write).await {
+            tally
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .count_all(&deletes, now);
+        }
+    });
 }
 
 async fn decide_with_cluster(

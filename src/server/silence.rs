@@ -34,7 +34,12 @@ pub struct SilenceTracker {
     writer: Mutex<()>,
     silent_after: Duration,
     metrics: Arc<Metrics>,
+    /// When a write of each controller was last read back to confirm it.
+    confirmed_at: Mutex<std::collections::BTreeMap<ControllerKey, Timestamp>>,
 }
+
+/// How often one controller's writes are read back, at most.
+const CONFIRM_EVERY: jiff::SignedDuration = jiff::SignedDuration::from_secs(10);
 
 impl SilenceTracker {
     pub fn new(silent_after: Duration, metrics: Arc<Metrics>) -> Self {
@@ -43,6 +48,7 @@ impl SilenceTracker {
             writer: Mutex::new(()),
             silent_after,
             metrics,
+            confirmed_at: Mutex::default(),
         }
     }
 
@@ -57,6 +63,29 @@ impl SilenceTracker {
             return;
         }
         self.change(|silence| silence.observe(policies, decision, now));
+    }
+
+    /// Records that `writers` wrote at `at`, as the API server showed it (forward only).
+    pub fn observe_stored(&self, policies: &PolicySet, writers: Vec<ControllerKey>, at: Timestamp) {
+        self.change(|silence| silence.observe_writers(policies, writers, at));
+    }
+
+    /// Whether to read back a write of `writers` to confirm it: at most one every
+    /// [`CONFIRM_EVERY`] per controller (the gauge counts in seconds, a silence in minutes), so
+    /// that a controller's burst of writes is not a burst of reads.
+    pub fn should_confirm(&self, writers: &[ControllerKey], now: Timestamp) -> bool {
+        let mut asked = self.confirmed_at.lock().unwrap_or_else(|e| e.into_inner());
+        let mut any = false;
+        for key in writers {
+            let due = asked
+                .get(key)
+                .is_none_or(|last| now.duration_since(*last) >= CONFIRM_EVERY);
+            if due {
+                asked.insert(key.clone(), now);
+                any = true;
+            }
+        }
+        any
     }
 
     /// Takes in the records' last writes (forward only), and sets the gauge.
