@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::harness::argocd::{ARGOCD_NAMESPACE, ArgoApply, argocd};
 use crate::harness::capture::CaptureWebhook;
 use crate::harness::flux::{FLUX_NAMESPACE, flux};
 use crate::harness::review_fixtures::{compare_or_write, normalise};
@@ -768,4 +769,187 @@ async fn each_spelling_flux_honours_stops_the_real_flux_and_is_judged_a_suspensi
         "once resumed, the real Flux applied the revision to all four in {:.1} s",
         resumed.elapsed().as_secs_f64()
     );
+}
+
+/// Git for [`argo_cd_3_stops_automated_sync_on_enabled_false_and_driftgate_judges_it_a_suspension`]:
+/// its namespace (outside every policy: Argo CD is no controller of the example policy's) and a
+/// ConfigMap.
+fn argo_revision(namespace: &str, log_level: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {namespace}\ndata:\n  LOG_LEVEL: {log_level}\n"
+    )
+}
+
+/// Application `name`'s sync status: the revision its last sync applied, that sync's phase, and
+/// whether it is in sync with Git.
+fn argo_state(name: &str) -> String {
+    control_plane()
+        .kubectl(
+            ADMIN,
+            &[
+                "get",
+                "application",
+                name,
+                "-n",
+                ARGOCD_NAMESPACE,
+                "-o",
+                "jsonpath={.status.operationState.syncResult.revision} {.status.operationState.phase} {.status.sync.status} {.status.sync.revision}",
+            ],
+        )
+        .stdout
+        .trim()
+        .to_owned()
+}
+
+async fn wait_argo_state(name: &str, want: &str, within: Duration) {
+    let start = Instant::now();
+    while argo_state(name) != want {
+        assert!(
+            start.elapsed() < within,
+            "Application {name} is not `{want}` within {within:?} (now `{}`); log: {}",
+            argo_state(name),
+            argocd().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Issue 24, section 4, for Argo CD: its v3 controller stops automated sync on
+/// `spec.syncPolicy.automated.enabled: false` (absent means on), which driftgate judges as a
+/// suspension: refused for bob, and for alice without an expiry; admitted with one. While it
+/// holds, the real application-controller sees Git's new commit (OutOfSync) and does not sync
+/// it; once bob resumes with `driftgate resume` (`enabled` back to true), it syncs.
+#[tokio::test]
+async fn argo_cd_3_stops_automated_sync_on_enabled_false_and_driftgate_judges_it_a_suspension() {
+    install_crypto_provider();
+    shared();
+    let name = "argocd-suspend-e2e";
+    let first = argocd().publish(name, &argo_revision(name, "info"));
+    argocd().application(name, name, ArgoApply::ClientSide);
+    wait_argo_state(
+        name,
+        &format!("{first} Succeeded Synced {first}"),
+        Duration::from_secs(180),
+    )
+    .await;
+    let settings = || super::get_json("configmap/settings", name)["data"]["LOG_LEVEL"].clone();
+    assert_eq!(settings(), "info");
+
+    let off = |window: bool| {
+        let mut patch = json!({"spec": {"syncPolicy": {"automated": {"enabled": false}}}});
+        if window {
+            let expiry = driftgate::timefmt::format_expiry(
+                jiff::Timestamp::now()
+                    .checked_add(jiff::SignedDuration::from_mins(60))
+                    .unwrap()
+                    .round(jiff::Unit::Second)
+                    .unwrap(),
+            );
+            patch["metadata"] = json!({
+                "labels": {"driftgate.dev/break-glass": expiry},
+                "annotations": {"driftgate.dev/break-glass-reason": REASON},
+            });
+        }
+        patch.to_string()
+    };
+    let patch = |who, window| {
+        kubectl(
+            who,
+            &[
+                "patch",
+                "application",
+                name,
+                "-n",
+                ARGOCD_NAMESPACE,
+                "--type=merge",
+                "-p",
+                &off(window),
+            ],
+        )
+    };
+    assert_denied(
+        &patch(BOB, true),
+        &format!(
+            "bob may not suspend Application {ARGOCD_NAMESPACE}/{name}: a suspension is a break-glass window, which only group sre-oncall may open"
+        ),
+        "SuspensionRefused",
+    );
+    assert_denied(
+        &patch(ALICE, false),
+        &format!("alice may not suspend Application {ARGOCD_NAMESPACE}/{name}: it has no expiry"),
+        "SuspensionRefused",
+    );
+    let suspended = patch(ALICE, true).ok();
+    assert!(
+        suspended.stderr.contains(&format!(
+            "driftgate: Application {ARGOCD_NAMESPACE}/{name} suspended (spec.syncPolicy.automated.enabled) until "
+        )),
+        "{}",
+        suspended.stderr
+    );
+    wait_for_event(
+        ARGOCD_NAMESPACE,
+        "Suspended",
+        "Application",
+        name,
+        "alice suspended the GitOps controller's reconciliation of Application",
+    )
+    .await;
+
+    // Git moves on: Argo CD sees the commit and, its automated sync off, leaves it unsynced.
+    let second = argocd().publish(name, &argo_revision(name, "debug"));
+    wait_argo_state(
+        name,
+        &format!("{first} Succeeded OutOfSync {second}"),
+        Duration::from_secs(60),
+    )
+    .await;
+    let start = Instant::now();
+    while start.elapsed() < SUSPENDED_FOR {
+        assert_eq!(settings(), "info", "Argo CD synced while suspended");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // bob resumes it: automated sync back on, and Argo CD syncs the commit.
+    driftgate_cli(
+        BOB,
+        &[
+            "resume",
+            &format!("application/{name}"),
+            "-n",
+            ARGOCD_NAMESPACE,
+        ],
+    )
+    .ok();
+    let live = super::get_json(&format!("application/{name}"), ARGOCD_NAMESPACE);
+    assert_eq!(
+        live["spec"]["syncPolicy"]["automated"]["enabled"], true,
+        "{live}"
+    );
+    assert!(
+        live["metadata"]["labels"]
+            .get("driftgate.dev/break-glass")
+            .is_none(),
+        "{live}"
+    );
+    let resumed = Instant::now();
+    wait_argo_state(
+        name,
+        &format!("{second} Succeeded Synced {second}"),
+        Duration::from_secs(60),
+    )
+    .await;
+    eprintln!(
+        "once resumed, the real Argo CD synced the waiting commit in {:.1} s",
+        resumed.elapsed().as_secs_f64()
+    );
+    assert_eq!(settings(), "debug");
+    wait_for_event(
+        ARGOCD_NAMESPACE,
+        "Resumed",
+        "Application",
+        name,
+        "bob resumed the GitOps controller's reconciliation of Application",
+    )
+    .await;
 }
