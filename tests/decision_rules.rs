@@ -3308,7 +3308,7 @@ fn suspension_labels_and_annotations_say_how_their_values_compare() {
     let policies = PolicySet::from_yaml("inline", &narrow).unwrap();
     let warnings = about_suspensions(&policies);
     for expected in [
-        "spec.suspensions.annotations[0]: Flux stops on the annotation kustomize.toolkit.fluxcd.io/reconcile when it is disabled in any case (as Go's strings.EqualFold: Disabled, IGNORE); list disabled with ignoreCase: true, or a suspension spelt so stops Flux unjudged",
+        "spec.suspensions.annotations[0]: Flux stops on the annotation kustomize.toolkit.fluxcd.io/reconcile when it is disabled in any case (Go's strings.EqualFold: DISABLED, Disabled); list disabled with ignoreCase: true, or a suspension spelt so stops Flux unjudged",
         "spec.suspensions.labels: Flux reads kustomize.toolkit.fluxcd.io/reconcile as a label too; list it here as well (or leave labels out for the defaults), or a suspension by label stops Flux unjudged",
         "spec.suspensions.annotations[1]: Argo CD stops on the annotation argocd.argoproj.io/skip-reconcile when it is 1, t, T, TRUE, true, True (Go's strconv.ParseBool); add 1, t, T, TRUE, True, or a suspension spelt so stops Argo CD unjudged",
     ] {

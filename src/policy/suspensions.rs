@@ -413,9 +413,15 @@ impl SuspensionRules {
                     continue;
                 }
                 let how = if controller.ignore_case {
+                    let other_cases: Vec<String> = controller
+                        .values
+                        .iter()
+                        .flat_map(|v| other_cases(v))
+                        .collect();
                     format!(
-                        "{} in any case (as Go's strings.EqualFold: Disabled, IGNORE); list {} with ignoreCase: true",
+                        "{} in any case (Go's strings.EqualFold: {}); list {} with ignoreCase: true",
                         controller.values.join(", "),
+                        other_cases.join(", "),
                         missed.join(", ")
                     )
                 } else {
@@ -433,6 +439,21 @@ impl SuspensionRules {
         }
         warnings
     }
+}
+
+/// `value` in two other cases, for messages: `disabled` -> `DISABLED`, `Disabled`.
+fn other_cases(value: &str) -> Vec<String> {
+    let upper = value.to_uppercase();
+    let mut chars = value.chars();
+    let flipped_first = match chars.next() {
+        Some(first) if first.is_uppercase() => value.to_lowercase(),
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    };
+    [upper, flipped_first]
+        .into_iter()
+        .filter(|other| other != value)
+        .collect()
 }
 
 fn article(place: &str) -> String {
