@@ -46,6 +46,8 @@ pub struct ControllerMarker {
     pub ignore_case: bool,
     /// Read as a label too, not only as an annotation.
     pub in_labels: bool,
+    /// How the controller compares the value, for messages.
+    pub compared_by: &'static str,
 }
 
 /// Flux's kustomize-controller neither applies nor prunes an object whose labels or annotations
@@ -62,6 +64,7 @@ pub const CONTROLLER_MARKERS: &[ControllerMarker] = &[
         values: &["disabled"],
         ignore_case: true,
         in_labels: true,
+        compared_by: "Go's strings.EqualFold",
     },
     ControllerMarker {
         controller: "Flux",
@@ -69,6 +72,7 @@ pub const CONTROLLER_MARKERS: &[ControllerMarker] = &[
         values: &["Ignore"],
         ignore_case: true,
         in_labels: true,
+        compared_by: "Go's strings.EqualFold",
     },
     ControllerMarker {
         controller: "Argo CD",
@@ -76,6 +80,7 @@ pub const CONTROLLER_MARKERS: &[ControllerMarker] = &[
         values: &["1", "t", "T", "TRUE", "true", "True"],
         ignore_case: false,
         in_labels: false,
+        compared_by: "Go's strconv.ParseBool",
     },
 ];
 
@@ -419,15 +424,17 @@ impl SuspensionRules {
                         .flat_map(|v| other_cases(v))
                         .collect();
                     format!(
-                        "{} in any case (Go's strings.EqualFold: {}); list {} with ignoreCase: true",
+                        "{} in any case ({}: {}); list {} with ignoreCase: true",
                         controller.values.join(", "),
+                        controller.compared_by,
                         other_cases.join(", "),
                         missed.join(", ")
                     )
                 } else {
                     format!(
-                        "{} (Go's strconv.ParseBool); add {}",
+                        "{} ({}); add {}",
                         controller.values.join(", "),
+                        controller.compared_by,
                         missed.join(", ")
                     )
                 };
