@@ -1414,7 +1414,9 @@ enum SuspensionChange {
 /// in the policy's own scope (the other rules judge those).
 fn judge_suspension<'a>(policy: &GatePolicy, facts: &Facts<'a>) -> Option<RuleOutcome> {
     let (rules, break_glass) = (policy.suspensions.as_ref()?, policy.break_glass.as_ref()?);
-    if !facts.is_update() || !facts.subresource.is_empty() || facts.through.is_some() {
+    // A write through a subresource that changes more than it (`facts.through`: an annotation
+    // through `deployments/status`) is the object's own write, and may suspend as one.
+    if !facts.is_update() || !facts.subresource.is_empty() {
         return None;
     }
     let (Some(old), Some(new)) = (facts.about.old_object(), facts.about.object()) else {

@@ -3096,6 +3096,20 @@ fn every_spelling_the_controllers_honour_is_judged_as_a_suspension() {
             Rule::SuspensionRefused,
         ),
         case(
+            "bob's ssa: Ignore through deployments/status, which keeps annotations",
+            Req::update("bob", plain(), marked(none(), json!({SSA: "Ignore"}), false)).status(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("bob may not suspend Deployment prod-payments/api (through status): a suspension is a break-glass window"),
+        case(
+            "alice's ssa: Ignore through deployments/status under the window: a suspension, not an ordinary change",
+            Req::update("alice", open(), marked(none(), json!({SSA: "Ignore"}), true)).status(),
+            true,
+            Rule::Suspended,
+        )
+        .says("suspended (annotation kustomize.toolkit.fluxcd.io/ssa)"),
+        case(
             "Flux applies ssa: Ignore from Git: the controller's own write",
             Req::update(FLUX, plain(), marked(none(), json!({SSA: "Ignore"}), false))
                 .fm(Some("kustomize-controller")),
