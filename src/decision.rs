@@ -1408,11 +1408,15 @@ enum SuspensionChange {
 /// The verdict on a write that suspends or resumes the GitOps controller's reconciliation (by
 /// the policy's `suspensions`), judged like opening a window on the object itself: by an
 /// opener, with an expiry within `maxDuration` and a reason. Resuming is always admitted, and
-/// the controller's own writes go to the other rules. `None`: not a suspension, or one that
-/// also changes other fields in the policy's own namespaces (the other rules judge those).
+/// the controller's own writes go to the other rules. A suspension that also changes other
+/// fields in the policy's own scope is refused: judged by the other rules, it would be recorded
+/// as an ordinary change. `None`: not a suspension, or a resume that also changes other fields
+/// in the policy's own scope (the other rules judge those).
 fn judge_suspension<'a>(policy: &GatePolicy, facts: &Facts<'a>) -> Option<RuleOutcome> {
     let (rules, break_glass) = (policy.suspensions.as_ref()?, policy.break_glass.as_ref()?);
-    if !facts.is_update() || !facts.subresource.is_empty() || facts.through.is_some() {
+    // A write through a subresource that changes more than it (`facts.through`: an annotation
+    // through `deployments/status`) is the object's own write, and may suspend as one.
+    if !facts.is_update() || !facts.subresource.is_empty() {
         return None;
     }
     let (Some(old), Some(new)) = (facts.about.old_object(), facts.about.object()) else {
@@ -1447,22 +1451,50 @@ fn judge_suspension<'a>(policy: &GatePolicy, facts: &Facts<'a>) -> Option<RuleOu
         } else {
             return None;
         };
-    let only_suspension = facts
+    let others: Vec<&FieldPath> = facts
         .changes()
         .iter()
-        .all(|p| is_break_glass_path(p, break_glass) || rules.covers(group, kind, p));
-    let judged_alone = only_suspension || !guarded;
+        .filter(|p| !is_break_glass_path(p, break_glass) && !rules.covers(group, kind, p))
+        .collect();
+    // Outside the policy's own scope only the suspension is guarded: the rest is not judged.
+    let judged_alone = others.is_empty() || !guarded;
     match change {
         SuspensionChange::Resumes => judged_alone.then(|| resumed(facts, break_glass)),
         SuspensionChange::Suspends => {
             if controller_of(policy, facts).is_some() {
                 return None;
             }
+            // In its own scope, a suspension that came with other changes would be judged
+            // (and recorded) as an ordinary change, and the controller would stop unrecorded.
+            // Whoever may not open a window hears that instead (below).
+            if !judged_alone && break_glass.openers.matches(facts.user) {
+                return Some(refuse_suspension(policy, facts, mixed_suspension(&others)));
+            }
             match suspension_window(facts, break_glass) {
                 Err(problem) => Some(refuse_suspension(policy, facts, problem)),
-                Ok(window) => judged_alone.then(|| suspended(facts, break_glass, &after, window)),
+                Ok(window) => Some(suspended(facts, break_glass, &after, window)),
             }
         }
+    }
+}
+
+/// Why a write that suspends and changes `others` too is refused.
+fn mixed_suspension(others: &[&FieldPath]) -> WindowProblem {
+    const SHOWN: usize = 3;
+    let mut fields: Vec<String> = others
+        .iter()
+        .take(SHOWN)
+        .map(|p| echo(&p.to_string(), MAX_NAME_CHARS).into_owned())
+        .collect();
+    if others.len() > SHOWN {
+        fields.push(format!("{} more", others.len() - SHOWN));
+    }
+    WindowProblem {
+        problem: format!(
+            "a write that suspends the GitOps controller may change nothing else, and this one also changes {}; suspend it on its own first, then make the change under its window",
+            fields.join(", ")
+        ),
+        detail: String::new(),
     }
 }
 

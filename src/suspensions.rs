@@ -12,7 +12,7 @@ use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
 use crate::policy::document::SuspendedWhen;
-use crate::policy::suspensions::SuspensionRules;
+use crate::policy::suspensions::{Suspension, SuspensionRules};
 use crate::policy::{BreakGlassRules, GatePolicy, NamespaceLabels, PolicySet};
 use crate::timefmt::{human_utc, parse_expiry};
 
@@ -185,10 +185,10 @@ pub fn plan_resumes(
 /// The merge patch that undoes every suspension the `windows`' rules find on `item` and removes
 /// their labels and reasons, or what cannot be undone.
 /// A field that is `true` when suspended goes back to `false` (as `flux resume` leaves
-/// `spec.suspend`), one that is anything but `true` goes to `true` (Argo CD's `selfHeal`), a
-/// suspension annotation is removed. A field suspended by being absent cannot be undone (what it
-/// held is unknown), nor one below a list or a missing parent (a merge patch would write more
-/// than the field).
+/// `spec.suspend`), one that is `false` or anything but `true` goes to `true` (Argo CD's
+/// `enabled` and `selfHeal`), a suspension label or annotation is removed. A field suspended by
+/// being absent cannot be undone (what it held is unknown), nor one below a list or a missing
+/// parent (a merge patch would write more than the field).
 fn undo_patch(
     windows: &[(&SuspensionRules, &BreakGlassRules)],
     item: &Listed<'_>,
@@ -224,7 +224,7 @@ fn undo_fields(
     for field in rules.holding_fields(item.group, item.kind, item.object) {
         let undone = match field.suspended_when {
             SuspendedWhen::IsTrue => json!(false),
-            SuspendedWhen::NotTrue => json!(true),
+            SuspendedWhen::IsFalse | SuspendedWhen::NotTrue => json!(true),
             SuspendedWhen::Absent => {
                 cannot.push(format!("{} (removed: what it held is unknown)", field.path));
                 continue;
@@ -240,10 +240,29 @@ fn undo_fields(
         }
         set_at(patch, segments, undone);
     }
+    // A label or annotation is removed: what Git declares for it (if anything) comes back with
+    // the controller's next apply.
     for suspension in rules.suspensions(item.group, item.kind, item.object) {
-        if let crate::policy::suspensions::Suspension::Annotation(key) = suspension {
-            patch["metadata"]["annotations"][key.as_str()] = Value::Null;
+        match suspension {
+            Suspension::Annotation(key) => {
+                patch["metadata"]["annotations"][key.as_str()] = Value::Null;
+            }
+            Suspension::Label(key) => patch["metadata"]["labels"][key.as_str()] = Value::Null,
+            Suspension::Field(_) => {}
         }
+    }
+}
+
+/// The merge patch that undoes every suspension `rules` find on `item`, or what cannot be
+/// undone: what `driftgate resume` sends, with the window's label and reason it removes.
+pub fn undo_suspensions(rules: &SuspensionRules, item: &Listed<'_>) -> Result<Value, Vec<String>> {
+    let mut patch = json!({"metadata": {"labels": {}, "annotations": {}}});
+    let mut cannot = Vec::new();
+    undo_fields(rules, item, &mut patch, &mut cannot);
+    if cannot.is_empty() {
+        Ok(patch)
+    } else {
+        Err(cannot)
     }
 }
 
@@ -567,5 +586,58 @@ spec:
         let mut extended = plans[1].clone();
         extended.label_value = "20261130T0845Z".into();
         assert_eq!(reported.first_time(&listed, &[extended]).len(), 1);
+    }
+
+    #[test]
+    fn each_form_of_flux_s_and_argo_cd_3_s_suspensions_is_undone_by_the_resume() {
+        let policies = PolicySet::from_yaml("inline", POLICY).unwrap();
+        let now: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        // Suspended by its parent's labels and annotations, in Flux's other spellings, and not
+        // by `ssa: Merge`, which stays.
+        let mut by_labels = object("flux-system", false, Some("20261130T0800Z"));
+        by_labels.metadata.resource_version = Some("9".into());
+        let labels = by_labels.metadata.labels.get_or_insert_default();
+        labels.insert(
+            "kustomize.toolkit.fluxcd.io/reconcile".into(),
+            "Disabled".into(),
+        );
+        labels.insert("kustomize.toolkit.fluxcd.io/ssa".into(), "Merge".into());
+        by_labels
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert("kustomize.toolkit.fluxcd.io/ssa".into(), "IGNORE".into());
+        let objects = [by_labels];
+        let flux = listed("kustomize.toolkit.fluxcd.io", "Kustomization", &objects);
+        let plans = plan_resumes(&policies, &flux, now);
+        assert_eq!(
+            plans[0].action,
+            ResumeAction::Patch(json!({"metadata": {
+                "resourceVersion": "9",
+                "labels": {"driftgate.dev/break-glass": null,
+                    "kustomize.toolkit.fluxcd.io/reconcile": null},
+                "annotations": {"driftgate.dev/break-glass-reason": null,
+                    "kustomize.toolkit.fluxcd.io/ssa": null},
+            }}))
+        );
+        // Argo CD 3's `enabled: false` goes back to true (what absent means).
+        let objects = [application(
+            json!({"syncPolicy": {"automated": {"enabled": false, "selfHeal": true}}}),
+            "20261130T0800Z",
+            &[],
+        )];
+        let argo = listed("argoproj.io", "Application", &objects);
+        let plans = plan_resumes(&policies, &argo, now);
+        assert_eq!(
+            plans[0].action,
+            ResumeAction::Patch(json!({
+                "spec": {"syncPolicy": {"automated": {"enabled": true}}},
+                "metadata": {
+                    "resourceVersion": "42",
+                    "labels": {"driftgate.dev/break-glass": null},
+                    "annotations": {"driftgate.dev/break-glass-reason": null},
+                },
+            }))
+        );
     }
 }

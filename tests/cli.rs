@@ -271,6 +271,10 @@ fn policy_check_warns_about_settings_that_do_not_do_what_they_seem() {
         stdout.contains("spec.delegations[0].fields: \"metadata.labels[*]\" covers the break-glass label metadata.labels[driftgate.dev/break-glass]; delegation labeller never changes it"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("spec.suspensions.annotations[0]: Flux stops on the annotation kustomize.toolkit.fluxcd.io/reconcile when it is disabled in any case (Go's strings.EqualFold: DISABLED, Disabled); list disabled with ignoreCase: true, or a suspension spelt so stops Flux unjudged"),
+        "{stdout}"
+    );
     assert!(stdout.contains("ok: 1 policy"), "{stdout}");
 }
 

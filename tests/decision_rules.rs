@@ -2827,15 +2827,16 @@ fn a_suspension_is_a_break_glass_window_and_resuming_is_always_admitted() {
         )
         .says("suspended (annotation kustomize.toolkit.fluxcd.io/reconcile)"),
         case(
-            "the annotation and an image change: the other rules judge the image",
+            "the annotation and an image change: a suspension is judged on its own",
             Req::update("alice", plain(), {
                 let mut d = reconcile_disabled(json!({"app": "api", LABEL: "20261130T1000Z"}));
                 d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("api:2");
                 d
             }),
             false,
-            Rule::NotPermitted,
-        ),
+            Rule::SuspensionRefused,
+        )
+        .says("may change nothing else"),
         case(
             "Argo CD's automated sync removed without an expiry",
             Req::update("alice", application(healing(), none(), none()), application(json!({}), none(), none())).application(),
@@ -2890,6 +2891,327 @@ fn a_suspension_is_a_break_glass_window_and_resuming_is_always_admitted() {
     );
 }
 
+/// Deployment prod-payments/api with `labels` and `annotations` added to its own, and the window
+/// (label and reason) open on it when `window` says so.
+fn marked(labels: Value, annotations: Value, window: bool) -> Value {
+    let mut d = plain();
+    if window {
+        d = with_window("20261130T1000Z", Some("INC-9: flux would undo the hotfix"));
+    }
+    for (place, marks) in [("labels", labels), ("annotations", annotations)] {
+        for (key, value) in marks.as_object().unwrap() {
+            d["metadata"][place][key] = value.clone();
+        }
+    }
+    d
+}
+
+#[test]
+fn every_spelling_the_controllers_honour_is_judged_as_a_suspension() {
+    const RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
+    const SSA: &str = "kustomize.toolkit.fluxcd.io/ssa";
+    const SKIP: &str = "argocd.argoproj.io/skip-reconcile";
+    let none = || json!({});
+    let open = || with_window("20261130T1000Z", Some("INC-9: flux would undo the hotfix"));
+    let bob_marks = |labels: Value, annotations: Value| {
+        Req::update("bob", plain(), marked(labels, annotations, false))
+    };
+    let until = |at: &str| json!({LABEL: at});
+    let why = || json!({REASON: "INC-7: argo keeps reverting the hotfix"});
+    let healing = || json!({"automated": {"prune": true, "selfHeal": true}});
+    let turned_off = || json!({"automated": {"prune": true, "selfHeal": true, "enabled": false}});
+    let mut cases = Vec::new();
+    // Flux reads both keys as labels and as annotations, values in any case (Go's
+    // strings.EqualFold: a long s folds to s).
+    for (what, labels, annotations) in [
+        (
+            "bob's annotation reconcile: Disabled on a guarded Deployment",
+            none(),
+            json!({RECONCILE: "Disabled"}),
+        ),
+        (
+            "bob's annotation reconcile: DISABLED on a guarded Deployment",
+            none(),
+            json!({RECONCILE: "DISABLED"}),
+        ),
+        (
+            "bob's annotation reconcile: diſabled (a long s) on a guarded Deployment",
+            none(),
+            json!({RECONCILE: "diſabled"}),
+        ),
+        (
+            "bob's label reconcile: disabled on a guarded Deployment",
+            json!({RECONCILE: "disabled"}),
+            none(),
+        ),
+        (
+            "bob's label reconcile: Disabled on a guarded Deployment",
+            json!({RECONCILE: "Disabled"}),
+            none(),
+        ),
+        (
+            "bob's annotation ssa: Ignore on a guarded Deployment",
+            none(),
+            json!({SSA: "Ignore"}),
+        ),
+        (
+            "bob's annotation ssa: ignore on a guarded Deployment",
+            none(),
+            json!({SSA: "ignore"}),
+        ),
+        (
+            "bob's label ssa: IGNORE on a guarded Deployment",
+            json!({SSA: "IGNORE"}),
+            none(),
+        ),
+    ] {
+        cases.push(
+            case(
+                what,
+                bob_marks(labels, annotations),
+                false,
+                Rule::SuspensionRefused,
+            )
+            .says("bob may not suspend Deployment prod-payments/api: a suspension is a break-glass window, which only user carol; group sre-oncall may open"),
+        );
+    }
+    cases.extend([
+        case(
+            "alice's ssa: Ignore under the window open on the Deployment",
+            Req::update("alice", open(), marked(none(), json!({SSA: "Ignore"}), true)),
+            true,
+            Rule::Suspended,
+        )
+        .says("driftgate: Deployment prod-payments/api suspended (annotation kustomize.toolkit.fluxcd.io/ssa) until 2026-11-30 10:00 UTC (20261130T1000Z); resume it with driftgate resume deployment/api -n prod-payments"),
+        case(
+            "alice's label reconcile: Disabled with the window opened in the same write",
+            Req::update("alice", plain(), marked(json!({RECONCILE: "Disabled"}), none(), true)),
+            true,
+            Rule::Suspended,
+        )
+        .says("suspended (label kustomize.toolkit.fluxcd.io/reconcile)"),
+        case(
+            "alice's ssa: Ignore without a window",
+            Req::update("alice", plain(), marked(none(), json!({SSA: "Ignore"}), false)),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("alice may not suspend Deployment prod-payments/api: it has no expiry"),
+        case(
+            "alice's ssa: Ignore under a namespace-wide window: a suspension's expiry is on the object",
+            Req::update("alice", plain(), marked(none(), json!({SSA: "Ignore"}), false)),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .namespace(json!({LABEL: "20261130T1000Z"}), json!({REASON: "INC-2"}))
+        .says("it has no expiry"),
+        case(
+            "alice's ssa: Ignore and an image change under the window: not recorded as an ordinary change",
+            Req::update("alice", open(), {
+                let mut d = marked(none(), json!({SSA: "Ignore"}), true);
+                d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("api:2");
+                d
+            }),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("alice may not suspend Deployment prod-payments/api: a write that suspends the GitOps controller may change nothing else, and this one also changes spec.template.spec.containers"),
+        case(
+            "bob's ssa: Ignore and an image change: not an opener, so told that first",
+            Req::update("bob", plain(), {
+                let mut d = marked(none(), json!({SSA: "Ignore"}), false);
+                d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("api:2");
+                d
+            }),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("which only user carol; group sre-oncall may open"),
+        // Not suspensions: Flux still applies.
+        case(
+            "alice's ssa: IfNotPresent under the window: Flux reads it on Git's object only",
+            Req::update("alice", open(), marked(none(), json!({SSA: "IfNotPresent"}), true)),
+            true,
+            Rule::BreakGlassWindow,
+        ),
+        case(
+            "alice's ssa: Merge under the window",
+            Req::update("alice", open(), marked(none(), json!({SSA: "Merge"}), true)),
+            true,
+            Rule::BreakGlassWindow,
+        ),
+        case(
+            "bob's reconcile: dısabled (a dotless i, which Go does not fold to i)",
+            bob_marks(none(), json!({RECONCILE: "dısabled"})),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "bob's reconcile: enabled",
+            bob_marks(none(), json!({RECONCILE: "enabled"})),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "bob's key in another case: Flux compares keys exactly",
+            bob_marks(none(), json!({"kustomize.toolkit.fluxcd.io/Reconcile": "disabled"})),
+            false,
+            Rule::NotPermitted,
+        ),
+        // Resuming any of them is free; respelling one is no suspension, but a change.
+        case(
+            "bob removes ssa: Ignore with the window's label and reason",
+            Req::update("bob", marked(none(), json!({SSA: "Ignore"}), true), plain()),
+            true,
+            Rule::Resumed,
+        ),
+        case(
+            "bob removes the label form",
+            Req::update("bob", marked(json!({RECONCILE: "DISABLED"}), none(), true), plain()),
+            true,
+            Rule::Resumed,
+        ),
+        case(
+            "bob respells ssa: Ignore as IGNORE: still suspended, and a change of his",
+            Req::update(
+                "bob",
+                marked(none(), json!({SSA: "Ignore"}), true),
+                marked(none(), json!({SSA: "IGNORE"}), true),
+            ),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "a delegation covering every annotation may not suspend Flux with one",
+            {
+                let mut req = Req::update(
+                    "system:serviceaccount:kube-system:labeller",
+                    plain(),
+                    marked(none(), json!({SSA: "Ignore"}), false),
+                );
+                req.field_manager = Some("labeller");
+                req
+            },
+            false,
+            Rule::SuspensionRefused,
+        ),
+        case(
+            "bob's ssa: Ignore through deployments/status, which keeps annotations",
+            Req::update("bob", plain(), marked(none(), json!({SSA: "Ignore"}), false)).status(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("bob may not suspend Deployment prod-payments/api (through status): a suspension is a break-glass window"),
+        case(
+            "alice's ssa: Ignore through deployments/status under the window: a suspension, not an ordinary change",
+            Req::update("alice", open(), marked(none(), json!({SSA: "Ignore"}), true)).status(),
+            true,
+            Rule::Suspended,
+        )
+        .says("suspended (annotation kustomize.toolkit.fluxcd.io/ssa)"),
+        case(
+            "Flux applies ssa: Ignore from Git: the controller's own write",
+            Req::update(FLUX, plain(), marked(none(), json!({SSA: "Ignore"}), false))
+                .fm(Some("kustomize-controller")),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "bob's label reconcile: Disabled on a Kustomization in flux-system",
+            Req::update(
+                "bob",
+                kustomization(None, none(), none()),
+                kustomization(None, json!({RECONCILE: "Disabled"}), none()),
+            )
+            .kustomization(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("bob may not suspend Kustomization flux-system/apps"),
+        // Argo CD 3: automated sync turned off by `enabled: false`.
+        case(
+            "alice turns Argo CD's automated sync off (enabled: false) without an expiry",
+            Req::update(
+                "alice",
+                application(healing(), none(), none()),
+                application(turned_off(), none(), none()),
+            )
+            .application(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("alice may not suspend Application argocd/shop: it has no expiry"),
+        case(
+            "alice turns it off with an expiry and a reason",
+            Req::update(
+                "alice",
+                application(healing(), none(), none()),
+                application(turned_off(), until("20261130T1000Z"), why()),
+            )
+            .application(),
+            true,
+            Rule::Suspended,
+        )
+        .says("suspended (spec.syncPolicy.automated.enabled) until"),
+        case(
+            "bob turns it back on: resuming is free",
+            Req::update(
+                "bob",
+                application(turned_off(), until("20261130T1000Z"), why()),
+                application(json!({"automated": {"prune": true, "selfHeal": true, "enabled": true}}), none(), none()),
+            )
+            .application(),
+            true,
+            Rule::Resumed,
+        ),
+        case(
+            "bob's enabled: true where it was absent: no suspension either way",
+            Req::update(
+                "bob",
+                application(healing(), none(), none()),
+                application(json!({"automated": {"prune": true, "selfHeal": true, "enabled": true}}), none(), none()),
+            )
+            .application(),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "bob's skip-reconcile: \"1\" (Go's strconv.ParseBool)",
+            Req::update(
+                "bob",
+                application(healing(), none(), none()),
+                application(healing(), none(), json!({SKIP: "1"})),
+            )
+            .application(),
+            false,
+            Rule::SuspensionRefused,
+        ),
+        case(
+            "bob's skip-reconcile: \"True\"",
+            Req::update(
+                "bob",
+                application(healing(), none(), none()),
+                application(healing(), none(), json!({SKIP: "True"})),
+            )
+            .application(),
+            false,
+            Rule::SuspensionRefused,
+        ),
+        case(
+            "bob's skip-reconcile: \"yes\", which Argo CD does not read as true",
+            Req::update(
+                "bob",
+                application(healing(), none(), none()),
+                application(healing(), none(), json!({SKIP: "yes"})),
+            )
+            .application(),
+            true,
+            Rule::OutOfScope,
+        ),
+    ]);
+    check(&suspensions_policies("Enforce"), cases, None);
+}
+
 #[test]
 fn suspensions_need_break_glass_rules_and_valid_definitions() {
     let without_break_glass =
@@ -2918,6 +3240,103 @@ fn suspensions_need_break_glass_rules_and_valid_definitions() {
     let custom = POLICY.to_owned()
         + "  suspensions:\n    namespaces: [gitops]\n    fields:\n      - {kinds: [\"example.dev/*\"], path: spec.paused, suspendedWhen: isTrue}\n    annotations: []\n";
     PolicySet::from_yaml("inline", &custom).unwrap();
+}
+
+#[test]
+fn suspension_labels_and_annotations_say_how_their_values_compare() {
+    let with = |section: &str| POLICY.to_owned() + "  suspensions:\n" + section;
+    // Existing policies keep loading: `value` alone compares exactly.
+    let exact = with(
+        "    annotations:\n      - {key: example.dev/paused, value: \"yes\"}\n    labels: []\n",
+    );
+    let policies = PolicySet::from_yaml("inline", &exact).unwrap();
+    let rules = policies.policies()[0].suspensions.as_ref().unwrap();
+    assert!(rules.annotations[0].matches("yes") && !rules.annotations[0].matches("YES"));
+    assert!(rules.labels.is_empty());
+    // ignoreCase and values.
+    let folded = with(
+        "    annotations:\n      - {key: example.dev/paused, values: [\"yes\", \"on\"], ignoreCase: true}\n    labels:\n      - {key: example.dev/paused, value: \"yes\", ignoreCase: true}\n",
+    );
+    let policies = PolicySet::from_yaml("inline", &folded).unwrap();
+    let rules = policies.policies()[0].suspensions.as_ref().unwrap();
+    assert!(
+        ["yes", "YES", "On", "oN"]
+            .iter()
+            .all(|v| rules.annotations[0].matches(v))
+    );
+    assert!(!rules.annotations[0].matches("yes please"));
+    assert!(rules.labels[0].matches("Yes"));
+    // The defaults: Flux's two keys as labels and annotations in any case, Argo CD's as an
+    // annotation read as a boolean.
+    let defaults = suspensions_policies("Enforce");
+    let rules = defaults.policies()[0].suspensions.as_ref().unwrap();
+    let keys = |markers: &[driftgate::policy::suspensions::SuspensionMarker]| {
+        markers.iter().map(|m| m.key.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        keys(&rules.annotations),
+        [
+            "kustomize.toolkit.fluxcd.io/reconcile",
+            "kustomize.toolkit.fluxcd.io/ssa",
+            "argocd.argoproj.io/skip-reconcile"
+        ]
+    );
+    assert_eq!(
+        keys(&rules.labels),
+        [
+            "kustomize.toolkit.fluxcd.io/reconcile",
+            "kustomize.toolkit.fluxcd.io/ssa"
+        ]
+    );
+    let about_suspensions = |policies: &PolicySet| -> Vec<String> {
+        policies.policies()[0]
+            .warnings()
+            .into_iter()
+            .filter(|w| w.starts_with("spec.suspensions"))
+            .collect()
+    };
+    assert_eq!(about_suspensions(&defaults), Vec::<String>::new());
+
+    // Mistakes, each at its field.
+    let bad = with(
+        "    annotations:\n      - {key: example.dev/a}\n      - {key: example.dev/b, value: x, values: [y]}\n      - {key: example.dev/c, values: []}\n    labels:\n      - {key: example.dev/d, value: \"not a label value\"}\n      - {key: \"not a key\", values: [\"ok\", \"-bad\"]}\n",
+    );
+    let error = PolicySet::from_yaml("inline", &bad)
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        "spec.suspensions.annotations[0]: names no value: give value (the annotation value that suspends) or values",
+        "spec.suspensions.annotations[1]: gives both value and values: give one",
+        "spec.suspensions.annotations[2].values: lists no value",
+        "spec.suspensions.labels[0].value: \"not a label value\" can never be a label's value",
+        "spec.suspensions.labels[1].key: \"not a key\" is not a valid label key",
+        "spec.suspensions.labels[1].values[1]: \"-bad\" can never be a label's value",
+    ] {
+        assert!(error.contains(expected), "{expected}\n{error}");
+    }
+
+    // A policy that reads a controller's own key more narrowly than the controller is warned.
+    let narrow = with(
+        "    annotations:\n      - {key: kustomize.toolkit.fluxcd.io/reconcile, value: disabled}\n      - {key: argocd.argoproj.io/skip-reconcile, value: \"true\"}\n    labels: []\n",
+    );
+    let policies = PolicySet::from_yaml("inline", &narrow).unwrap();
+    let warnings = about_suspensions(&policies);
+    for expected in [
+        "spec.suspensions.annotations[0]: Flux stops on the annotation kustomize.toolkit.fluxcd.io/reconcile when it is disabled in any case (Go's strings.EqualFold: DISABLED, Disabled); list disabled with ignoreCase: true, or a suspension spelt so stops Flux unjudged",
+        "spec.suspensions.labels: Flux reads kustomize.toolkit.fluxcd.io/reconcile as a label too; list it here as well (or leave labels out for the defaults), or a suspension by label stops Flux unjudged",
+        "spec.suspensions.annotations[1]: Argo CD stops on the annotation argocd.argoproj.io/skip-reconcile when it is 1, t, T, TRUE, true, True (Go's strconv.ParseBool); add 1, t, T, TRUE, True, or a suspension spelt so stops Argo CD unjudged",
+    ] {
+        assert!(
+            warnings.iter().any(|w| w == expected),
+            "{expected}\n{warnings:#?}"
+        );
+    }
+    // And of a key of Flux's it does not list while it lists the other.
+    assert!(
+        warnings.iter().any(|w| w == "spec.suspensions.annotations: Flux also stops on kustomize.toolkit.fluxcd.io/ssa: Ignore (as a label or an annotation), which this policy does not list, so a suspension by it stops Flux unjudged"),
+        "{warnings:#?}"
+    );
+    assert_eq!(warnings.len(), 4, "{warnings:#?}");
 }
 
 #[test]

@@ -220,6 +220,23 @@ impl Located {
             namespace: self.namespace.as_deref(),
         }
     }
+
+    /// The object as it is now (`doing` says why, in an error).
+    pub(crate) async fn read(
+        &self,
+        cluster: &Cluster,
+        doing: &str,
+    ) -> Result<DynamicObject, CliError> {
+        self.api.get(&self.name).await.map_err(|e| {
+            cluster.error(
+                Attempt {
+                    verb: "get",
+                    ..self.attempt(doing)
+                },
+                e,
+            )
+        })
+    }
 }
 
 /// RBAC's and kubectl's name for a resource: `deployments.apps`, `configmaps`.

@@ -38,6 +38,15 @@ pub enum CliError {
     TargetSyntax { target: String },
     #[error("\"{target}\" is not KIND/NAME; write e.g. kustomization/apps or helmrelease/podinfo")]
     SuspensionTarget { target: String },
+    #[error(
+        "driftgate cannot resume {words}: it cannot undo {cannot}. Restore it as Git declares it, removing the label {label} and the annotation {reason_annotation} in the same write (resuming is always admitted)"
+    )]
+    CannotResume {
+        words: String,
+        cannot: String,
+        label: String,
+        reason_annotation: String,
+    },
     #[error("--for: {0}")]
     Duration(#[source] crate::timefmt::DurationError),
     #[error("--for {value}: the window would end beyond the times a label can hold")]
@@ -136,6 +145,7 @@ impl CliError {
             CliError::Refused { .. } => exit::REFUSED,
             CliError::TargetSyntax { .. }
             | CliError::SuspensionTarget { .. }
+            | CliError::CannotResume { .. }
             | CliError::Duration(_)
             | CliError::DurationTooFar { .. }
             | CliError::Reason

@@ -2,13 +2,13 @@
 //! controller's reconciliation of one object as a break-glass window. One merge patch sets the
 //! suspension (Flux's `spec.suspend`, or an annotation for kinds without one) together with the
 //! window's label (the expiry) and reason, so driftgate sees all three at once; resuming
-//! removes all three.
+//! reads the object and undoes every suspension found on it, with the label and reason.
 
 use std::io::Write;
 
 use clap::Args;
 use jiff::Timestamp;
-use kube::core::ApiResource;
+use kube::core::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
 
 use crate::cli::break_glass::{
@@ -18,7 +18,9 @@ use crate::cli::cluster::{ConnectionArgs, connect};
 use crate::cli::error::CliError;
 use crate::policy::suspensions::{
     ARGO_SKIP_RECONCILE_ANNOTATION, FLUX_RECONCILE_ANNOTATION, FLUX_SUSPENDABLE_KINDS,
+    SuspensionRules,
 };
+use crate::suspensions::{Listed, undo_suspensions};
 use crate::timefmt::{format_expiry, human_utc};
 
 #[derive(Debug, Args)]
@@ -96,23 +98,25 @@ pub fn suspend_patch(
     patch
 }
 
-/// The merge patch that resumes: the suspension, the label and the reason removed (pure).
-/// Flux's `spec.suspend` goes back to false, as `flux resume` leaves it.
-pub fn resume_patch(mechanism: Mechanism, keys: &BreakGlassKeys) -> Value {
-    let mut patch = json!({"metadata": {
-        "labels": {keys.label.as_str(): null},
-        "annotations": {keys.reason_annotation.as_str(): null},
-    }});
-    match mechanism {
-        Mechanism::FluxSuspend => patch["spec"] = json!({"suspend": false}),
-        Mechanism::ArgoSkipReconcile => {
-            patch["metadata"]["annotations"][ARGO_SKIP_RECONCILE_ANNOTATION.0] = Value::Null;
-        }
-        Mechanism::FluxReconcileDisabled => {
-            patch["metadata"]["annotations"][FLUX_RECONCILE_ANNOTATION.0] = Value::Null;
-        }
-    }
-    patch
+/// The merge patch that resumes `object`, of `resource`: every suspension the documented
+/// definitions find on it undone (Flux's `spec.suspend` back to false, as `flux resume` leaves
+/// it; Argo CD's `enabled` and `selfHeal` back to true; Flux's and Argo CD's labels and
+/// annotations removed), and the window's label and reason removed; or, in words, what it
+/// cannot undo (Argo CD's automated sync removed) (pure).
+pub fn resume_patch(
+    resource: &ApiResource,
+    object: &DynamicObject,
+    keys: &BreakGlassKeys,
+) -> Result<Value, Vec<String>> {
+    let item = Listed {
+        group: &resource.group,
+        kind: &resource.kind,
+        object,
+    };
+    let mut patch = undo_suspensions(&SuspensionRules::defaults(), &item)?;
+    patch["metadata"]["labels"][keys.label.as_str()] = Value::Null;
+    patch["metadata"]["annotations"][keys.reason_annotation.as_str()] = Value::Null;
+    Ok(patch)
 }
 
 /// `KIND/NAME`, required here (pure).
@@ -188,7 +192,17 @@ pub async fn resume(args: &SuspensionTarget, out: &mut impl Write) -> Result<(),
     let cluster = connect(&args.connection).await?;
     let namespace = cluster.namespace_or(args.namespace.as_ref());
     let located = locate(&cluster, &target, &namespace).await?;
-    let patch = resume_patch(mechanism(&located.served), &args.keys);
+    let object = located
+        .read(&cluster, "reading the suspension to resume")
+        .await?;
+    let patch = resume_patch(&located.served, &object, &args.keys).map_err(|cannot| {
+        CliError::CannotResume {
+            words: located.words.clone(),
+            cannot: cannot.join(", "),
+            label: args.keys.label.clone(),
+            reason_annotation: args.keys.reason_annotation.clone(),
+        }
+    })?;
     patch_reading_warnings(&cluster, &located, &patch)
         .await
         .map_err(|e| cluster.error(located.attempt("resuming reconciliation"), e))?;
@@ -216,8 +230,12 @@ mod tests {
         ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind))
     }
 
+    fn object(value: Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
     #[test]
-    fn one_patch_sets_the_suspension_the_expiry_and_the_reason_and_resume_removes_them() {
+    fn one_patch_sets_the_suspension_the_expiry_and_the_reason() {
         let flux = mechanism(&resource("kustomize.toolkit.fluxcd.io", "Kustomization"));
         assert_eq!(flux, Mechanism::FluxSuspend);
         assert_eq!(
@@ -226,29 +244,70 @@ mod tests {
                 "labels": {"driftgate.dev/break-glass": "20261130T0930Z"},
                 "annotations": {"driftgate.dev/break-glass-reason": "INC-1: hotfix"}}})
         );
-        assert_eq!(
-            resume_patch(flux, &keys()),
-            json!({"spec": {"suspend": false}, "metadata": {
-                "labels": {"driftgate.dev/break-glass": null},
-                "annotations": {"driftgate.dev/break-glass-reason": null}}})
-        );
         let argo = mechanism(&resource("argoproj.io", "Application"));
         assert_eq!(
             suspend_patch(argo, &keys(), "x", "y")["metadata"]["annotations"]["argocd.argoproj.io/skip-reconcile"],
             "true"
         );
         let deployment = mechanism(&resource("apps", "Deployment"));
-        let resumed = resume_patch(deployment, &keys());
-        assert!(resumed.get("spec").is_none());
         assert_eq!(
-            resumed["metadata"]["annotations"]["kustomize.toolkit.fluxcd.io/reconcile"],
-            Value::Null
+            suspend_patch(deployment, &keys(), "x", "y")["metadata"]["annotations"]["kustomize.toolkit.fluxcd.io/reconcile"],
+            "disabled"
         );
-        assert!(
-            resumed["metadata"]["annotations"]
-                .as_object()
-                .unwrap()
-                .contains_key("kustomize.toolkit.fluxcd.io/reconcile")
+    }
+
+    #[test]
+    fn resume_undoes_every_suspension_it_finds_with_the_expiry_and_the_reason() {
+        let kustomization = object(json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": "apps", "namespace": "flux-system"},
+            "spec": {"suspend": true}}));
+        let flux = resource("kustomize.toolkit.fluxcd.io", "Kustomization");
+        assert_eq!(
+            resume_patch(&flux, &kustomization, &keys()),
+            Ok(json!({"spec": {"suspend": false}, "metadata": {
+                "labels": {"driftgate.dev/break-glass": null},
+                "annotations": {"driftgate.dev/break-glass-reason": null}}}))
+        );
+        // Each of Flux's forms on an object it applies, whatever its case; `ssa: Merge` is no
+        // suspension and stays.
+        let deployment = object(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "api", "namespace": "prod",
+                "labels": {"kustomize.toolkit.fluxcd.io/ssa": "ignore", "app": "api"},
+                "annotations": {"kustomize.toolkit.fluxcd.io/reconcile": "Disabled",
+                    "kustomize.toolkit.fluxcd.io/ssa": "Merge"}}}));
+        assert_eq!(
+            resume_patch(&resource("apps", "Deployment"), &deployment, &keys()),
+            Ok(json!({"metadata": {
+                "labels": {"driftgate.dev/break-glass": null, "kustomize.toolkit.fluxcd.io/ssa": null},
+                "annotations": {"driftgate.dev/break-glass-reason": null,
+                    "kustomize.toolkit.fluxcd.io/reconcile": null}}}))
+        );
+        // Argo CD 3's automated sync turned off comes back on; removed, it cannot be restored.
+        let argo = resource("argoproj.io", "Application");
+        let disabled = object(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "shop", "namespace": "argocd",
+                "annotations": {"argocd.argoproj.io/skip-reconcile": "1"}},
+            "spec": {"syncPolicy": {"automated": {"enabled": false, "selfHeal": true}}}}));
+        assert_eq!(
+            resume_patch(&argo, &disabled, &keys()),
+            Ok(
+                json!({"spec": {"syncPolicy": {"automated": {"enabled": true}}}, "metadata": {
+                "labels": {"driftgate.dev/break-glass": null},
+                "annotations": {"driftgate.dev/break-glass-reason": null,
+                    "argocd.argoproj.io/skip-reconcile": null}}})
+            )
+        );
+        let removed = object(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "shop", "namespace": "argocd"},
+            "spec": {"syncPolicy": {}}}));
+        let cannot = resume_patch(&argo, &removed, &keys()).unwrap_err();
+        assert_eq!(
+            cannot[0],
+            "spec.syncPolicy.automated (removed: what it held is unknown)"
         );
     }
 

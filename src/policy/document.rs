@@ -220,10 +220,14 @@ pub struct SuspensionsSpec {
     #[serde(default)]
     pub fields: Option<Vec<SuspensionFieldSpec>>,
     /// Annotations that suspend reconciliation, on any object (default: Flux's
-    /// `kustomize.toolkit.fluxcd.io/reconcile: disabled`, Argo CD's
-    /// `argocd.argoproj.io/skip-reconcile: "true"`).
+    /// `kustomize.toolkit.fluxcd.io/reconcile: disabled` and `kustomize.toolkit.fluxcd.io/ssa:
+    /// Ignore`, in any case; Argo CD's `argocd.argoproj.io/skip-reconcile`, as a boolean).
     #[serde(default)]
-    pub annotations: Option<Vec<SuspensionAnnotationSpec>>,
+    pub annotations: Option<Vec<SuspensionMarkerSpec>>,
+    /// Labels that suspend reconciliation, on any object (default: Flux's two, as above: Flux
+    /// reads labels and annotations alike).
+    #[serde(default)]
+    pub labels: Option<Vec<SuspensionMarkerSpec>>,
 }
 
 /// A field of some kinds that, when it holds as `suspendedWhen` says, suspends reconciliation.
@@ -243,18 +247,29 @@ pub struct SuspensionFieldSpec {
 pub enum SuspendedWhen {
     /// The field is `true` (Flux's `spec.suspend`).
     IsTrue,
+    /// The field is `false`; absent does not count (Argo CD 3's `automated.enabled`, which
+    /// defaults to true).
+    IsFalse,
     /// The field is anything but `true`, or absent (Argo CD's `selfHeal`).
     NotTrue,
     /// The field is absent or null (Argo CD's `automated`).
     Absent,
 }
 
-/// An annotation that suspends reconciliation when it has this value.
+/// A label or annotation that suspends reconciliation when it holds one of these values: `value`
+/// or `values`, compared exactly, or as Flux compares them with `ignoreCase`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SuspensionAnnotationSpec {
+pub struct SuspensionMarkerSpec {
     pub key: Spanned<String>,
-    pub value: Spanned<String>,
+    #[serde(default)]
+    pub value: Option<Spanned<String>>,
+    #[serde(default)]
+    pub values: Option<Vec<Spanned<String>>>,
+    /// Compare values regardless of case, as Go's `strings.EqualFold` (Unicode simple case
+    /// folding), which Flux uses. Default false: exactly.
+    #[serde(default)]
+    pub ignore_case: bool,
 }
 
 /// The cluster-scoped kinds a policy guards (ClusterRoles, CRDs): no namespace selects them, so

@@ -340,6 +340,9 @@ impl GatePolicy {
                 }
             }
         }
+        if let Some(rules) = &self.suspensions {
+            warnings.extend(rules.warnings());
+        }
         warnings
     }
 

@@ -108,8 +108,8 @@ rules:
   - apiGroups: ["", apps, batch, autoscaling, policy, networking.k8s.io, events.k8s.io]
     resources: ["*"]
     verbs: ["*"]
-  # `driftgate suspend` and `resume` patch Flux's objects.
-  - apiGroups: [kustomize.toolkit.fluxcd.io, helm.toolkit.fluxcd.io, source.toolkit.fluxcd.io]
+  # `driftgate suspend` and `resume` read and patch Flux's and Argo CD's objects.
+  - apiGroups: [kustomize.toolkit.fluxcd.io, helm.toolkit.fluxcd.io, source.toolkit.fluxcd.io, argoproj.io]
     resources: ["*"]
     verbs: [get, list, watch, patch]
   # What on-call engineers need for `driftgate backlog`, `backlog resolve` and `backlog link`

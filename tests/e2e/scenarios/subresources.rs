@@ -1575,7 +1575,8 @@ async fn an_annotation_through_status_is_judged_as_the_objects_own_write() {
     )))
     .ok();
     // `kustomize.toolkit.fluxcd.io/reconcile: disabled` would stop Flux reconciling the object:
-    // through services/status and deployments/status the API server keeps it.
+    // through services/status and deployments/status the API server keeps it, so it is judged as
+    // the object's own write: a suspension, which bob (no opener) may not make.
     let annotate =
         r#"{"metadata":{"annotations":{"kustomize.toolkit.fluxcd.io/reconcile":"disabled"}}}"#;
     for (target, kind) in [("service/api", "Service"), ("deployment/api", "Deployment")] {
@@ -1597,10 +1598,10 @@ async fn an_annotation_through_status_is_judged_as_the_objects_own_write() {
         assert_denied(
             &refused,
             &format!(
-                "bob may not update {kind} {ns}/api (through status): only its controllers \
-                 (flux, kubernetes) write here"
+                "bob may not suspend {kind} {ns}/api (through status): a suspension is a \
+                 break-glass window, which only group sre-oncall may open"
             ),
-            "NotPermitted",
+            "SuspensionRefused",
         );
         let live = get_json(target, ns);
         assert!(

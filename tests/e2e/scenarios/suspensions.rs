@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::harness::argocd::{ARGOCD_NAMESPACE, ArgoApply, argocd};
 use crate::harness::capture::CaptureWebhook;
 use crate::harness::flux::{FLUX_NAMESPACE, flux};
 use crate::harness::review_fixtures::{compare_or_write, normalise};
@@ -478,5 +479,477 @@ async fn a_suspension_past_its_expiry_is_counted_for_the_alert_until_it_is_resum
     super::eventually("the resumed suspension no longer counted", || async {
         suspensions_gauge("expired").filter(|n| *n == 0)
     })
+    .await;
+}
+
+/// Where [`each_spelling_flux_honours_stops_the_real_flux_and_is_judged_a_suspension`] applies its
+/// ConfigMaps: a `prod-*` namespace, guarded by the example policy, whose controller is Flux.
+const SKIP_NS: &str = "prod-skip-e2e";
+const SKIP_REASON: &str = "INC-2424: flux would undo the hotfix to this object";
+const RECONCILE_KEY: &str = "kustomize.toolkit.fluxcd.io/reconcile";
+const SSA_KEY: &str = "kustomize.toolkit.fluxcd.io/ssa";
+
+/// Git for that test: its namespace, and ConfigMaps `control` and each of `names`, all holding
+/// `VERSION: version`.
+fn skip_revision(names: &[&str], version: u32) -> String {
+    let mut manifests = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {SKIP_NS}\n");
+    for name in ["control"].iter().chain(names) {
+        manifests.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {SKIP_NS}\ndata:\n  VERSION: \"{version}\"\n"
+        ));
+    }
+    manifests
+}
+
+fn version_of(name: &str) -> Value {
+    super::get_json(&format!("configmap/{name}"), SKIP_NS)["data"]["VERSION"].clone()
+}
+
+/// The ledger's suspension record of ConfigMap `name` in [`SKIP_NS`], once it is in `phase`.
+async fn skip_record(name: &str, phase: &str) -> Value {
+    super::eventually(
+        &format!("the suspension record of ConfigMap {name} in phase {phase}"),
+        || async {
+            let listed = super::get_json("backportrequirements", SKIP_NS);
+            listed["items"]
+                .as_array()?
+                .iter()
+                .find(|r| {
+                    r["spec"]["scope"] == "Suspension"
+                        && r["spec"]["object"]["kind"] == "ConfigMap"
+                        && r["spec"]["object"]["name"] == name
+                        && r["status"]["phase"] == phase
+                })
+                .cloned()
+        },
+    )
+    .await
+}
+
+/// Issue 24, section 4: Flux's kustomize-controller skips an object whose labels or annotations
+/// hold `reconcile: disabled` or `ssa: Ignore`, values in any case. Each form, put by hand on a
+/// ConfigMap Flux applies in a guarded namespace, is judged as a suspension: refused for bob,
+/// admitted for alice with an expiry and a reason (a `Suspended` warning, Event and ledger
+/// record), also when alice adds `ssa: Ignore` under a window she opened on the object, and
+/// refused when it comes with another change. Then the real Flux applies a new revision to
+/// `control` and leaves every suspended ConfigMap as it was (each also carries an open window,
+/// which would refuse Flux's dry run and fail the whole revision had Flux not skipped it), and
+/// once bob resumes each with `driftgate resume`, Flux applies the revision to it.
+#[tokio::test]
+async fn each_spelling_flux_honours_stops_the_real_flux_and_is_judged_a_suspension() {
+    install_crypto_provider();
+    shared();
+    let name = "skip-e2e";
+    // name, where, key, value as put by hand; `folded` is "diſabled" with a long s, which Go's
+    // strings.EqualFold (and so Flux) reads as "disabled".
+    let forms: [(&str, &str, &str, &str); 4] = [
+        ("annotated", "annotations", RECONCILE_KEY, "Disabled"),
+        ("labelled", "labels", RECONCILE_KEY, "disabled"),
+        ("folded", "annotations", RECONCILE_KEY, "di\u{17f}abled"),
+        ("ignored", "annotations", SSA_KEY, "Ignore"),
+    ];
+    let names: Vec<&str> = forms.iter().map(|f| f.0).collect();
+    let first = flux().publish(name, &skip_revision(&names, 1));
+    flux().kustomize(name, INTERVAL);
+    let start = Instant::now();
+    while flux().kustomization(name)["status"]["lastAppliedRevision"] != first.as_str() {
+        assert!(
+            start.elapsed() < APPLIED,
+            "Flux did not apply {first}; log: {}",
+            flux().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let expiry = driftgate::timefmt::format_expiry(
+        jiff::Timestamp::now()
+            .checked_add(jiff::SignedDuration::from_mins(60))
+            .unwrap()
+            .round(jiff::Unit::Second)
+            .unwrap(),
+    );
+    let marks = |place: &str, key: &str, value: &str, window: bool| {
+        let mut metadata = json!({"labels": {}, "annotations": {}});
+        metadata[place][key] = json!(value);
+        if window {
+            metadata["labels"]["driftgate.dev/break-glass"] = json!(expiry);
+            metadata["annotations"]["driftgate.dev/break-glass-reason"] = json!(SKIP_REASON);
+        }
+        json!({"metadata": metadata}).to_string()
+    };
+
+    // bob, no opener, may not stop Flux in any spelling.
+    for (cm, place, key, value) in forms {
+        let patch = kubectl(
+            BOB,
+            &[
+                "patch",
+                "configmap",
+                cm,
+                "-n",
+                SKIP_NS,
+                "--type=merge",
+                "-p",
+                &marks(place, key, value, false),
+            ],
+        );
+        assert_denied(
+            &patch,
+            &format!(
+                "bob may not suspend ConfigMap {SKIP_NS}/{cm}: a suspension is a break-glass window, which only group sre-oncall may open"
+            ),
+            "SuspensionRefused",
+        );
+    }
+
+    // alice suspends the first three, with the expiry and the reason in the same write.
+    for (cm, place, key, value) in &forms[..3] {
+        let patch = kubectl(
+            ALICE,
+            &[
+                "patch",
+                "configmap",
+                cm,
+                "-n",
+                SKIP_NS,
+                "--type=merge",
+                "-p",
+                &marks(place, key, value, true),
+            ],
+        )
+        .ok();
+        let how = match *place {
+            "labels" => format!("label {key}"),
+            _ => format!("annotation {key}"),
+        };
+        assert!(
+            patch.stderr.contains(&format!(
+                "driftgate: ConfigMap {SKIP_NS}/{cm} suspended ({how}) until "
+            )),
+            "{}",
+            patch.stderr
+        );
+    }
+    // The fourth under a window she opens on it first: ssa: Ignore with another change is
+    // refused (it would be recorded as an ordinary change), alone it is a suspension.
+    driftgate_cli(
+        ALICE,
+        &[
+            "break-glass",
+            "open",
+            "configmap/ignored",
+            "-n",
+            SKIP_NS,
+            "--for",
+            "1h",
+            "--reason",
+            SKIP_REASON,
+        ],
+    )
+    .ok();
+    let mixed = kubectl(
+        ALICE,
+        &[
+            "patch",
+            "configmap",
+            "ignored",
+            "-n",
+            SKIP_NS,
+            "--type=merge",
+            "-p",
+            &json!({"metadata": {"annotations": {SSA_KEY: "Ignore"}}, "data": {"HOTFIX": "on"}})
+                .to_string(),
+        ],
+    );
+    assert_denied(
+        &mixed,
+        &format!(
+            "alice may not suspend ConfigMap {SKIP_NS}/ignored: a write that suspends the GitOps controller may change nothing else, and this one also changes data.HOTFIX"
+        ),
+        "SuspensionRefused",
+    );
+    let annotate = kubectl(
+        ALICE,
+        &[
+            "annotate",
+            "configmap",
+            "ignored",
+            "-n",
+            SKIP_NS,
+            &format!("{SSA_KEY}=Ignore"),
+        ],
+    )
+    .ok();
+    assert!(
+        annotate.stderr.contains(&format!(
+            "driftgate: ConfigMap {SKIP_NS}/ignored suspended (annotation {SSA_KEY}) until "
+        )),
+        "{}",
+        annotate.stderr
+    );
+    for cm in &names {
+        wait_for_event(
+            SKIP_NS,
+            "Suspended",
+            "ConfigMap",
+            cm,
+            "alice suspended the GitOps controller's reconciliation of ConfigMap",
+        )
+        .await;
+        let record = skip_record(cm, "Open").await;
+        assert_eq!(record["spec"]["window"]["opener"], ALICE.user, "{record}");
+    }
+
+    // Git moves on: Flux applies the revision to `control` and skips every suspended one.
+    let reviewed_before = shared().log_tail(usize::MAX).lines().count();
+    let second = flux().publish(name, &skip_revision(&names, 2));
+    let start = Instant::now();
+    while flux().kustomization(name)["status"]["lastAppliedRevision"] != second.as_str() {
+        assert!(
+            start.elapsed() < APPLIED,
+            "Flux did not apply {second} (a suspended ConfigMap it did not skip would be refused, as its window holds Flux); kustomization: {}; log: {}",
+            flux().kustomization(name)["status"],
+            flux().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "the real Flux applied the revision past the four suspended ConfigMaps in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    assert_eq!(version_of("control"), "2");
+    // Two more intervals: Flux dry-runs `control` on each, and sends nothing at all, not even a
+    // dry run, for a suspended ConfigMap (driftgate logs every review it gets).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let log = shared().log_tail(usize::MAX);
+    let flux_reviews = |cm: &str| {
+        let object = format!(
+            "kind=ConfigMap subresource= namespace={SKIP_NS} name={cm} user=system:serviceaccount:flux-system:kustomize-controller"
+        );
+        log.lines()
+            .skip(reviewed_before)
+            .filter(|line| line.contains(&object))
+            .count()
+    };
+    assert!(
+        flux_reviews("control") >= 2,
+        "Flux's reviews of control: {}",
+        flux_reviews("control")
+    );
+    eprintln!(
+        "meanwhile driftgate reviewed {} writes (dry runs and applies) of control by the real Flux, and none of the suspended ConfigMaps",
+        flux_reviews("control")
+    );
+    for cm in &names {
+        assert_eq!(version_of(cm), "1", "Flux applied suspended ConfigMap {cm}");
+        assert_eq!(flux_reviews(cm), 0, "Flux wrote suspended ConfigMap {cm}");
+    }
+
+    // bob resumes each (resuming is free); driftgate resume undoes whichever form it finds, and
+    // Flux applies the revision to it.
+    for (cm, place, key, _) in forms {
+        let resume =
+            driftgate_cli(BOB, &["resume", &format!("configmap/{cm}"), "-n", SKIP_NS]).ok();
+        assert!(resume.stdout.contains("resumed"), "{}", resume.stdout);
+        let live = super::get_json(&format!("configmap/{cm}"), SKIP_NS);
+        assert!(
+            live["metadata"][place].get(key).is_none(),
+            "{cm}: {key} left: {live}"
+        );
+        let record = skip_record(cm, "Resumed").await;
+        assert_eq!(record["status"]["resumedBy"], BOB.user, "{record}");
+    }
+    let resumed = Instant::now();
+    for cm in &names {
+        super::eventually(&format!("Flux applying revision 2 to {cm}"), || async {
+            (version_of(cm) == "2").then_some(())
+        })
+        .await;
+    }
+    eprintln!(
+        "once resumed, the real Flux applied the revision to all four in {:.1} s",
+        resumed.elapsed().as_secs_f64()
+    );
+}
+
+/// Git for [`argo_cd_3_stops_automated_sync_on_enabled_false_and_driftgate_judges_it_a_suspension`]:
+/// its namespace (outside every policy: Argo CD is no controller of the example policy's) and a
+/// ConfigMap.
+fn argo_revision(namespace: &str, log_level: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {namespace}\ndata:\n  LOG_LEVEL: {log_level}\n"
+    )
+}
+
+/// Application `name`'s sync status: the revision its last sync applied, that sync's phase, and
+/// whether it is in sync with Git.
+fn argo_state(name: &str) -> String {
+    control_plane()
+        .kubectl(
+            ADMIN,
+            &[
+                "get",
+                "application",
+                name,
+                "-n",
+                ARGOCD_NAMESPACE,
+                "-o",
+                "jsonpath={.status.operationState.syncResult.revision} {.status.operationState.phase} {.status.sync.status} {.status.sync.revision}",
+            ],
+        )
+        .stdout
+        .trim()
+        .to_owned()
+}
+
+async fn wait_argo_state(name: &str, want: &str, within: Duration) {
+    let start = Instant::now();
+    while argo_state(name) != want {
+        assert!(
+            start.elapsed() < within,
+            "Application {name} is not `{want}` within {within:?} (now `{}`); log: {}",
+            argo_state(name),
+            argocd().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Issue 24, section 4, for Argo CD: its v3 controller stops automated sync on
+/// `spec.syncPolicy.automated.enabled: false` (absent means on), which driftgate judges as a
+/// suspension: refused for bob, and for alice without an expiry; admitted with one. While it
+/// holds, the real application-controller sees Git's new commit (OutOfSync) and does not sync
+/// it; once bob resumes with `driftgate resume` (`enabled` back to true), it syncs.
+#[tokio::test]
+async fn argo_cd_3_stops_automated_sync_on_enabled_false_and_driftgate_judges_it_a_suspension() {
+    install_crypto_provider();
+    shared();
+    let name = "argocd-suspend-e2e";
+    let first = argocd().publish(name, &argo_revision(name, "info"));
+    argocd().application(name, name, ArgoApply::ClientSide);
+    wait_argo_state(
+        name,
+        &format!("{first} Succeeded Synced {first}"),
+        Duration::from_secs(180),
+    )
+    .await;
+    let settings = || super::get_json("configmap/settings", name)["data"]["LOG_LEVEL"].clone();
+    assert_eq!(settings(), "info");
+
+    let off = |window: bool| {
+        let mut patch = json!({"spec": {"syncPolicy": {"automated": {"enabled": false}}}});
+        if window {
+            let expiry = driftgate::timefmt::format_expiry(
+                jiff::Timestamp::now()
+                    .checked_add(jiff::SignedDuration::from_mins(60))
+                    .unwrap()
+                    .round(jiff::Unit::Second)
+                    .unwrap(),
+            );
+            patch["metadata"] = json!({
+                "labels": {"driftgate.dev/break-glass": expiry},
+                "annotations": {"driftgate.dev/break-glass-reason": REASON},
+            });
+        }
+        patch.to_string()
+    };
+    let patch = |who, window| {
+        kubectl(
+            who,
+            &[
+                "patch",
+                "application",
+                name,
+                "-n",
+                ARGOCD_NAMESPACE,
+                "--type=merge",
+                "-p",
+                &off(window),
+            ],
+        )
+    };
+    assert_denied(
+        &patch(BOB, true),
+        &format!(
+            "bob may not suspend Application {ARGOCD_NAMESPACE}/{name}: a suspension is a break-glass window, which only group sre-oncall may open"
+        ),
+        "SuspensionRefused",
+    );
+    assert_denied(
+        &patch(ALICE, false),
+        &format!("alice may not suspend Application {ARGOCD_NAMESPACE}/{name}: it has no expiry"),
+        "SuspensionRefused",
+    );
+    let suspended = patch(ALICE, true).ok();
+    assert!(
+        suspended.stderr.contains(&format!(
+            "driftgate: Application {ARGOCD_NAMESPACE}/{name} suspended (spec.syncPolicy.automated.enabled) until "
+        )),
+        "{}",
+        suspended.stderr
+    );
+    wait_for_event(
+        ARGOCD_NAMESPACE,
+        "Suspended",
+        "Application",
+        name,
+        "alice suspended the GitOps controller's reconciliation of Application",
+    )
+    .await;
+
+    // Git moves on: Argo CD sees the commit and, its automated sync off, leaves it unsynced.
+    let second = argocd().publish(name, &argo_revision(name, "debug"));
+    wait_argo_state(
+        name,
+        &format!("{first} Succeeded OutOfSync {second}"),
+        Duration::from_secs(60),
+    )
+    .await;
+    let start = Instant::now();
+    while start.elapsed() < SUSPENDED_FOR {
+        assert_eq!(settings(), "info", "Argo CD synced while suspended");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // bob resumes it: automated sync back on, and Argo CD syncs the commit.
+    driftgate_cli(
+        BOB,
+        &[
+            "resume",
+            &format!("application/{name}"),
+            "-n",
+            ARGOCD_NAMESPACE,
+        ],
+    )
+    .ok();
+    let live = super::get_json(&format!("application/{name}"), ARGOCD_NAMESPACE);
+    assert_eq!(
+        live["spec"]["syncPolicy"]["automated"]["enabled"], true,
+        "{live}"
+    );
+    assert!(
+        live["metadata"]["labels"]
+            .get("driftgate.dev/break-glass")
+            .is_none(),
+        "{live}"
+    );
+    let resumed = Instant::now();
+    wait_argo_state(
+        name,
+        &format!("{second} Succeeded Synced {second}"),
+        Duration::from_secs(60),
+    )
+    .await;
+    eprintln!(
+        "once resumed, the real Argo CD synced the waiting commit in {:.1} s",
+        resumed.elapsed().as_secs_f64()
+    );
+    assert_eq!(settings(), "debug");
+    wait_for_event(
+        ARGOCD_NAMESPACE,
+        "Resumed",
+        "Application",
+        name,
+        "bob resumed the GitOps controller's reconciliation of Application",
+    )
     .await;
 }
