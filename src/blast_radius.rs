@@ -1,10 +1,11 @@
-//! Blast radius: the gate webhook is sent writes only in namespaces that some policy guards (and
+//! Blast radius: the gate webhook is sent writes only in namespaces that some policy judges (and
 //! Namespace objects of those), so that with every replica of driftgate down the rest of the
-//! cluster keeps working.
+//! cluster keeps working. "Judges" is the decision's own definition (`policy::scope`): the
+//! namespaces a policy guards, and those where its suspension rules judge the GitOps objects.
 //!
 //! The selector fails closed: it names the namespaces to *leave out*, never the ones to send, so
 //! a namespace created to match a policy is sent from its first object. Only a namespace that
-//! no policy guards waits for driftgate (seconds) before its writes stop reaching the webhook.
+//! no policy judges waits for driftgate (seconds) before its writes stop reaching the webhook.
 //!
 //! [`plan`] is pure; [`spawn_selector_keeper`] is the thin sink that server-side applies the
 //! planned `namespaceSelector` with its own field manager, only while this replica leads.
@@ -54,7 +55,7 @@ pub struct GateWebhook {
 #[derive(Clone, Debug, clap::Args)]
 pub struct GateSelectorArgs {
     /// Keep this ValidatingWebhookConfiguration's gate webhook namespaceSelector at the base
-    /// selector plus `kubernetes.io/metadata.name NotIn [every namespace no policy guards]`.
+    /// selector plus `kubernetes.io/metadata.name NotIn [every namespace no policy judges]`.
     #[arg(long, value_name = "NAME", requires = "gate_base_namespace_selector")]
     pub gate_webhook_configuration: Option<String>,
     /// The gate webhook's name inside that configuration.
@@ -184,9 +185,9 @@ pub fn plan(inputs: &PlanInputs<'_>) -> Step {
         let name = ns.metadata.name.as_deref().unwrap_or_default();
         (name, ns.metadata.labels.as_ref())
     });
-    let unguarded = unguarded_namespaces(inputs.policies, labelled);
-    let excluded = unguarded.len();
-    let selector = desired_selector(&gate.base_selector, unguarded);
+    let unjudged = unjudged_namespaces(inputs.policies, labelled);
+    let excluded = unjudged.len();
+    let selector = desired_selector(&gate.base_selector, unjudged);
     if same_selector(webhook.namespace_selector.as_ref(), &selector) {
         Step::InStep { excluded }
     } else {
@@ -194,41 +195,38 @@ pub fn plan(inputs: &PlanInputs<'_>) -> Step {
     }
 }
 
-/// The namespaces no policy guards, sorted and without duplicates. "Guarded" is the decision's
-/// own test ([`crate::policy::GatePolicy::guards_namespace`]) with the namespace's labels.
-pub fn unguarded_namespaces<'a>(
+/// The namespaces no policy judges, sorted and without duplicates: neither guarded by a
+/// policy's `namespaces` nor holding the GitOps objects its `suspensions` judge. "Judges" is the
+/// decision's own test ([`PolicySet::judges_namespace`]) with the namespace's labels.
+pub fn unjudged_namespaces<'a>(
     policies: &PolicySet,
     namespaces: impl IntoIterator<Item = (&'a str, Option<&'a BTreeMap<String, String>>)>,
 ) -> Vec<String> {
     static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-    let mut unguarded: Vec<String> = namespaces
+    let mut unjudged: Vec<String> = namespaces
         .into_iter()
         .filter(|(name, labels)| {
-            let labels = NamespaceLabels::Known(labels.unwrap_or(&NO_LABELS));
-            !policies
-                .policies()
-                .iter()
-                .any(|policy| policy.guards_namespace(name, labels))
+            !policies.judges_namespace(name, NamespaceLabels::Known(labels.unwrap_or(&NO_LABELS)))
         })
         .map(|(name, _)| name.to_owned())
         .collect();
-    unguarded.sort();
-    unguarded.dedup();
-    unguarded
+    unjudged.sort();
+    unjudged.dedup();
+    unjudged
 }
 
-/// `base` plus `kubernetes.io/metadata.name NotIn [unguarded]` (left out when there are none:
+/// `base` plus `kubernetes.io/metadata.name NotIn [unjudged]` (left out when there are none:
 /// the API server refuses a `NotIn` without values).
-pub fn desired_selector(base: &LabelSelector, unguarded: Vec<String>) -> LabelSelector {
+pub fn desired_selector(base: &LabelSelector, unjudged: Vec<String>) -> LabelSelector {
     let mut selector = base.clone();
-    if !unguarded.is_empty() {
+    if !unjudged.is_empty() {
         selector
             .match_expressions
             .get_or_insert_with(Vec::new)
             .push(LabelSelectorRequirement {
                 key: NAME_LABEL.to_owned(),
                 operator: "NotIn".to_owned(),
-                values: Some(unguarded),
+                values: Some(unjudged),
             });
     }
     selector
@@ -393,7 +391,7 @@ impl Keeper {
                     .webhook_selector_excluded_namespaces
                     .set(excluded as i64);
                 self.write_failures.success();
-                tracing::info!(configuration = %gate.configuration, webhook = %gate.webhook, excluded, "gate webhook namespaceSelector written: namespaces no policy guards are not sent");
+                tracing::info!(configuration = %gate.configuration, webhook = %gate.webhook, excluded, "gate webhook namespaceSelector written: namespaces no policy judges are not sent");
                 self.live = Some(written);
             }
             Err(error) => {
@@ -526,7 +524,7 @@ spec:
     }
 
     #[test]
-    fn unguarded_uses_the_decisions_include_exclude_and_selector() {
+    fn unjudged_uses_the_decisions_include_exclude_and_selector() {
         let cluster = cluster();
         let labelled = cluster.iter().map(|ns| {
             (
@@ -535,9 +533,51 @@ spec:
             )
         });
         assert_eq!(
-            unguarded_namespaces(&policies(), labelled),
+            unjudged_namespaces(&policies(), labelled),
             ["default", "prod-sandbox", "team-y"]
         );
+    }
+
+    /// Issue 24: the keeper once left out flux-system and argocd, where the suspension rules
+    /// judge, so that a suspension there was admitted unseen.
+    #[test]
+    fn the_namespaces_of_the_gitops_objects_stay_in_with_the_example_policy() {
+        let example =
+            PolicySet::from_yaml("example.yaml", include_str!("../policies/example.yaml"))
+                .expect("the example policy loads");
+        let cluster = [
+            namespace("flux-system", &[]),
+            namespace("argocd", &[]),
+            namespace("prod-payments", &[]),
+            namespace("payments", &[]),
+            namespace("staging-a", &[]),
+            namespace("prod-sandbox", &[]),
+            namespace("default", &[]),
+            namespace("kube-public", &[]),
+        ];
+        let labelled = cluster.iter().map(|ns| {
+            (
+                ns.metadata.name.as_deref().unwrap(),
+                ns.metadata.labels.as_ref(),
+            )
+        });
+        assert_eq!(
+            unjudged_namespaces(&example, labelled),
+            ["default", "kube-public", "prod-sandbox"]
+        );
+        // A policy whose suspensions are its own namespaces' only leaves the others out.
+        let own_only = PolicySet::from_yaml(
+            "own.yaml",
+            &format!("{POLICY}  breakGlass: {{maxDuration: 1h, openers: {{groups: [sre]}}}}\n  suspensions: {{namespaces: []}}\n"),
+        )
+        .expect("the policy loads");
+        let labelled = cluster.iter().map(|ns| {
+            (
+                ns.metadata.name.as_deref().unwrap(),
+                ns.metadata.labels.as_ref(),
+            )
+        });
+        assert!(unjudged_namespaces(&own_only, labelled).contains(&"flux-system".to_owned()));
     }
 
     #[test]

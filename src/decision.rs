@@ -21,10 +21,13 @@ use crate::fieldpath::FieldPath;
 use crate::ledger::guard::LedgerGuard;
 use crate::ownership::forged_ownership;
 use crate::policy::document::GuardedOperation;
+use crate::policy::scope::{NamespaceScope, may_carry_suspension};
 use crate::policy::{
     BreakGlassRules, DeletionRules, GatePolicy, NamespaceLabels, PolicyMode, PolicySet,
 };
-use crate::request::{RequestEnvelope, RequestFacts, ReviewObject, is_namespace_object};
+use crate::request::{
+    RequestEnvelope, RequestFacts, ReviewObject, is_namespace_object, scope_namespace,
+};
 use crate::silence::{ControllerSilence, refusal_points_to_git};
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
 use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
@@ -976,17 +979,24 @@ fn guards_cluster_object(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
 }
 
 fn guards_namespace(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
+    namespace_scope(policy, facts).guarded
+}
+
+/// Which of the policy's rules judge the write's namespace (none for a cluster-scoped object):
+/// the one definition the keeper and the envelope-first path read too (`policy::scope`).
+fn namespace_scope(policy: &GatePolicy, facts: &Facts<'_>) -> NamespaceScope {
     let Some(namespace) = facts.namespace else {
-        return false;
+        return NamespaceScope::default();
     };
-    let labels = match facts.input.namespace {
-        Some(meta) => match &meta.labels {
-            Some(labels) => NamespaceLabels::Known(labels),
-            None => NamespaceLabels::Known(empty_labels()),
-        },
+    policy.namespace_scope(namespace, namespace_labels(facts.input.namespace))
+}
+
+/// The labels of the Namespace as cached; unknown without it.
+fn namespace_labels(namespace: Option<&ObjectMeta>) -> NamespaceLabels<'_> {
+    match namespace {
+        Some(meta) => NamespaceLabels::Known(meta.labels.as_ref().unwrap_or(empty_labels())),
         None => NamespaceLabels::Unknown,
-    };
-    policy.guards_namespace(namespace, labels)
+    }
 }
 
 fn empty_labels() -> &'static BTreeMap<String, String> {
@@ -996,6 +1006,11 @@ fn empty_labels() -> &'static BTreeMap<String, String> {
 
 /// The rules for one policy, in order. `None`: the policy does not guard this write.
 fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+    // Nothing outside where the policy judges at all: the blast-radius keeper leaves those
+    // namespaces out of the webhook, so no rule may depend on them.
+    if !namespace_scope(policy, facts).judged() && !guards_cluster_object(policy, facts) {
+        return None;
+    }
     // 1. Destructive deletes, whatever `resources` and `operations` guard.
     if let Some(refusal) = refuse_deletion(policy, facts) {
         return Some(refusal);
@@ -1424,7 +1439,9 @@ fn judge_suspension<'a>(policy: &GatePolicy, facts: &Facts<'a>) -> Option<RuleOu
     };
     // In the policy's own scope, or where the GitOps objects are.
     let guarded = in_scope(policy, facts);
-    if !guarded && !rules.holds_namespace(facts.namespace?) {
+    let gitops_objects = namespace_scope(policy, facts).suspensions
+        && may_carry_suspension(facts.group(), facts.kind);
+    if !guarded && !gitops_objects {
         return None;
     }
     let (group, kind) = (facts.group(), facts.kind);
@@ -2019,8 +2036,9 @@ fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
 /// objects may be unread (`None`). Conservative: true whenever [`decide`] could find the write
 /// in scope. A subresource write may be judged as a write to the object itself, and its kind
 /// is not known from the envelope (`kind` is the subresource's, such as `Scale`), so any
-/// subresource write in a guarded namespace counts; so does a Namespace object, whose own
-/// labels may select policies.
+/// subresource write in a guarded namespace counts; so does any write of a guarded Namespace.
+/// `namespace` is the Namespace as cached (for a Namespace object, itself), which the decision
+/// is given too: both ask `policy::scope` where the policies judge.
 pub fn may_guard<'r>(
     policies: &PolicySet,
     request: impl Into<RequestEnvelope<'r>>,
@@ -2047,31 +2065,28 @@ fn may_guard_with(
         Operation::Delete => GuardedOperation::Delete,
         Operation::Connect => return false,
     };
-    if suspension_guards(policy, request) {
-        return true;
-    }
     let deletion = deletion_guards(policy, request);
-    if !deletion && !policy.guards_operation(operation) {
-        return false;
-    }
-    if is_namespace_object(request) {
-        return true;
-    }
-    let Some(name) = request.namespace().filter(|ns| !ns.is_empty()) else {
+    let Some(name) = scope_namespace(request) else {
         // A cluster-scoped object: its kind is in the envelope (a subresource's parent kind
         // may not be, so any subresource counts where the policy guards cluster-scoped kinds).
+        if !deletion && !policy.guards_operation(operation) {
+            return false;
+        }
         let subresource = request.sub_resource().unwrap_or("");
         return policy.guards_cluster_kind(&request.kind().group, &request.kind().kind)
             || (!subresource.is_empty() && policy.cluster_scoped.is_some());
     };
-    let labels = match namespace {
-        Some(meta) => NamespaceLabels::Known(meta.labels.as_ref().unwrap_or(empty_labels())),
-        None => NamespaceLabels::Unknown,
-    };
-    if !policy.guards_namespace(name, labels) {
+    // Where the decision's rules judge at all (`policy::scope`), with the same labels.
+    let scope = policy.namespace_scope(name, namespace_labels(namespace));
+    if scope.suspensions && suspension_guards(request) {
+        return true;
+    }
+    if !scope.guarded || (!deletion && !policy.guards_operation(operation)) {
         return false;
     }
-    if deletion {
+    // A Namespace object's kind may be left out of `resources` and still be judged through
+    // its subresources and windows; a protected kind's delete is judged whatever they say.
+    if is_namespace_object(request) || deletion {
         return true;
     }
     let resource = request.resource();
@@ -2084,21 +2099,12 @@ fn may_guard_with(
     }
 }
 
-/// Whether the policy's `suspensions` may judge this write beyond what it guards: an UPDATE of
-/// an object itself in a namespace that holds GitOps objects. Not Leases (controllers renew
-/// theirs there every few seconds) nor Events, which carry no suspension.
-fn suspension_guards(policy: &GatePolicy, request: RequestEnvelope<'_>) -> bool {
-    let (Some(rules), Some(name)) = (&policy.suspensions, request.namespace()) else {
-        return false;
-    };
-    let kind = (request.kind().group.as_str(), request.kind().kind.as_str());
+/// Whether the suspension rules may judge this write where the GitOps objects are: an UPDATE
+/// of an object itself that may carry a suspension.
+fn suspension_guards(request: RequestEnvelope<'_>) -> bool {
     request.operation() == Operation::Update
         && request.sub_resource().unwrap_or("").is_empty()
-        && !matches!(
-            kind,
-            ("coordination.k8s.io", "Lease") | ("", "Event") | ("events.k8s.io", "Event")
-        )
-        && rules.holds_namespace(name)
+        && may_carry_suspension(&request.kind().group, &request.kind().kind)
 }
 
 /// Whether the policy's `deletions` may stop this delete, whatever else it guards: its kind

@@ -3543,3 +3543,232 @@ fn cluster_scoped_objects_follow_the_namespaces_rules_with_windows_on_the_object
     ];
     check(&policies(), cases, None);
 }
+
+/// The example policy, as `serve --dev`, the chart's default and the e2e suite serve it.
+fn example_policies() -> PolicySet {
+    PolicySet::load(std::path::Path::new("policies/example.yaml")).unwrap()
+}
+
+/// `object` with `spec.images` set to one new tag of `api`.
+fn with_images(mut object: Value, tag: &str) -> Value {
+    object["spec"]["images"] = json!([{"name": "api", "newTag": tag}]);
+    object
+}
+
+/// Issue 24, section 3: the GitOps objects are guarded as objects by the example policy's
+/// `gitops`: Flux applies them from Git, a person changes one only under a window on it, asking
+/// Flux to reconcile is free, and suspending follows the suspension rules (resuming is free).
+#[test]
+fn the_example_policy_guards_the_gitops_objects_as_objects() {
+    const SOURCE_CONTROLLER: &str = "system:serviceaccount:flux-system:source-controller";
+    let none = || json!({});
+    let open = || json!({LABEL: "20261130T1000Z"});
+    let why = || json!({REASON: "INC-24: roll api back"});
+    let running = || kustomization(None, none(), none());
+    let windowed = || kustomization(None, open(), why());
+    let requested =
+        |at: &str| kustomization(None, none(), json!({"reconcile.fluxcd.io/requestedAt": at}));
+    let finalized = || {
+        let mut k = running();
+        k["metadata"]["finalizers"] = json!(["finalizers.fluxcd.io"]);
+        k
+    };
+    let git_repository = |url: &str, finalizers: Value| {
+        json!({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+            "metadata": {"name": "flux-system", "namespace": "flux-system", "uid": "g-1",
+                "finalizers": finalizers},
+            "spec": {"interval": "1m", "url": url, "ref": {"branch": "main"}}})
+    };
+    let source = |req: Req| Req {
+        kind: ("source.toolkit.fluxcd.io", "GitRepository"),
+        resource: ("source.toolkit.fluxcd.io", "gitrepositories"),
+        name: "flux-system",
+        ..req.kustomization()
+    };
+    let flux = |old: Value, new: Value| {
+        Req::update(FLUX, old, new)
+            .kustomization()
+            .fm(Some("kustomize-controller"))
+    };
+    let cases = vec![
+        case(
+            "bob patches a Kustomization's images",
+            Req::update("bob", running(), with_images(running(), "2")).kustomization(),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("bob may not update Kustomization flux-system/apps: only the GitOps controller (flux) writes here (policy \"gitops\", rule NotPermitted). Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): driftgate break-glass open kustomizations.kustomize.toolkit.fluxcd.io/apps -n flux-system --for 1h"),
+        case(
+            "alice may not either, without a window",
+            Req::update("alice", running(), with_images(running(), "2")).kustomization(),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "alice under a window on the Kustomization",
+            Req::update("alice", windowed(), with_images(windowed(), "2")).kustomization(),
+            true,
+            Rule::BreakGlassWindow,
+        )
+        .says("backport it to Git"),
+        case(
+            "alice once the window expired",
+            Req::update("alice", windowed(), with_images(windowed(), "2")).kustomization(),
+            false,
+            Rule::WindowExpired,
+        )
+        .at("2026-11-30T10:30:00Z"),
+        case(
+            "Flux applies the Kustomization from Git",
+            flux(running(), with_images(running(), "3")),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "Flux is held off the Kustomization while a window is open on it",
+            flux(windowed(), with_images(windowed(), "3")),
+            false,
+            Rule::ControllerHeld,
+        ),
+        case(
+            "kustomize-controller adds its finalizer (manager gotk-kustomize-controller)",
+            Req::update(FLUX, running(), finalized())
+                .kustomization()
+                .fm(Some("gotk-kustomize-controller")),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "bob asks Flux to reconcile (flux reconcile)",
+            Req::update("bob", running(), requested("2026-11-30T08:59:00Z"))
+                .kustomization()
+                .fm(Some("flux")),
+            true,
+            Rule::Delegation,
+        ),
+        case(
+            "bob deletes a Kustomization (its prune would empty its namespaces)",
+            Req::delete("bob", running()).kustomization(),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "bob points the GitRepository at another URL",
+            source(Req::update(
+                "bob",
+                git_repository("https://git.example/fleet", json!(["finalizers.fluxcd.io"])),
+                git_repository("https://git.example/fork", json!(["finalizers.fluxcd.io"])),
+            )),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "source-controller adds its finalizer",
+            source(Req::update(
+                SOURCE_CONTROLLER,
+                git_repository("https://git.example/fleet", json!([])),
+                git_repository("https://git.example/fleet", json!(["finalizers.fluxcd.io"])),
+            ))
+            .fm(Some("gotk-source-controller")),
+            true,
+            Rule::Delegation,
+        ),
+        case(
+            "source-controller may not change the URL",
+            source(Req::update(
+                SOURCE_CONTROLLER,
+                git_repository("https://git.example/fleet", json!([])),
+                git_repository("https://git.example/fork", json!([])),
+            )),
+            false,
+            Rule::NotPermitted,
+        ),
+        // Suspending is judged by the suspension rules, once (by gitops alone).
+        case(
+            "alice suspends without an expiry (flux suspend)",
+            Req::update("alice", running(), kustomization(Some(true), none(), none()))
+                .kustomization(),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("(policy \"gitops\", rule SuspensionRefused)"),
+        case(
+            "alice suspends with driftgate suspend",
+            Req::update("alice", running(), kustomization(Some(true), open(), why()))
+                .kustomization(),
+            true,
+            Rule::Suspended,
+        ),
+        case(
+            "alice suspends and patches images in one write, with no window open before",
+            Req::update(
+                "alice",
+                running(),
+                with_images(kustomization(Some(true), open(), why()), "2"),
+            )
+            .kustomization(),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "bob resumes with flux resume",
+            Req::update(
+                "bob",
+                kustomization(Some(true), open(), why()),
+                kustomization(Some(false), open(), why()),
+            )
+            .kustomization(),
+            true,
+            Rule::Resumed,
+        ),
+        case(
+            "bob resumes with driftgate resume",
+            Req::update(
+                "bob",
+                kustomization(Some(true), open(), why()),
+                kustomization(Some(false), none(), none()),
+            )
+            .kustomization(),
+            true,
+            Rule::Resumed,
+        ),
+        case(
+            "Git declares the suspension: Flux's own write",
+            flux(running(), kustomization(Some(true), none(), none())),
+            true,
+            Rule::Controller,
+        ),
+        case(
+            "an ExternalArtifact is not guarded (its artifact is status, the source's own)",
+            Req {
+                kind: ("source.toolkit.fluxcd.io", "ExternalArtifact"),
+                resource: ("source.toolkit.fluxcd.io", "externalartifacts"),
+                ..Req::update("bob", running(), with_images(running(), "2")).kustomization()
+            },
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "Flux's own Deployment in flux-system is not guarded",
+            Req::update("bob", plain(), edited()).ns("flux-system"),
+            true,
+            Rule::OutOfScope,
+        ),
+    ];
+    let policies = example_policies();
+    for case in &cases {
+        let decision = decided(&policies, case, None);
+        assert!(
+            decision.record.verdicts.len() <= 1,
+            "{}: judged by {:?}",
+            case.name,
+            decision
+                .record
+                .verdicts
+                .iter()
+                .map(|v| &v.policy)
+                .collect::<Vec<_>>()
+        );
+    }
+    check(&policies, cases, None);
+}

@@ -1,5 +1,6 @@
-//! Property tests for the pure building blocks: field paths and patterns, the UPDATE diff, and
-//! the break-glass time formats.
+//! Property tests for the pure building blocks: field paths and patterns, the UPDATE diff, the
+//! break-glass time formats, and where driftgate judges (the decision, the envelope-first read
+//! and the blast-radius keeper agree).
 
 use std::collections::BTreeMap;
 
@@ -596,5 +597,492 @@ proptest! {
         let d = WindowDuration::from_secs(seconds);
         let text = d.to_string();
         prop_assert_eq!(WindowDuration::parse(&text), Ok(d), "displayed as {:?}", text);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where driftgate judges: the decision, the envelope-first read and the blast-radius keeper
+// ---------------------------------------------------------------------------------------------
+
+/// One policy document built from choices that all compile: namespaces by name, glob and label
+/// selector, kinds, operations, subresources, break-glass, deletions, suspensions (in the
+/// documented default namespaces, in some of their own, or only the policy's own) and
+/// cluster-scoped kinds.
+#[derive(Clone, Debug)]
+struct PolicyChoice {
+    include: Vec<&'static str>,
+    exclude: Vec<&'static str>,
+    selector: bool,
+    resources: Vec<&'static str>,
+    resource_exclude: Vec<&'static str>,
+    operations: Vec<&'static str>,
+    subresources: Vec<&'static str>,
+    audit: bool,
+    break_glass: Option<bool>,
+    deletions: bool,
+    suspensions: Option<Option<Vec<&'static str>>>,
+    cluster_scoped: bool,
+}
+
+const NAMESPACE_GLOBS: &[&str] = &[
+    "prod-*",
+    "payments",
+    "flux-system",
+    "team-*",
+    "argo*",
+    "*-sandbox",
+];
+const RESOURCE_GLOBS: &[&str] = &[
+    "*",
+    "apps/*",
+    "core/ConfigMap",
+    "core/Namespace",
+    "kustomize.toolkit.fluxcd.io/Kustomization",
+    "coordination.k8s.io/Lease",
+    "core/persistentvolumeclaims",
+];
+
+fn some_of(items: &'static [&'static str], max: usize) -> impl Strategy<Value = Vec<&'static str>> {
+    proptest::sample::subsequence(items, 0..=max)
+}
+
+fn policy_choice() -> impl Strategy<Value = PolicyChoice> {
+    let namespaces = (
+        some_of(NAMESPACE_GLOBS, 3),
+        some_of(NAMESPACE_GLOBS, 2),
+        any::<bool>(),
+    );
+    let kinds = (
+        some_of(RESOURCE_GLOBS, 3),
+        some_of(RESOURCE_GLOBS, 2),
+        proptest::sample::subsequence(&["CREATE", "UPDATE", "DELETE"][..], 1..=3),
+        prop_oneof![Just(vec!["", "scale"]), Just(vec![""]), Just(vec!["scale"])],
+    );
+    let rules = (
+        any::<bool>(),
+        option::of(any::<bool>()),
+        any::<bool>(),
+        option::of(option::of(some_of(NAMESPACE_GLOBS, 2))),
+        any::<bool>(),
+    );
+    (namespaces, kinds, rules).prop_map(
+        |(
+            (include, exclude, selector),
+            (resources, resource_exclude, operations, subresources),
+            (audit, break_glass, deletions, suspensions, cluster_scoped),
+        )| {
+            // `namespaces.include` is required unless a selector is given; `suspensions`
+            // needs `breakGlass`.
+            let selector = selector || include.is_empty();
+            let suspensions = suspensions.filter(|_| break_glass.is_some());
+            PolicyChoice {
+                include,
+                exclude,
+                selector,
+                resources,
+                resource_exclude,
+                operations,
+                subresources,
+                audit,
+                break_glass,
+                deletions,
+                suspensions,
+                cluster_scoped,
+            }
+        },
+    )
+}
+
+fn quoted(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+impl PolicyChoice {
+    fn yaml(&self, name: &str) -> String {
+        let mut spec = format!(
+            "  mode: {}\n  namespaces:\n    include: {}\n    exclude: {}\n",
+            if self.audit { "Audit" } else { "Enforce" },
+            quoted(&self.include),
+            quoted(&self.exclude),
+        );
+        if self.selector {
+            spec.push_str("    selector: {matchLabels: {gitops: enforced}}\n");
+        }
+        if !self.resources.is_empty() {
+            spec.push_str(&format!(
+                "  resources:\n    include: {}\n    exclude: {}\n",
+                quoted(&self.resources),
+                quoted(&self.resource_exclude)
+            ));
+        }
+        spec.push_str(&format!(
+            "  operations: {}\n  subresources: {}\n",
+            quoted(&self.operations),
+            quoted(&self.subresources)
+        ));
+        spec.push_str(
+            "  controllers:\n    - name: flux\n      usernames: [\"system:serviceaccount:flux-system:kustomize-controller\"]\n      fieldManagers: [kustomize-controller]\n",
+        );
+        if self.subresources.contains(&"scale") {
+            spec.push_str(
+                "  delegations:\n    - name: hpa\n      usernames: [\"system:serviceaccount:kube-system:horizontal-pod-autoscaler\"]\n      subresources: [scale]\n      fields: [spec.replicas]\n",
+            );
+        }
+        if let Some(namespace_wide) = self.break_glass {
+            spec.push_str(&format!(
+                "  breakGlass:\n    maxDuration: 4h\n    openers: {{groups: [sre-oncall]}}\n    namespaceWide: {namespace_wide}\n"
+            ));
+        }
+        if self.deletions {
+            spec.push_str("  deletions:\n    controllerLimit: {deletes: 1, per: 1m}\n");
+        }
+        match &self.suspensions {
+            None => {}
+            Some(None) => spec.push_str("  suspensions: {}\n"),
+            Some(Some(namespaces)) => spec.push_str(&format!(
+                "  suspensions:\n    namespaces: {}\n",
+                quoted(namespaces)
+            )),
+        }
+        if self.cluster_scoped {
+            spec.push_str("  clusterScoped: {}\n");
+        }
+        format!(
+            "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata:\n  name: {name}\nspec:\n{spec}"
+        )
+    }
+}
+
+fn policy_set() -> impl Strategy<Value = (String, driftgate::policy::PolicySet)> {
+    vec(policy_choice(), 1..=3).prop_map(|choices| {
+        let text = choices
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.yaml(&format!("p{i}")))
+            .collect::<Vec<_>>()
+            .join("---\n");
+        let set = driftgate::policy::PolicySet::from_yaml("generated", &text)
+            .unwrap_or_else(|e| panic!("a generated policy does not compile: {e}\n{text}"));
+        (text, set)
+    })
+}
+
+/// The kinds a review may write: (kind group, kind, resource group, resource, subresource).
+const WRITES: &[(&str, &str, &str, &str, &str)] = &[
+    ("apps", "Deployment", "apps", "deployments", ""),
+    ("apps", "Deployment", "apps", "deployments", "status"),
+    ("autoscaling", "Scale", "apps", "deployments", "scale"),
+    ("", "ConfigMap", "", "configmaps", ""),
+    (
+        "",
+        "PersistentVolumeClaim",
+        "",
+        "persistentvolumeclaims",
+        "",
+    ),
+    (
+        "kustomize.toolkit.fluxcd.io",
+        "Kustomization",
+        "kustomize.toolkit.fluxcd.io",
+        "kustomizations",
+        "",
+    ),
+    (
+        "coordination.k8s.io",
+        "Lease",
+        "coordination.k8s.io",
+        "leases",
+        "",
+    ),
+    ("", "Event", "", "events", ""),
+    ("", "Namespace", "", "namespaces", ""),
+    ("", "Namespace", "", "namespaces", "finalize"),
+];
+const NAMESPACES: &[&str] = &[
+    "prod-a",
+    "prod-sandbox",
+    "payments",
+    "flux-system",
+    "argocd",
+    "team-a",
+    "default",
+];
+const USERS: &[(&str, &[&str])] = &[
+    ("bob", &["system:authenticated"]),
+    ("alice", &["sre-oncall", "system:authenticated"]),
+    (
+        "system:serviceaccount:flux-system:kustomize-controller",
+        &["system:serviceaccounts"],
+    ),
+    (
+        "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+        &["system:serviceaccounts"],
+    ),
+];
+
+/// What one side of a write carries that some rule reads: a window's label (open, expired or
+/// beyond maxDuration) and reason, a suspension (field or annotation), the mark that allows a
+/// deletion, and a spec value.
+#[derive(Clone, Debug)]
+struct Side {
+    window: Option<&'static str>,
+    reason: bool,
+    suspend: bool,
+    reconcile_disabled: bool,
+    allow_deletion: bool,
+    replicas: u8,
+}
+
+fn side() -> impl Strategy<Value = Side> {
+    (
+        option::of(select(
+            &["20261130T1000Z", "20261130T0800Z", "20271130T1000Z"][..],
+        )),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        0u8..3,
+    )
+        .prop_map(
+            |(window, reason, suspend, reconcile_disabled, allow_deletion, replicas)| Side {
+                window,
+                reason,
+                suspend,
+                reconcile_disabled,
+                allow_deletion,
+                replicas,
+            },
+        )
+}
+
+#[derive(Clone, Debug)]
+struct Write {
+    operation: &'static str,
+    write: (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    ),
+    namespace: &'static str,
+    namespace_labels: (bool, bool),
+    user: (&'static str, &'static [&'static str]),
+    field_manager: Option<&'static str>,
+    old: Side,
+    new: Side,
+    discovered: bool,
+}
+
+fn write() -> impl Strategy<Value = Write> {
+    (
+        select(&["CREATE", "UPDATE", "DELETE", "CONNECT"][..]),
+        select(WRITES),
+        select(NAMESPACES),
+        (any::<bool>(), any::<bool>()),
+        select(USERS),
+        option::of(select(&["kubectl-edit", "kustomize-controller"][..])),
+        side(),
+        side(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(
+                operation,
+                write,
+                namespace,
+                namespace_labels,
+                user,
+                field_manager,
+                old,
+                new,
+                discovered,
+            )| Write {
+                operation,
+                write,
+                namespace,
+                namespace_labels,
+                user,
+                field_manager,
+                old,
+                new,
+                discovered,
+            },
+        )
+}
+
+impl Write {
+    fn is_namespace_object(&self) -> bool {
+        self.write.1 == "Namespace"
+    }
+
+    fn object(&self, side: &Side) -> Value {
+        let (group, kind, ..) = self.write;
+        let api_version = if group.is_empty() {
+            "v1".to_owned()
+        } else {
+            format!("{group}/v1")
+        };
+        let mut labels = Map::new();
+        if let Some(expiry) = side.window {
+            labels.insert("driftgate.dev/break-glass".into(), json!(expiry));
+        }
+        let mut annotations = Map::new();
+        if side.reason {
+            annotations.insert(
+                "driftgate.dev/break-glass-reason".into(),
+                json!("INC-7: hotfix"),
+            );
+        }
+        if side.reconcile_disabled {
+            annotations.insert(
+                "kustomize.toolkit.fluxcd.io/reconcile".into(),
+                json!("disabled"),
+            );
+        }
+        if side.allow_deletion {
+            annotations.insert("driftgate.dev/allow-deletion".into(), json!("true"));
+        }
+        let mut metadata = json!({
+            "name": self.name(), "uid": "u-1", "resourceVersion": "7",
+            "labels": labels, "annotations": annotations,
+        });
+        if !self.is_namespace_object() {
+            metadata["namespace"] = json!(self.namespace);
+        }
+        json!({
+            "apiVersion": api_version, "kind": kind, "metadata": metadata,
+            "spec": {"suspend": side.suspend, "replicas": side.replicas},
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        if self.is_namespace_object() {
+            self.namespace
+        } else {
+            "api"
+        }
+    }
+
+    /// The review as the API server sends it; `with_objects: false` leaves out its objects,
+    /// as the envelope-first path does for a write no policy may guard.
+    fn review(&self, with_objects: bool) -> kube::core::admission::AdmissionRequest<DynamicObject> {
+        let (group, kind, resource_group, resource, subresource) = self.write;
+        let (old, new) = match self.operation {
+            _ if !with_objects => (None, None),
+            "CREATE" => (None, Some(self.object(&self.new))),
+            "UPDATE" => (Some(self.object(&self.old)), Some(self.object(&self.new))),
+            "DELETE" => (Some(self.object(&self.old)), None),
+            _ => (None, None),
+        };
+        let mut options = json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"});
+        if let Some(fm) = self.field_manager {
+            options["fieldManager"] = json!(fm);
+        }
+        let mut request = json!({
+            "uid": "e0f1", "kind": {"group": group, "version": "v1", "kind": kind},
+            "resource": {"group": resource_group, "version": "v1", "resource": resource},
+            // The API server names a Namespace object's own namespace.
+            "name": self.name(), "namespace": self.namespace, "operation": self.operation,
+            "userInfo": {"username": self.user.0, "groups": self.user.1},
+            "object": new, "oldObject": old, "dryRun": false, "options": options,
+        });
+        if !subresource.is_empty() {
+            request["subResource"] = json!(subresource);
+        }
+        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        driftgate::review::parse_review(review.to_string().as_bytes())
+            .expect("a generated review parses")
+    }
+
+    /// The Namespace as the cache holds it, labelled for a selector or a namespace-wide window.
+    fn namespace_meta(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        let mut labels = BTreeMap::from([(
+            "kubernetes.io/metadata.name".to_owned(),
+            self.namespace.to_owned(),
+        )]);
+        if self.namespace_labels.0 {
+            labels.insert("gitops".into(), "enforced".into());
+        }
+        if self.namespace_labels.1 {
+            labels.insert("driftgate.dev/break-glass".into(), "20261130T1000Z".into());
+        }
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(self.namespace.to_owned()),
+            labels: Some(labels),
+            ..Default::default()
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Issue 24: a namespace the blast-radius keeper leaves out of the gate webhook is one
+    /// where no rule of any policy judges: every review there is OutOfScope, and the
+    /// envelope-first path does not even read its objects. And where the envelope-first path
+    /// does not read them, the decision without them is the decision with them.
+    #[test]
+    fn no_rule_judges_where_the_keeper_leaves_the_webhook_out(
+        (text, policies) in policy_set(),
+        write in write(),
+    ) {
+        use driftgate::decision::{DecisionInput, DiscoveredResource, Rule, decide, may_guard};
+        let now: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        let meta = write.namespace_meta();
+        let discovered = DiscoveredResource {
+            kind: if write.write.3 == "deployments" { "Deployment" } else { write.write.1 }.to_owned(),
+            has_status: true,
+        };
+        // Every policy has deleted a lot lately: a controllerLimit applies wherever it is judged.
+        let recent: driftgate::deletions::RecentDeletes = policies
+            .policies()
+            .iter()
+            .map(|p| (p.name.clone(), vec![now; 5]))
+            .collect();
+        let decide_review = |request: &kube::core::admission::AdmissionRequest<DynamicObject>| {
+            let facts = driftgate::request::RequestFacts::new(request);
+            let input = DecisionInput {
+                request: &facts,
+                resource: write.discovered.then_some(&discovered),
+                namespace: Some(&meta),
+                parent: None,
+                recent_deletes: Some(&recent),
+                now,
+                silence: None,
+            };
+            decide(&policies, &input)
+        };
+        let request = write.review(true);
+        let decision = decide_review(&request);
+        let envelope_guards = may_guard(&policies, &request, Some(&meta));
+        let excluded = !driftgate::blast_radius::unjudged_namespaces(
+            &policies,
+            [(write.namespace, meta.labels.as_ref())],
+        )
+        .is_empty();
+        if excluded {
+            prop_assert!(
+                decision.allowed && decision.record.rule == Rule::OutOfScope
+                    && decision.record.verdicts.is_empty(),
+                "the keeper excludes {} but the decision is {:?} {:?}\n{}",
+                write.namespace, decision.record.rule, decision.message, text
+            );
+            prop_assert!(!envelope_guards, "the keeper excludes {} but may_guard reads the review\n{}", write.namespace, text);
+        }
+        if !envelope_guards {
+            let unread = decide_review(&write.review(false));
+            let outcome = |d: &driftgate::decision::Decision| {
+                d.record.verdicts.iter().map(|v| (v.policy.clone(), v.rule, v.allowed)).collect::<Vec<_>>()
+            };
+            prop_assert_eq!(
+                outcome(&unread),
+                outcome(&decision),
+                "may_guard skips the objects, and the decision without them differs\n{}",
+                text
+            );
+        }
     }
 }

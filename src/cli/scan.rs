@@ -192,7 +192,8 @@ async fn scan_namespace(
 }
 
 /// The namespaces to scan, each with every policy that guards it: -A every namespace a
-/// policy guards; else -n's (or the context's), which a policy must guard.
+/// policy guards; else -n's (or the context's), which a policy must guard. Guarded as the
+/// decision means it (`policy::scope`); where only suspensions are judged, nothing is drift.
 async fn targets<'p>(
     cluster: &Cluster,
     policies: &'p PolicySet,
@@ -204,7 +205,10 @@ async fn targets<'p>(
         policies
             .policies()
             .iter()
-            .filter(|p| p.guards_namespace(&name, NamespaceLabels::Known(&labels)))
+            .filter(|p| {
+                p.namespace_scope(&name, NamespaceLabels::Known(&labels))
+                    .guarded
+            })
             .map(|p| (name.clone(), p))
             .collect::<Vec<_>>()
     };

@@ -34,12 +34,7 @@ pub fn is_managed(policies: &PolicySet, namespace: &str, known: Option<&Namespac
         .policies()
         .iter()
         .filter(|p| p.break_glass.is_some())
-        .any(|p| {
-            p.guards_namespace(namespace, labels)
-                || p.suspensions
-                    .as_ref()
-                    .is_some_and(|s| s.holds_namespace(namespace))
-        })
+        .any(|p| p.namespace_scope(namespace, labels).judged())
 }
 
 /// An Open record whose window ended: its move to AwaitingBackport, and the BreakGlassExpired

@@ -9,6 +9,7 @@ pub mod document;
 mod foreign;
 pub mod gatepolicy;
 mod reading;
+pub mod scope;
 pub mod suspensions;
 
 use std::collections::{BTreeMap, HashSet};

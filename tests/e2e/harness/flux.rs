@@ -9,7 +9,10 @@
 //! served from loopback by [`ArtifactServer`], and sets an `ExternalArtifact`'s status to point
 //! at it (url, sha256 digest, revision), as a source controller would. The feature gate
 //! `ExternalArtifact=true` lets a Kustomization take it as its source. Both objects live in
-//! `flux-system`, which no policy guards; the manifests name the namespaces they go to.
+//! `flux-system`; the manifests name the namespaces they go to. The example policy's `gitops`
+//! guards Kustomizations there as objects (ExternalArtifacts it leaves alone), so a
+//! Kustomization is applied as Flux's flux-system Kustomization applies one from Git: by
+//! [`FLUX`], field manager `kustomize-controller`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -250,13 +253,11 @@ fn controller_command(dir: &Path, kubeconfig: &Path, label_selector: &str) -> Co
     command
 }
 
-/// A Kustomization of source `name` every `interval`, pruning, with `labels` (a YAML map).
+/// A Kustomization of source `name` every `interval`, pruning, with `labels` (a YAML map),
+/// applied as Flux applies the GitOps objects from Git.
 fn apply_kustomization(name: &str, interval: &str, labels: &str) {
-    control_plane()
-        .apply(
-            ADMIN,
-            &format!(
-                r#"apiVersion: kustomize.toolkit.fluxcd.io/v1
+    apply_as_flux(&format!(
+        r#"apiVersion: kustomize.toolkit.fluxcd.io/v1
 kind: Kustomization
 metadata:
   name: {name}
@@ -271,7 +272,24 @@ spec:
     kind: ExternalArtifact
     name: {name}
 "#
-            ),
+    ));
+}
+
+/// `kubectl apply --server-side` of `manifest` as the flux-system Kustomization applies the
+/// GitOps objects from Git: as [`FLUX`], with kustomize-controller's field manager.
+pub fn apply_as_flux(manifest: &str) {
+    control_plane()
+        .kubectl_with_stdin(
+            FLUX,
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=kustomize-controller",
+                "-f",
+                "-",
+            ],
+            Some(manifest),
         )
         .ok();
 }

@@ -417,3 +417,233 @@ async fn only_guarded_namespaces_depend_on_driftgate_and_one_replica_writes_the_
     );
     first.unregister(CONFIGURATION);
 }
+
+/// Issue 24, section 2, with the chart's defaults: the example policy and the keeper on. The
+/// keeper once left flux-system out of the webhook (no policy's `namespaces` named it), and
+/// bob's `spec.suspend: true` on a Kustomization there was admitted, never reviewed, while the
+/// decision said SuspensionRefused. Now it keeps every namespace where a policy judges
+/// (flux-system, where the GitOps objects and their suspensions are judged, and the guarded
+/// ones), leaves out the rest, and this driftgate reviews and refuses bob's suspension.
+///
+/// Its own driftgate (as the admin: the chart's RBAC names only configuration `driftgate`, which
+/// the test above keeps) registers the chart's gate webhook with the chart's base selector and an
+/// objectSelector on a label only this test's objects carry, so that it judges no other test's
+/// writes (the shared driftgate judges them all already).
+#[tokio::test]
+async fn with_the_example_policy_the_keeper_keeps_flux_system_and_bob_s_suspension_is_refused() {
+    install_crypto_provider();
+    crate::harness::shared();
+    let flux = crate::harness::flux::flux();
+    const CONFIGURATION: &str = "driftgate-e2e-blast-example";
+    const OBJECT_LABEL: (&str, &str) = ("blast.driftgate.dev/example-e2e", "true");
+    const KUSTOMIZATION: &str = "blast-example-e2e";
+    // A namespace production guards (created as Flux, which that policy admits), and one no
+    // policy judges.
+    let out = super::flux_apply(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: prod-blast-example\n",
+    );
+    assert!(out.success(), "{}", out.stderr);
+    control_plane().apply(
+        ADMIN,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: blast-example-dev\n",
+    );
+    // argocd, where only the suspension rules judge (the example's `gitops` guards objects in
+    // flux-system alone): the namespace the keeper once left out with nothing else keeping it.
+    control_plane().apply(
+        ADMIN,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: argocd\n",
+    );
+
+    let base = json!({
+        "matchExpressions": [{
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "driftgate"],
+        }],
+    });
+    let base_flag = base.to_string();
+    let driftgate = Driftgate::start_as(
+        "blast-example",
+        &crate::harness::repo_path("policies/example.yaml"),
+        ADMIN,
+        &[
+            "--gate-webhook-configuration",
+            CONFIGURATION,
+            "--gate-base-namespace-selector",
+            &base_flag,
+            "--leader-lease",
+            "driftgate-e2e-blast-example-leader",
+            "--leader-lease-namespace",
+            LEASE_NAMESPACE,
+            "--leader-lease-duration",
+            "4s",
+        ],
+    );
+    let mut configuration =
+        webhook_configuration(CONFIGURATION, &driftgate.webhook_url(), driftgate.ca_pem());
+    configuration["webhooks"][0]["namespaceSelector"] = base.clone();
+    configuration["webhooks"][0]["objectSelector"] =
+        json!({"matchLabels": {OBJECT_LABEL.0: OBJECT_LABEL.1}});
+    let probe = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: blast-example-probe\n  namespace: flux-system\n  labels: {{{}: \"{}\"}}\n",
+        OBJECT_LABEL.0, OBJECT_LABEL.1
+    );
+    driftgate.register_with_probe(configuration, || {
+        control_plane().kubectl_with_stdin(
+            ADMIN,
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&probe),
+        );
+    });
+
+    // The keeper's exclusion, read from the live configuration: what no policy judges.
+    let live_excluded = || {
+        let out = kubectl(
+            ADMIN,
+            &[
+                "get",
+                "validatingwebhookconfiguration",
+                CONFIGURATION,
+                "-o",
+                "json",
+            ],
+        )
+        .ok();
+        let live: Value = serde_json::from_str(&out.stdout).expect("kubectl prints JSON");
+        live["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .skip(1)
+            .flat_map(|e| e["values"].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    let excluded = eventually(
+        "the keeper writes the example policy's exclusion",
+        || async {
+            let list = live_excluded();
+            list.contains(&"blast-example-dev".to_owned())
+                .then_some(list)
+        },
+    )
+    .await;
+    for judged in [
+        crate::harness::flux::FLUX_NAMESPACE,
+        "argocd",
+        "prod-blast-example",
+    ] {
+        assert!(
+            !excluded.contains(&judged.to_owned()),
+            "{judged} is left out: {excluded:?}"
+        );
+    }
+    for unjudged in ["default", "blast-example-dev"] {
+        assert!(
+            excluded.contains(&unjudged.to_owned()),
+            "{unjudged} is sent: {excluded:?}"
+        );
+    }
+
+    // A Kustomization of this test's, applied as Flux applies the GitOps objects from Git.
+    flux.publish(
+        KUSTOMIZATION,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: blast-example-apps\n",
+    );
+    crate::harness::flux::apply_as_flux(&format!(
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: {KUSTOMIZATION}\n  namespace: flux-system\n  labels: {{{}: \"{}\"}}\nspec:\n  interval: 1h\n  prune: true\n  path: ./\n  sourceRef: {{kind: ExternalArtifact, name: {KUSTOMIZATION}}}\n",
+        OBJECT_LABEL.0, OBJECT_LABEL.1
+    ));
+    let refused_here = || {
+        driftgate.counter(
+            "driftgate_admission_reviews_total",
+            &[
+                r#"decision="denied""#,
+                r#"rule="SuspensionRefused""#,
+                r#"policy="gitops""#,
+            ],
+        )
+    };
+
+    // In argocd, Argo CD's skip-reconcile annotation suspends whatever object carries it.
+    control_plane().apply(
+        ADMIN,
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {KUSTOMIZATION}\n  namespace: argocd\n  labels: {{{}: \"{}\"}}\n",
+            OBJECT_LABEL.0, OBJECT_LABEL.1
+        ),
+    );
+    let before = refused_here();
+    let skip = kubectl(
+        BOB,
+        &[
+            "annotate",
+            "configmap",
+            KUSTOMIZATION,
+            "-n",
+            "argocd",
+            "argocd.argoproj.io/skip-reconcile=true",
+        ],
+    );
+    assert_denied(
+        &skip,
+        &format!("bob may not suspend ConfigMap argocd/{KUSTOMIZATION}"),
+        "SuspensionRefused",
+    );
+    assert_eq!(
+        refused_here(),
+        before + 1.0,
+        "the keeper's driftgate reviewed and refused bob's suspension in argocd; its log:\n{}",
+        driftgate.log_tail(20)
+    );
+    let before = refused_here();
+    let suspend = kubectl(
+        BOB,
+        &[
+            "patch",
+            "kustomization",
+            KUSTOMIZATION,
+            "-n",
+            "flux-system",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"suspend":true}}"#,
+        ],
+    );
+    assert_denied(
+        &suspend,
+        &format!("bob may not suspend Kustomization flux-system/{KUSTOMIZATION}"),
+        "SuspensionRefused",
+    );
+    assert_eq!(
+        refused_here(),
+        before + 1.0,
+        "the keeper's driftgate reviewed and refused bob's suspension; its log:\n{}",
+        driftgate.log_tail(20)
+    );
+    assert_eq!(
+        get_kustomization_suspend(KUSTOMIZATION),
+        Value::Null,
+        "bob's suspension was stored"
+    );
+    driftgate.unregister(CONFIGURATION);
+}
+
+fn get_kustomization_suspend(name: &str) -> Value {
+    let out = kubectl(
+        ADMIN,
+        &[
+            "get",
+            "kustomization",
+            name,
+            "-n",
+            "flux-system",
+            "-o",
+            "json",
+        ],
+    )
+    .ok();
+    serde_json::from_str::<Value>(&out.stdout).expect("kubectl prints JSON")["spec"]["suspend"]
+        .clone()
+}

@@ -17,6 +17,7 @@ mod deep;
 mod effects;
 mod gatepolicy;
 mod gitops;
+mod gitops_objects;
 mod ledger_guard;
 mod normal_day;
 mod quickstart;

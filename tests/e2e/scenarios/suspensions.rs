@@ -1,5 +1,5 @@
 //! Issue 14, section 1: suspending the real Flux is a break-glass window. The shared driftgate
-//! (the example policy's `suspensions`) refuses alice's `spec.suspend: true` without an expiry,
+//! (the example policy's `gitops` and its `suspensions`) refuses alice's `spec.suspend: true` without an expiry,
 //! admits it through `driftgate suspend` (label, reason and suspension in one patch); the real
 //! kustomize-controller then stops reconciling (a manual change and a new revision wait), and
 //! after `driftgate resume` it reconciles again (the revision applies, the change is undone).
@@ -394,9 +394,10 @@ async fn suspending_the_real_flux_needs_an_expiry_and_it_reconciles_again_once_r
     compare_or_write(&picked, "The API server", REFRESH);
 }
 
-/// `driftgate_suspensions{policy="production",state}` on the shared driftgate's `/metrics`.
+/// `driftgate_suspensions{policy="gitops",state}` on the shared driftgate's `/metrics` (the
+/// example policy's `gitops` judges suspensions in flux-system).
 fn suspensions_gauge(state: &str) -> Option<i64> {
-    let series = format!("driftgate_suspensions{{policy=\"production\",state=\"{state}\"}} ");
+    let series = format!("driftgate_suspensions{{policy=\"gitops\",state=\"{state}\"}} ");
     shared()
         .metrics()
         .lines()
