@@ -98,7 +98,7 @@ pub enum PlanError {
     Unfaithful {
         file: String,
         fields: String,
-        problem: RereadProblem,
+        problem: Box<RereadProblem>,
     },
 }
 
@@ -233,7 +233,7 @@ fn edit_file(
             .map(|w| w.field.as_str())
             .collect::<Vec<_>>()
             .join(", "),
-        problem,
+        problem: Box::new(problem),
     })?;
     plan.edits.push(FileEdit {
         path: file.path.clone(),

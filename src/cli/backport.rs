@@ -81,7 +81,7 @@ pub enum BackportError {
     NotInCheckout {
         repo: PathBuf,
         path: String,
-        problem: NotInCheckout,
+        problem: Box<NotInCheckout>,
     },
     #[error(
         "the record {namespace}/{name} holds no field changes to backport (a create or delete under the window): bring Git in line by hand, then driftgate backlog resolve {name} -n {namespace} --note …"
@@ -147,7 +147,7 @@ pub async fn run(args: &BackportArgs, out: &mut impl Write) -> Result<(), CliErr
     let namespace = cluster.namespace_or(args.namespace.as_ref());
     let record = read_record(&cluster, &namespace, &args.record).await?;
     let root = repo_root(&args.repo)?;
-    let (files, not_read) = repo_files(&root)?;
+    let RepoFiles { files, not_read } = repo_files(&root)?;
     for (path, problem) in &not_read {
         let _ = writeln!(
             out,
@@ -524,7 +524,12 @@ fn repo_root(repo: &Path) -> Result<PathBuf, CliError> {
 
 /// The YAML files Git tracks in the checkout, and those left unread because they are not files
 /// of the checkout itself (a link, or below one), with why.
-fn repo_files(root: &Path) -> Result<(Vec<RepoFile>, Vec<(String, NotInCheckout)>), CliError> {
+struct RepoFiles {
+    files: Vec<RepoFile>,
+    not_read: Vec<(String, NotInCheckout)>,
+}
+
+fn repo_files(root: &Path) -> Result<RepoFiles, CliError> {
     let listed = git(root, "ls-files", &["ls-files", "-z"])?;
     let mut files = Vec::new();
     let mut not_read = Vec::new();
@@ -546,7 +551,7 @@ fn repo_files(root: &Path) -> Result<(Vec<RepoFile>, Vec<(String, NotInCheckout)
             text,
         });
     }
-    Ok((files, not_read))
+    Ok(RepoFiles { files, not_read })
 }
 
 /// `path` (relative, `/`-separated, as Git lists it) in the checkout at `root`, when it is a
@@ -599,7 +604,7 @@ fn commit(root: &Path, branch: &str, plan: &BackportPlan, message: &str) -> Resu
         checkout_file(root, path).map_err(|problem| BackportError::NotInCheckout {
             repo: root.to_owned(),
             path: path.to_owned(),
-            problem,
+            problem: Box::new(problem),
         })
     };
     // Every file is checked before anything changes (the branch included), and again just
@@ -708,7 +713,7 @@ mod tests {
     #[test]
     fn links_are_not_read_and_say_why() {
         let (_scratch, repo, outside) = checkout();
-        let (files, not_read) = repo_files(&repo).unwrap();
+        let RepoFiles { files, not_read } = repo_files(&repo).unwrap();
         let read: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(read, ["apps/settings.yaml"]);
         let said: Vec<String> = not_read
