@@ -4,6 +4,12 @@
 //! brackets (`metadata.annotations[deployment.kubernetes.io/revision]`), and so does a list
 //! index (`spec.template.spec.containers[0].image`). In a policy, any segment may be a glob
 //! (`metadata.labels[team-*]`, `spec.template.spec.containers[*].image`).
+//!
+//! Any key can be written, so that the paths kept in backport records read back as the keys
+//! they name: inside brackets a `]` is doubled (`spec.rules[a]]b]` is the key `a]b`) and every
+//! other character, `[` included, is itself. A doubled `]` never occurred in a path before (a
+//! `]` closing a bracket must be followed by `.`, `[` or the end), so every path written
+//! earlier reads as it did.
 
 use std::fmt;
 
@@ -64,14 +70,15 @@ impl fmt::Display for FieldPath {
                 }
                 f.write_str(segment)?;
             } else {
-                write!(f, "[{segment}]")?;
+                write!(f, "[{}]", segment.replace(']', "]]"))?;
             }
         }
         Ok(())
     }
 }
 
-/// Splits `a.b[c.d/e][0].f` into `["a", "b", "c.d/e", "0", "f"]`.
+/// Splits `a.b[c.d/e][0].f` into `["a", "b", "c.d/e", "0", "f"]`, and `a[b]]c]` into
+/// `["a", "b]c"]`.
 fn split_segments(text: &str) -> Result<Vec<String>, FieldPathError> {
     let fail = |offset: usize, problem: &'static str| FieldPathError {
         path: text.to_owned(),
@@ -91,13 +98,13 @@ fn split_segments(text: &str) -> Result<Vec<String>, FieldPathError> {
                 chars.next();
                 let mut key = String::new();
                 let mut closed = false;
-                for (_, c) in chars.by_ref() {
+                while let Some((_, c)) = chars.next() {
                     if c == ']' {
-                        closed = true;
-                        break;
-                    }
-                    if c == '[' {
-                        return Err(fail(offset, "brackets cannot nest"));
+                        // A `]` after a closing one would be an error: doubled, it is the key's.
+                        if chars.next_if(|&(_, next)| next == ']').is_none() {
+                            closed = true;
+                            break;
+                        }
                     }
                     key.push(c);
                 }
@@ -233,6 +240,30 @@ mod tests {
             ["spec", "template", "spec", "containers", "0", "image"]
         );
         assert_eq!(path.to_string(), "spec.template.spec.containers[0].image");
+    }
+
+    /// Issue 24, section 7: a custom resource's key may hold brackets; its path reads back as
+    /// the key, and every path written before the doubled `]` reads as it did.
+    #[test]
+    fn keys_with_brackets_round_trip_and_earlier_paths_read_as_before() {
+        for key in ["a]b", "a[b", "]", "[", "a]", "[0]", "]]", "", "a.b\\]"] {
+            let path = FieldPath::new(["spec", "rules", key]);
+            let text = path.to_string();
+            assert_eq!(FieldPath::parse(&text), Ok(path), "{key:?} as {text:?}");
+        }
+        assert_eq!(
+            FieldPath::new(["spec", "a]b", "c"]).to_string(),
+            "spec[a]]b].c"
+        );
+        // Written before: a backslash, and every other character, is itself.
+        for (earlier, segments) in [
+            ("data[a\\b]", &["data", "a\\b"][..]),
+            ("data[a\\].x", &["data", "a\\", "x"][..]),
+            ("data[]", &["data", ""][..]),
+            ("a[b.c/d][0].e", &["a", "b.c/d", "0", "e"][..]),
+        ] {
+            assert_eq!(FieldPath::parse(earlier).unwrap().0, segments, "{earlier}");
+        }
     }
 
     #[test]

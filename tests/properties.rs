@@ -1,13 +1,21 @@
-//! Property tests for the pure building blocks: field paths and patterns, the UPDATE diff, the
-//! break-glass time formats, and where driftgate judges (the decision, the envelope-first read
-//! and the blast-radius keeper agree).
+//! Property tests for the pure building blocks: field paths and patterns, recorded fields and
+//! what `backport` writes, the UPDATE diff, the break-glass time formats, and where driftgate
+//! judges (the decision, the envelope-first read and the blast-radius keeper agree).
 
 use std::collections::BTreeMap;
 
+use driftgate::backport::yaml::double_quoted;
+use driftgate::backport::{RepoFile, Target, Wanted, plan};
 use driftgate::diff::changed_paths;
 use driftgate::fieldpath::{FieldPath, FieldPattern};
+use driftgate::ledger::evidence::{Evidence, digest, judge, latest_fields};
+use driftgate::ledger::record::{
+    BackportRequirement, BackportRequirementSpec, RecordScope, RecordedChange, RecordedField,
+    RecordedObject, RecordedWindow,
+};
 use driftgate::timefmt::{WindowDuration, format_expiry, parse_expiry};
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::DynamicObject;
 use proptest::collection::{btree_map, vec};
 use proptest::option;
@@ -35,6 +43,17 @@ fn literal_segment() -> impl Strategy<Value = String> {
     segment().prop_filter("glob metacharacter", |s| !s.contains(['*', '?', '{']))
 }
 
+/// Any key a custom resource may hold (issue 24, section 7): the characters the path grammar
+/// gives a meaning to, quotes, backslashes, the empty key and arbitrary unicode.
+fn any_key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => segment(),
+        3 => "[\\[\\].\\\\'\"a0 ]{0,6}",
+        2 => any::<String>(),
+        1 => Just(String::new()),
+    ]
+}
+
 /// Strings built from the characters the path grammar cares about, so the parsers see many
 /// near-valid inputs and not only noise.
 fn path_like() -> impl Strategy<Value = String> {
@@ -43,7 +62,7 @@ fn path_like() -> impl Strategy<Value = String> {
 
 proptest! {
     #[test]
-    fn field_path_display_round_trips(segments in vec(segment(), 1..6)) {
+    fn field_path_display_round_trips(segments in vec(any_key(), 1..6)) {
         let path = FieldPath::new(segments.clone());
         let text = path.to_string();
         let parsed = FieldPath::parse(&text);
@@ -80,6 +99,187 @@ proptest! {
             let prefix = FieldPath::new(segments[..len].to_vec());
             prop_assert!(!pattern.covers(&prefix), "{:?} covers its prefix {:?}", text, prefix);
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recorded fields and backport (issue 24, sections 6 and 7)
+// ---------------------------------------------------------------------------------------------
+
+fn record_with(path: &str, value: &Value) -> BackportRequirement {
+    let time = Time(Timestamp::from_second(1_800_000_000).unwrap());
+    BackportRequirement::new(
+        "api-1",
+        BackportRequirementSpec {
+            object: RecordedObject {
+                api_version: "example.com/v1".into(),
+                kind: "Widget".into(),
+                name: "api".into(),
+                uid: "u1".into(),
+            },
+            scope: RecordScope::Object,
+            window: RecordedWindow {
+                opener: Some("alice".into()),
+                reason: Some("INC-1".into()),
+                opened_at: Some(time.clone()),
+                expires_at: time.clone(),
+                label_value: "20270115T0800Z".into(),
+            },
+            policy: "production".into(),
+            changes: vec![RecordedChange {
+                time,
+                user: "alice".into(),
+                operation: "UPDATE".into(),
+                object: None,
+                subresource: String::new(),
+                request_uid: "r1".into(),
+                resource_version: "41".into(),
+                fields: vec![RecordedField {
+                    path: path.to_owned(),
+                    digest: digest(Some(value)),
+                    value: Some(value.clone()),
+                }],
+            }],
+        },
+    )
+}
+
+/// `value` at `segments` below `spec`, in maps.
+fn nested(segments: &[String], value: Value) -> Value {
+    let inner = segments.iter().rev().fold(value, |inner, key| {
+        Value::Object(Map::from_iter([(key.clone(), inner)]))
+    });
+    json!({"spec": inner})
+}
+
+/// A Widget's manifest with `old` at `segments` below `spec`, every key double-quoted.
+fn widget_manifest(segments: &[String], old: &str) -> String {
+    let mut text = "# Widgets, as Flux applies them\napiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: api\n  namespace: prod\nspec:".to_owned();
+    for (depth, key) in segments.iter().enumerate() {
+        text.push_str(&format!(
+            "\n{}{}:",
+            "  ".repeat(depth + 1),
+            double_quoted(key)
+        ));
+    }
+    text.push_str(&format!(" {old} # as in Git\n"));
+    text
+}
+
+fn widget() -> Target {
+    Target {
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        name: "api".into(),
+        namespace: "prod".into(),
+    }
+}
+
+/// Any value a recorded field may hold and `backport` writes in place: strings holding every
+/// character some YAML reader treats specially, words YAML 1.1 reads as booleans, numbers.
+fn scalar_value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        4 => any::<String>().prop_map(Value::from),
+        4 => "[\\x{85}\\x{2028}\\x{2029}\\x{feff}\\x{fffe}\\x{0}\\x{7f}\\x{9f}\\r\\n\\t '\"\\\\:#,\\[\\]{}&*!|>%@`~a1.+-]{0,10}"
+            .prop_map(Value::from),
+        2 => select(vec!["y", "N", "yes", "On", "off", "null", "~", "0755", "0x1F", "1_000", "1:20", ".inf", "2026-01-15", "<<", "=", "---"])
+            .prop_map(Value::from),
+        1 => any::<i64>().prop_map(Value::from),
+        1 => any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+        1 => any::<bool>().prop_map(Value::from),
+    ]
+}
+
+proptest! {
+    /// A path of any keys, kept in a record as the API server stores it (JSON), reads back as
+    /// the same keys, and the ledger's judgement finds the field it names.
+    #[test]
+    fn a_recorded_path_round_trips_and_the_ledger_finds_its_field(
+        segments in vec(any_key(), 1..5),
+    ) {
+        let path = FieldPath::new(segments.clone());
+        let mut full = vec!["spec".to_owned()];
+        full.extend(segments.iter().cloned());
+        let text = FieldPath::new(full.clone()).to_string();
+        let stored = serde_json::to_string(&record_with(&text, &json!("on"))).unwrap();
+        let record: BackportRequirement = serde_json::from_str(&stored).unwrap();
+        let latest = latest_fields(&record.spec, "u1");
+        let kept: Vec<&str> = latest.keys().copied().collect();
+        prop_assert_eq!(&kept, &[text.as_str()]);
+        let parsed = FieldPath::parse(kept[0]);
+        prop_assert_eq!(parsed.as_ref().map(FieldPath::segments), Ok(&full[..]));
+        prop_assert_eq!(judge(&record.spec, "u1", &nested(&segments, json!("on")), None), Evidence::Backported);
+        prop_assert_eq!(
+            judge(&record.spec, "u1", &nested(&segments, json!("off")), None),
+            Evidence::Reverted(vec![text.clone()])
+        );
+        prop_assert_eq!(FieldPath::parse(&path.to_string()), Ok(path));
+    }
+
+    /// ... and `backport` finds it in a manifest and writes it there, nothing else changed.
+    #[test]
+    fn backport_writes_a_field_of_any_keys_from_its_recorded_path(
+        segments in vec(any_key(), 1..5),
+    ) {
+        let mut full = vec!["spec".to_owned()];
+        full.extend(segments.iter().cloned());
+        let recorded = FieldPath::new(full).to_string();
+        let manifest = widget_manifest(&segments, "old");
+        let plan = plan(
+            &[RepoFile { path: "widget.yaml".into(), text: manifest.clone() }],
+            "",
+            &widget(),
+            &[Wanted { path: FieldPath::parse(&recorded).unwrap(), value: json!("new") }],
+            &nested(&segments, json!("new")),
+        );
+        prop_assert!(plan.is_ok(), "{:?}", plan);
+        let plan = plan.unwrap();
+        prop_assert_eq!(&plan.skipped, &[]);
+        prop_assert_eq!(&plan.edits[0].text, &manifest.replace(" old # as in Git", " new # as in Git"));
+        prop_assert_eq!(&plan.edits[0].fields[0].field, &recorded);
+    }
+
+    /// Issue 24, section 6: any value `backport` writes, into a plain, single- or double-quoted
+    /// scalar, changes that one line, leaves no character a YAML 1.1 reader breaks lines at, and
+    /// the whole file read again by serde-saphyr (and as YAML 1.1 reads its lines) is the file
+    /// in Git with that one value set.
+    #[test]
+    fn any_value_is_written_on_its_line_and_read_back_whole(
+        value in scalar_value(),
+        style in select(vec!["hello", "'hello'", "\"hello\""]),
+    ) {
+        let manifest = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: prod\ndata:\n  GREETING: {style} # shown at login\n  OTHER: [a, {{b: c}}]\n"
+        );
+        let target = Target {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "settings".into(),
+            namespace: "prod".into(),
+        };
+        let plan = plan(
+            &[RepoFile { path: "settings.yaml".into(), text: manifest.clone() }],
+            "",
+            &target,
+            &[Wanted { path: FieldPath::new(["data", "GREETING"]), value: value.clone() }],
+            &json!({}),
+        );
+        prop_assert!(plan.is_ok(), "{}", plan.unwrap_err());
+        let plan = plan.unwrap();
+        if value == json!("hello") {
+            prop_assert_eq!(plan.edits.len(), 0);
+            return Ok(());
+        }
+        prop_assert_eq!(&plan.skipped, &[]);
+        let written = &plan.edits[0].text;
+        prop_assert_eq!(written.lines().count(), manifest.lines().count());
+        let changed = manifest.lines().zip(written.lines()).filter(|(a, b)| a != b).count();
+        prop_assert_eq!(changed, 1);
+        prop_assert!(!written.contains(['\u{85}', '\u{2028}', '\u{2029}', '\r']), "{:?}", written);
+        let mut intended: Vec<Value> = serde_saphyr::from_multiple(&manifest).unwrap();
+        intended[0]["data"]["GREETING"] = value.clone();
+        let read: Vec<Value> = serde_saphyr::from_multiple(written).unwrap();
+        prop_assert_eq!(read, intended);
     }
 }
 

@@ -9,6 +9,7 @@
 //! Kustomization's `spec.path`), its `kustomization.yaml` (resources, then patches, which win
 //! over what they patch), or, without one, every manifest below it, as Flux generates.
 
+pub mod reread;
 pub mod yaml;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::fieldpath::FieldPath;
+use reread::{Change, RereadProblem, Step};
 use yaml::{Node, documents, replaced, scalar_text};
 
 /// A file of the checkout: its path from the repository's root (`/`-separated) and text.
@@ -89,6 +91,15 @@ pub struct BackportPlan {
 pub enum PlanError {
     #[error("no manifest applied from {start} declares {target}")]
     NoManifest { start: String, target: String },
+    /// The edited file, read again, is not the file in Git with only the recorded fields set.
+    #[error(
+        "writing {fields} into {file} would change more than those fields: {problem}; nothing was written: edit the manifest by hand"
+    )]
+    Unfaithful {
+        file: String,
+        fields: String,
+        problem: Box<RereadProblem>,
+    },
 }
 
 /// One document of one file that declares the target object.
@@ -133,7 +144,7 @@ pub fn plan(
             target: target.describe(),
         });
     }
-    let mut by_file: BTreeMap<usize, Vec<(Wanted, &Node)>> = BTreeMap::new();
+    let mut by_file: BTreeMap<usize, Vec<(Wanted, Declared<'_>)>> = BTreeMap::new();
     for field in wanted {
         let declared = repo.declarations(&layers, field, live);
         match declared.as_slice() {
@@ -141,7 +152,7 @@ pub fn plan(
                 field: field.path.to_string(),
                 why: "no manifest declares it (the API server defaulted it, or another manager set it): add it by hand where it belongs".into(),
             }),
-            [(doc, node)] => by_file.entry(doc.file).or_default().push((field.clone(), node)),
+            [(doc, declared)] => by_file.entry(doc.file).or_default().push((field.clone(), declared.clone())),
             several => plan.skipped.push(Skipped {
                 field: field.path.to_string(),
                 why: format!(
@@ -152,17 +163,33 @@ pub fn plan(
         }
     }
     for (file, fields) in by_file {
-        edit_file(&files[file], fields, &mut plan);
+        edit_file(&files[file], fields, &mut plan)?;
     }
     Ok(plan)
 }
 
-/// Writes `fields` into `file`, the last in the file first so that earlier spans stay valid.
-fn edit_file(file: &RepoFile, mut fields: Vec<(Wanted, &Node)>, plan: &mut BackportPlan) {
-    fields.sort_by_key(|(_, node)| std::cmp::Reverse(span_start(node)));
+/// Where a field is declared: its node, and the steps to it in the file's document `doc`.
+#[derive(Clone)]
+struct Declared<'n> {
+    doc: usize,
+    node: &'n Node,
+    steps: Vec<Step>,
+}
+
+/// Writes `fields` into `file`, the last in the file first so that earlier spans stay valid;
+/// then reads the result again as every reader does, and writes nothing if any of them reads
+/// more changed than the fields written.
+fn edit_file(
+    file: &RepoFile,
+    mut fields: Vec<(Wanted, Declared<'_>)>,
+    plan: &mut BackportPlan,
+) -> Result<(), PlanError> {
+    fields.sort_by_key(|(_, declared)| std::cmp::Reverse(span_start(declared.node)));
     let mut text = file.text.clone();
     let mut written = Vec::new();
-    for (field, node) in fields {
+    let mut changes = Vec::new();
+    for (field, declared) in fields {
+        let node = declared.node;
         if node.to_json() == field.value {
             plan.skipped.push(Skipped {
                 field: field.path.to_string(),
@@ -183,6 +210,11 @@ fn edit_file(file: &RepoFile, mut fields: Vec<(Wanted, &Node)>, plan: &mut Backp
         // Written last to first, so the spans before this one are where they were parsed.
         let span = span_range(node);
         text = replaced(&text, node, &new).expect("a scalar's span lies within its file");
+        changes.push(Change {
+            doc: declared.doc,
+            steps: declared.steps,
+            value: field.value.clone(),
+        });
         written.push(WrittenField {
             field: field.path.to_string(),
             line: file.text[..span.start].matches('\n').count() + 1,
@@ -190,14 +222,25 @@ fn edit_file(file: &RepoFile, mut fields: Vec<(Wanted, &Node)>, plan: &mut Backp
             new,
         });
     }
-    if !written.is_empty() {
-        written.reverse();
-        plan.edits.push(FileEdit {
-            path: file.path.clone(),
-            text,
-            fields: written,
-        });
+    if written.is_empty() {
+        return Ok(());
     }
+    written.reverse();
+    reread::check(&file.text, &text, &changes).map_err(|problem| PlanError::Unfaithful {
+        file: file.path.clone(),
+        fields: written
+            .iter()
+            .map(|w| w.field.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        problem: Box::new(problem),
+    })?;
+    plan.edits.push(FileEdit {
+        path: file.path.clone(),
+        text,
+        fields: written,
+    });
+    Ok(())
 }
 
 fn span_range(node: &Node) -> std::ops::Range<usize> {
@@ -317,14 +360,18 @@ impl<'f> Repo<'f> {
         layers: &[Vec<DocRef>],
         field: &Wanted,
         live: &Value,
-    ) -> Vec<(DocRef, &'r Node)> {
+    ) -> Vec<(DocRef, Declared<'r>)> {
         for layer in layers.iter().rev() {
-            let mut found: Vec<(DocRef, &Node)> = layer
+            let mut found: Vec<(DocRef, Declared<'r>)> = layer
                 .iter()
                 .filter_map(|doc| {
+                    let found = find(&self.docs[doc.file][doc.doc], &field.path, live)?;
                     Some((
                         *doc,
-                        find(&self.docs[doc.file][doc.doc], &field.path, live)?,
+                        Declared {
+                            doc: doc.doc,
+                            ..found
+                        },
                     ))
                 })
                 .collect();
@@ -378,11 +425,12 @@ fn declares(doc: &Node, target: &Target) -> bool {
         && field(metadata, "namespace").is_none_or(|ns| ns == target.namespace)
 }
 
-/// The node at `path` (a path into the live object) in a manifest: a list element is matched by
-/// its `name` when the live element has one (containers, env, ports: a patch lists only the
-/// ones it changes), by its index otherwise.
-fn find<'n>(doc: &'n Node, path: &FieldPath, live: &Value) -> Option<&'n Node> {
+/// The node at `path` (a path into the live object) in a manifest, and the steps to it: a list
+/// element is matched by its `name` when the live element has one (containers, env, ports: a
+/// patch lists only the ones it changes), by its index otherwise.
+fn find<'n>(doc: &'n Node, path: &FieldPath, live: &Value) -> Option<Declared<'n>> {
     let mut node = doc;
+    let mut steps = Vec::with_capacity(path.segments().len());
     let mut live = Some(live);
     for segment in path.segments() {
         let live_here = live;
@@ -391,21 +439,28 @@ fn find<'n>(doc: &'n Node, path: &FieldPath, live: &Value) -> Option<&'n Node> {
             Value::Array(list) => segment.parse::<usize>().ok().and_then(|i| list.get(i)),
             _ => None,
         });
-        node = match node {
-            Node::Mapping { .. } => node.get(segment)?,
+        let (next, step) = match node {
+            Node::Mapping { .. } => (node.get(segment)?, Step::Key(segment.clone())),
             Node::Sequence { items, .. } => {
                 let name = live.and_then(|l| l.get("name")).and_then(Value::as_str);
-                match name {
+                let index = match name {
                     Some(name) => items
                         .iter()
-                        .find(|item| item.get("name").and_then(Node::as_str) == Some(name))?,
-                    None => items.get(segment.parse::<usize>().ok()?)?,
-                }
+                        .position(|item| item.get("name").and_then(Node::as_str) == Some(name))?,
+                    None => segment.parse::<usize>().ok()?,
+                };
+                (items.get(index)?, Step::Index(index))
             }
             _ => return None,
         };
+        node = next;
+        steps.push(step);
     }
-    Some(node)
+    Some(Declared {
+        doc: 0,
+        node,
+        steps,
+    })
 }
 
 fn is_kustomization_file(path: &str) -> bool {

@@ -266,3 +266,185 @@ fn no_manifest_of_the_object_is_an_error_and_broken_files_are_named() {
     assert_eq!(unreadable.len(), 1);
     assert!(unreadable[0].starts_with("broken.yaml: "), "{unreadable:?}");
 }
+
+fn config_map_target() -> Target {
+    Target {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: "settings".into(),
+        namespace: "prod".into(),
+    }
+}
+
+const SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: prod\ndata:\n  GREETING: hello # shown on the login page\n  MODE: 'strict'\n  LEVEL: \"info\"\n";
+
+/// The file as serde-saphyr reads it, every document whole.
+fn saphyr(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple(text).unwrap()
+}
+
+/// Issue 24, section 6: a value holding a character YAML 1.1 takes for a line break, written
+/// plain, reads as one changed line to Git and as an extra key to kustomize's kyaml,
+/// sigs.k8s.io/yaml and PyYAML. Each is written double-quoted with escapes, whatever the
+/// quoting in Git, on the one line, and the file read again is the file in Git with only that
+/// value changed.
+#[test]
+fn a_value_with_a_yaml_11_line_break_is_escaped_on_its_one_line_and_reads_back_whole() {
+    let files = [file("settings.yaml", SETTINGS)];
+    let live = json!({"data": {}});
+    for field in ["GREETING", "MODE", "LEVEL"] {
+        for attack in [
+            "hello\u{2028}AUTH_DISABLED: \"true\"",
+            "hello\u{2029}AUTH_DISABLED: \"true\"",
+            "hello\u{85}AUTH_DISABLED: \"true\"",
+            "hello\r\nAUTH_DISABLED: \"true\"",
+            "\u{feff}hello\tthere\u{0}\u{7f}\u{9f}\u{fffe}\u{ffff} \\ \" '",
+        ] {
+            let path = format!("data.{field}");
+            let plan = plan(
+                &files,
+                "",
+                &config_map_target(),
+                &[wanted(&path, json!(attack))],
+                &live,
+            )
+            .unwrap();
+            assert_eq!(plan.skipped, [], "{field} {attack:?}");
+            let edit = &plan.edits[0];
+            let changed: Vec<(&str, &str)> = SETTINGS
+                .lines()
+                .zip(edit.text.lines())
+                .filter(|(a, b)| a != b)
+                .collect();
+            assert_eq!(changed.len(), 1, "one line changes: {changed:?}");
+            assert_eq!(SETTINGS.lines().count(), edit.text.lines().count());
+            assert!(
+                !edit
+                    .text
+                    .contains(['\u{85}', '\u{2028}', '\u{2029}', '\r', '\u{feff}']),
+                "no raw break in {:?}",
+                edit.text
+            );
+            let new = &edit.fields[0].new;
+            assert!(new.starts_with('"') && new.ends_with('"'), "{new}");
+            let mut intended = saphyr(SETTINGS);
+            intended[0]["data"][field] = json!(attack);
+            assert_eq!(saphyr(&edit.text), intended, "{field} {attack:?}");
+        }
+    }
+    let plan = plan(
+        &files,
+        "",
+        &config_map_target(),
+        &[wanted(
+            "data.GREETING",
+            json!("hello\u{2028}AUTH_DISABLED: \"true\""),
+        )],
+        &live,
+    )
+    .unwrap();
+    assert_eq!(
+        plan.edits[0].fields[0].new,
+        r#""hello\u2028AUTH_DISABLED: \"true\"""#
+    );
+}
+
+/// A string YAML 1.1 reads as something else is quoted: `yes`, `on`, `y` are booleans to
+/// go-yaml, PyYAML and serde-saphyr, `0755` an octal number, `1e3` a string.
+#[test]
+fn words_yaml_11_reads_as_booleans_or_numbers_are_quoted() {
+    let files = [file("settings.yaml", SETTINGS)];
+    let live = json!({"data": {}});
+    for value in [
+        json!("on"),
+        json!("Yes"),
+        json!("y"),
+        json!("0755"),
+        json!("1_000"),
+        json!("1:20"),
+        json!(".inf"),
+        json!("~"),
+        json!(1e300),
+        json!(5),
+        json!(true),
+    ] {
+        let plan = plan(
+            &files,
+            "",
+            &config_map_target(),
+            &[wanted("data.GREETING", value.clone())],
+            &live,
+        )
+        .unwrap();
+        let edit = &plan.edits[0];
+        let mut intended = saphyr(SETTINGS);
+        intended[0]["data"]["GREETING"] = value.clone();
+        assert_eq!(saphyr(&edit.text), intended, "{value}");
+    }
+}
+
+/// The file read again must be the file in Git with only the recorded fields set: an anchored
+/// value written in place would change every alias of it too.
+#[test]
+fn an_edit_that_changes_more_than_the_recorded_field_is_refused_and_nothing_is_written() {
+    let anchored = DEPLOYMENT.replace(
+        "  replicas: 2 # the usual\n",
+        "  replicas: &replicas 2 # the usual\n  minReadySeconds: *replicas\n",
+    );
+    let error = plan(
+        &[file("api.yaml", &anchored)],
+        "",
+        &target(),
+        &[wanted("spec.replicas", json!(5))],
+        &live(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "writing spec.replicas into api.yaml would change more than those fields: to serde-saphyr (anchors, merge keys, YAML 1.1's booleans and octals), document 1, spec.minReadySeconds would be 5 instead of 2; nothing was written: edit the manifest by hand"
+    );
+    // A file some reader cannot read as it is in Git (kyaml refuses duplicate keys too).
+    let duplicated = DEPLOYMENT.replace("  replicas: 2", "  replicas: 2\n  replicas: 3");
+    let error = plan(
+        &[file("api.yaml", &duplicated)],
+        "",
+        &target(),
+        &[wanted("spec.replicas", json!(5))],
+        &live(),
+    )
+    .unwrap_err();
+    assert!(
+        error.to_string().starts_with("writing spec.replicas into api.yaml would change more than those fields: to serde-saphyr (anchors, merge keys, YAML 1.1's booleans and octals), it cannot be read as it is in Git ("),
+        "{error}"
+    );
+}
+
+/// Issue 24, section 7: a custom resource's key holding brackets, dots, quotes and the like is
+/// found in the manifest from the path a record keeps.
+#[test]
+fn a_key_with_brackets_is_found_from_the_path_a_record_keeps() {
+    let key = "a[0]].b\\'\"";
+    let manifest = format!(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: api\n  namespace: prod\nspec:\n  rules:\n    {}: old\n",
+        yaml::double_quoted(key)
+    );
+    let recorded = FieldPath::new(["spec", "rules", key]).to_string();
+    assert_eq!(recorded, "spec.rules[a[0]]]].b\\'\"]");
+    let widget = Target {
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        name: "api".into(),
+        namespace: "prod".into(),
+    };
+    let plan = plan(
+        &[file("widget.yaml", &manifest)],
+        "",
+        &widget,
+        &[wanted(&recorded, json!("new"))],
+        &json!({"spec": {"rules": {key: "new"}}}),
+    )
+    .unwrap();
+    assert_eq!(plan.skipped, []);
+    assert_eq!(plan.edits[0].text, manifest.replace(": old", ": new"));
+    assert_eq!(plan.edits[0].fields[0].field, recorded);
+}

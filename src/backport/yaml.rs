@@ -151,6 +151,8 @@ fn plain_value(text: &str) -> Value {
         _ => {
             if let Ok(n) = text.parse::<i64>() {
                 Value::from(n)
+            } else if let Ok(n) = text.parse::<u64>() {
+                Value::from(n)
             } else if looks_numeric(text)
                 && let Some(n) = text
                     .parse::<f64>()
@@ -186,8 +188,11 @@ pub enum RewriteProblem {
     Alias,
 }
 
-/// The source text that writes `value` where `node` is, in the node's own quoting where the
-/// value allows it.
+/// The source text that writes `value` where `node` is, in the node's own quoting where every
+/// reader reads the value back as it is: YAML 1.2 readers (the API server's, driftgate's own)
+/// and YAML 1.1 readers (go-yaml, so kustomize's kyaml and sigs.k8s.io/yaml, and PyYAML), which
+/// take more characters for line breaks and more plain words for booleans. Anything else is
+/// written double-quoted, with escapes.
 pub fn scalar_text(node: &Node, value: &Value) -> Result<String, RewriteProblem> {
     let style = match node {
         Node::Scalar { style, .. } => *style,
@@ -200,32 +205,103 @@ pub fn scalar_text(node: &Node, value: &Value) -> Result<String, RewriteProblem>
     }
     match value {
         Value::String(text) => Ok(match style {
-            ScalarStyle::SingleQuoted if !text.contains(['\n', '\r', '\t']) => {
+            ScalarStyle::SingleQuoted if !text.contains(escaped) => {
                 format!("'{}'", text.replace('\'', "''"))
             }
             ScalarStyle::Plain if plain_safe(text) => text.clone(),
-            _ => serde_json::to_string(text).expect("a string serialises"),
+            _ => double_quoted(text),
         }),
-        Value::Number(_) | Value::Bool(_) | Value::Null => Ok(value.to_string()),
+        Value::Number(number) => Ok(number_text(number)),
+        Value::Bool(_) | Value::Null => Ok(value.to_string()),
         Value::Array(_) => Err(RewriteProblem::ValueNotAScalar("list")),
         Value::Object(_) => Err(RewriteProblem::ValueNotAScalar("mapping")),
     }
 }
 
-/// Whether `text` reads back as this same string when written plain.
+/// Characters a double-quoted scalar holds only as escapes, and plain and single-quoted ones
+/// never: line breaks for any reader (YAML 1.1 also breaks lines at NEL U+0085, LS U+2028 and
+/// PS U+2029, so a value holding one would read as two lines, the second maybe a key of its
+/// own), characters outside YAML's printable set (C0 and C1 controls, DEL, U+FFFE, U+FFFF),
+/// tabs, and the byte-order mark U+FEFF, which some readers drop or refuse.
+pub fn escaped(c: char) -> bool {
+    matches!(
+        c,
+        '\u{0}'..='\u{1f}'
+            | '\u{7f}'..='\u{9f}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{feff}'
+            | '\u{fffe}'
+            | '\u{ffff}'
+    )
+}
+
+/// `text` as a double-quoted scalar: `"` and `\` escaped, and every [`escaped`] character, in
+/// the escapes YAML 1.1 and 1.2 share.
+pub fn double_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if escaped(c) => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A number as both YAML 1.1 and 1.2 read it: YAML 1.1 reads `1e300` as a string, its floats
+/// need a `.` and a signed exponent (`1.0e+300`).
+fn number_text(number: &serde_json::Number) -> String {
+    let text = number.to_string();
+    match text.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) if number.is_f64() => {
+            let dot = if mantissa.contains('.') { "" } else { ".0" };
+            let sign = if exponent.starts_with(['-', '+']) {
+                ""
+            } else {
+                "+"
+            };
+            format!("{mantissa}{dot}e{sign}{exponent}")
+        }
+        _ => text,
+    }
+}
+
+/// Whether `text` reads back as this same string when written plain, to every reader, in
+/// block or flow context.
 fn plain_safe(text: &str) -> bool {
     const INDICATORS: &[char] = &[
         '-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@',
-        '`',
+        '`', '<', '=', '.', '+', '~',
     ];
+    // Inside a flow collection (`{image: x}`) these end a plain scalar.
+    const FLOW: &[char] = &[',', '[', ']', '{', '}'];
     !text.is_empty()
         && text.trim() == text
         && !text.starts_with(INDICATORS)
+        && !text.starts_with(|c: char| c.is_ascii_digit())
         && !text.contains(": ")
         && !text.contains(" #")
         && !text.ends_with(':')
-        && !text.contains(|c: char| c.is_control())
+        && !text.contains(FLOW)
+        && !text.contains(escaped)
+        && !yaml11_word(text)
         && plain_value(text) == Value::String(text.to_owned())
+}
+
+/// The plain words a YAML 1.1 reader takes for booleans or null, in any case (go-yaml reads
+/// `y` and `n` too; serde-saphyr any case).
+fn yaml11_word(text: &str) -> bool {
+    ["y", "n", "yes", "no", "on", "off", "true", "false", "null"]
+        .iter()
+        .any(|word| text.eq_ignore_ascii_case(word))
 }
 
 /// `source` with the bytes of `node` (a scalar) replaced by `replacement`.
@@ -299,7 +375,13 @@ mod tests {
         let docs = documents("a: x\n").unwrap();
         let node = docs[0].get("a").unwrap();
         for (value, written) in [
-            ("y", "y"),
+            ("api", "api"),
+            ("registry.example/api:1.2.4", "registry.example/api:1.2.4"),
+            ("y", "\"y\""),
+            ("Off", "\"Off\""),
+            ("1.2.4", "\"1.2.4\""),
+            ("1:20", "\"1:20\""),
+            ("a,b", "\"a,b\""),
             ("true", "\"true\""),
             ("10", "\"10\""),
             ("a: b", "\"a: b\""),

@@ -70,7 +70,19 @@ pub enum BackportError {
         source: std::io::Error,
     },
     #[error("{0}; is --repo the repository the controller applies, and --path its directory?")]
-    NoManifest(#[from] crate::backport::PlanError),
+    NoManifest(crate::backport::PlanError),
+    /// The edited file read again is more than the recorded fields changed.
+    #[error("{0}")]
+    Unfaithful(crate::backport::PlanError),
+    #[error(
+        "--repo {}: {path} {problem}: driftgate backport writes only the checkout's own files, never through a link; nothing was written: edit the file it stands for by hand",
+        repo.display()
+    )]
+    NotInCheckout {
+        repo: PathBuf,
+        path: String,
+        problem: Box<NotInCheckout>,
+    },
     #[error(
         "the record {namespace}/{name} holds no field changes to backport (a create or delete under the window): bring Git in line by hand, then driftgate backlog resolve {name} -n {namespace} --note …"
     )]
@@ -87,6 +99,30 @@ pub enum BackportError {
     GitMissing(#[source] std::io::Error),
 }
 
+impl From<crate::backport::PlanError> for BackportError {
+    fn from(error: crate::backport::PlanError) -> Self {
+        match error {
+            crate::backport::PlanError::NoManifest { .. } => BackportError::NoManifest(error),
+            crate::backport::PlanError::Unfaithful { .. } => BackportError::Unfaithful(error),
+        }
+    }
+}
+
+/// Why a path Git tracks is not a file of the checkout itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotInCheckout {
+    #[error("is a symbolic link (to {target})")]
+    Link { target: String },
+    #[error("lies below {dir}, a symbolic link (to {target})")]
+    BelowLink { dir: String, target: String },
+    #[error("resolves to {resolved}, outside the checkout")]
+    Outside { resolved: String },
+    #[error("is not a regular file")]
+    NotAFile,
+    #[error("cannot be looked at ({0})")]
+    Unreadable(String),
+}
+
 impl BackportError {
     /// Bad input for what the checkout or the record lacks; 1 when nothing could be written
     /// (like a failed check); 5 when git itself failed.
@@ -98,8 +134,9 @@ impl BackportError {
             | BackportError::Unreadable { .. }
             | BackportError::NoManifest(_)
             | BackportError::NoFields { .. }
-            | BackportError::Helm { .. } => exit::BAD_INPUT,
-            BackportError::NothingWritten => exit::REFUSED,
+            | BackportError::Helm { .. }
+            | BackportError::NotInCheckout { .. } => exit::BAD_INPUT,
+            BackportError::NothingWritten | BackportError::Unfaithful(_) => exit::REFUSED,
             BackportError::Git { .. } | BackportError::GitMissing(_) => exit::FAILED,
         }
     }
@@ -110,7 +147,13 @@ pub async fn run(args: &BackportArgs, out: &mut impl Write) -> Result<(), CliErr
     let namespace = cluster.namespace_or(args.namespace.as_ref());
     let record = read_record(&cluster, &namespace, &args.record).await?;
     let root = repo_root(&args.repo)?;
-    let files = repo_files(&root)?;
+    let RepoFiles { files, not_read } = repo_files(&root)?;
+    for (path, problem) in &not_read {
+        let _ = writeln!(
+            out,
+            "not read: {path} {problem}: driftgate backport reads and writes only the checkout's own files; if it declares the object, edit the file it stands for by hand"
+        );
+    }
     let mut combined = BackportPlan::default();
     let mut written_values = Vec::new();
     for (object, fields) in objects_of(&record) {
@@ -479,24 +522,74 @@ fn repo_root(repo: &Path) -> Result<PathBuf, CliError> {
     Ok(root)
 }
 
-/// The YAML files Git tracks in the checkout.
-fn repo_files(root: &Path) -> Result<Vec<RepoFile>, CliError> {
+/// The YAML files Git tracks in the checkout, and those left unread because they are not files
+/// of the checkout itself (a link, or below one), with why.
+struct RepoFiles {
+    files: Vec<RepoFile>,
+    not_read: Vec<(String, NotInCheckout)>,
+}
+
+fn repo_files(root: &Path) -> Result<RepoFiles, CliError> {
     let listed = git(root, "ls-files", &["ls-files", "-z"])?;
     let mut files = Vec::new();
+    let mut not_read = Vec::new();
     for path in listed.split('\0').filter(|p| is_yaml(p)) {
-        let text = std::fs::read_to_string(root.join(path)).map_err(|source| {
-            BackportError::Unreadable {
-                repo: root.to_owned(),
-                path: path.to_owned(),
-                source,
+        let file = match checkout_file(root, path) {
+            Ok(file) => file,
+            Err(problem) => {
+                not_read.push((path.to_owned(), problem));
+                continue;
             }
+        };
+        let text = std::fs::read_to_string(file).map_err(|source| BackportError::Unreadable {
+            repo: root.to_owned(),
+            path: path.to_owned(),
+            source,
         })?;
         files.push(RepoFile {
             path: path.to_owned(),
             text,
         });
     }
-    Ok(files)
+    Ok(RepoFiles { files, not_read })
+}
+
+/// `path` (relative, `/`-separated, as Git lists it) in the checkout at `root`, when it is a
+/// regular file of the checkout itself: neither it nor a directory on the way is a symbolic
+/// link, and it resolves below `root`. A link Git tracks may point anywhere (another
+/// repository, a home directory); writing through it would change a file the commit does not
+/// hold.
+fn checkout_file(root: &Path, path: &str) -> Result<PathBuf, NotInCheckout> {
+    let looked_at = |e: std::io::Error| NotInCheckout::Unreadable(e.to_string());
+    let parts: Vec<&str> = path.split('/').collect();
+    let mut at = root.to_path_buf();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let metadata = std::fs::symlink_metadata(&at).map_err(looked_at)?;
+        if metadata.file_type().is_symlink() {
+            let target = std::fs::read_link(&at)
+                .map_or_else(|e| format!("unreadable: {e}"), |t| t.display().to_string());
+            return Err(if i + 1 == parts.len() {
+                NotInCheckout::Link { target }
+            } else {
+                NotInCheckout::BelowLink {
+                    dir: parts[..=i].join("/"),
+                    target,
+                }
+            });
+        }
+        if i + 1 == parts.len() && !metadata.is_file() {
+            return Err(NotInCheckout::NotAFile);
+        }
+    }
+    let resolved = at.canonicalize().map_err(looked_at)?;
+    let root = root.canonicalize().map_err(looked_at)?;
+    if !resolved.starts_with(&root) {
+        return Err(NotInCheckout::Outside {
+            resolved: resolved.display().to_string(),
+        });
+    }
+    Ok(resolved)
 }
 
 fn is_yaml(path: &str) -> bool {
@@ -507,9 +600,21 @@ fn is_yaml(path: &str) -> bool {
 }
 
 fn commit(root: &Path, branch: &str, plan: &BackportPlan, message: &str) -> Result<(), CliError> {
+    let in_checkout = |path: &str| {
+        checkout_file(root, path).map_err(|problem| BackportError::NotInCheckout {
+            repo: root.to_owned(),
+            path: path.to_owned(),
+            problem: Box::new(problem),
+        })
+    };
+    // Every file is checked before anything changes (the branch included), and again just
+    // before it is written.
+    for edit in &plan.edits {
+        in_checkout(&edit.path)?;
+    }
     git(root, "switch", &["switch", "--create", branch])?;
     for edit in &plan.edits {
-        std::fs::write(root.join(&edit.path), &edit.text).map_err(|source| {
+        std::fs::write(in_checkout(&edit.path)?, &edit.text).map_err(|source| {
             BackportError::Unreadable {
                 repo: root.to_owned(),
                 path: edit.path.clone(),
@@ -563,4 +668,126 @@ fn git_with_input(
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn run_git(dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=Test", "-c", "user.email=test@example.test"])
+            .args(args)
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+
+    const MANIFEST: &str =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  LEVEL: info\n";
+
+    /// A checkout holding a manifest, a link to a file outside it, a link to the manifest, and
+    /// (untracked) a link to a directory outside; and the outside directory.
+    fn checkout() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let scratch = tempfile::tempdir().unwrap();
+        let outside = scratch.path().join("elsewhere");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("settings.yaml"), MANIFEST).unwrap();
+        let repo = scratch.path().join("gitops");
+        std::fs::create_dir_all(repo.join("apps")).unwrap();
+        run_git(&repo, &["init", "--quiet", "--initial-branch=main"]);
+        std::fs::write(repo.join("apps/settings.yaml"), MANIFEST).unwrap();
+        symlink(outside.join("settings.yaml"), repo.join("apps/shared.yaml")).unwrap();
+        symlink("settings.yaml", repo.join("apps/alias.yaml")).unwrap();
+        run_git(&repo, &["add", "."]);
+        run_git(&repo, &["commit", "--quiet", "-m", "apps"]);
+        symlink(&outside, repo.join("linked")).unwrap();
+        (scratch, repo, outside)
+    }
+
+    /// Issue 24, section 6: `backport` wrote through a link Git tracks to a file outside the
+    /// checkout. A link is neither read nor written, and says why.
+    #[test]
+    fn links_are_not_read_and_say_why() {
+        let (_scratch, repo, outside) = checkout();
+        let RepoFiles { files, not_read } = repo_files(&repo).unwrap();
+        let read: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(read, ["apps/settings.yaml"]);
+        let said: Vec<String> = not_read
+            .iter()
+            .map(|(path, why)| format!("{path} {why}"))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "apps/alias.yaml is a symbolic link (to settings.yaml)".to_owned(),
+                format!(
+                    "apps/shared.yaml is a symbolic link (to {})",
+                    outside.join("settings.yaml").display()
+                ),
+            ]
+        );
+        assert_eq!(
+            checkout_file(&repo, "linked/settings.yaml"),
+            Err(NotInCheckout::BelowLink {
+                dir: "linked".into(),
+                target: outside.display().to_string(),
+            })
+        );
+        assert_eq!(checkout_file(&repo, "apps"), Err(NotInCheckout::NotAFile));
+        assert_eq!(
+            checkout_file(&repo, "apps/settings.yaml"),
+            Ok(repo.canonicalize().unwrap().join("apps/settings.yaml"))
+        );
+    }
+
+    /// Were a link planned for (it changed after it was read), nothing is written: no branch,
+    /// no file, and the sentence names the path and what to do.
+    #[test]
+    fn a_write_through_a_link_is_refused_before_anything_changes() {
+        let (_scratch, repo, outside) = checkout();
+        for path in ["apps/shared.yaml", "linked/settings.yaml"] {
+            let plan = BackportPlan {
+                edits: vec![
+                    crate::backport::FileEdit {
+                        path: "apps/settings.yaml".into(),
+                        text: MANIFEST.replace("info", "debug"),
+                        fields: Vec::new(),
+                    },
+                    crate::backport::FileEdit {
+                        path: path.into(),
+                        text: MANIFEST.replace("info", "debug"),
+                        fields: Vec::new(),
+                    },
+                ],
+                ..BackportPlan::default()
+            };
+            let error = commit(&repo, "driftgate/backport-x", &plan, "message").unwrap_err();
+            let CliError::Backport(error) = error else {
+                panic!("{error:?}")
+            };
+            assert_eq!(error.exit_code(), crate::cli::error::exit::BAD_INPUT);
+            let said = error.to_string();
+            assert!(
+                said.starts_with(&format!("--repo {}: {path} ", repo.display()))
+                    && said.ends_with(": driftgate backport writes only the checkout's own files, never through a link; nothing was written: edit the file it stands for by hand"),
+                "{said}"
+            );
+            assert_eq!(
+                git(&repo, "branch", &["branch", "--show-current"])
+                    .unwrap()
+                    .trim(),
+                "main"
+            );
+            for file in [
+                repo.join("apps/settings.yaml"),
+                outside.join("settings.yaml"),
+            ] {
+                assert_eq!(std::fs::read_to_string(file).unwrap(), MANIFEST);
+            }
+        }
+    }
 }

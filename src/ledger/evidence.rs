@@ -267,6 +267,22 @@ mod tests {
         assert_eq!(judge(&record, "u1", &object, None), Evidence::Backported);
     }
 
+    /// Issue 24, section 7: a key holding brackets was dropped from the record, so the change
+    /// could never settle. Its path, as the record keeps it, finds the field.
+    #[test]
+    fn a_key_with_brackets_is_found_and_settles() {
+        let key = "match[0]].host";
+        let path = FieldPath::new(["spec", "rules", key]).to_string();
+        let record = spec(&[(path.as_str(), Some(json!("on")))]);
+        let object = json!({"spec": {"rules": {key: "on"}}});
+        assert_eq!(judge(&record, "u1", &object, None), Evidence::Backported);
+        let undone = json!({"spec": {"rules": {key: "off"}}});
+        assert_eq!(
+            judge(&record, "u1", &undone, None),
+            Evidence::Reverted(vec![path])
+        );
+    }
+
     #[test]
     fn only_fields_the_controller_manages_are_evidence() {
         // alice labelled the object and raised a container's memory under the window.

@@ -466,6 +466,215 @@ async fn open_fix_backport_link_merge_and_the_real_flux_settles_it() {
     );
 }
 
+/// The ConfigMap `settings` in `ns` as Git declares it, with its Namespace.
+fn settings_tree(ns: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {ns}\ndata:\n  GREETING: hello # shown on the login page\n  LEVEL: info\n"
+    )
+}
+
+/// alice's window on `target` in `ns`, and her merge patch of it; the record's name.
+async fn patched_under_a_window(ns: &str, target: &str, patch: &str) -> String {
+    show(driftgate_cli(
+        ALICE,
+        &[
+            "break-glass",
+            "open",
+            target,
+            "-n",
+            ns,
+            "--for",
+            "1h",
+            "--reason",
+            REASON,
+        ],
+    ))
+    .ok();
+    kubectl(
+        ALICE,
+        &["patch", target, "-n", ns, "--type=merge", "-p", patch],
+    )
+    .ok();
+    let records = records(ns).await;
+    assert_eq!(records.len(), 1, "one record of alice's window");
+    records[0].metadata.name.clone().unwrap()
+}
+
+/// Waits for the record of `ns` to be Backported: Git's version, applied by Flux, carries it.
+async fn backported(ns: &str) {
+    super::eventually("the record to be Backported", || async {
+        records(ns).await.into_iter().find(|r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.phase == driftgate::ledger::record::Phase::Backported)
+        })
+    })
+    .await;
+}
+
+/// Issue 24, section 6. alice's fix holds U+2028, which ends a line for kubectl's
+/// sigs.k8s.io/yaml and Flux's kyaml: `backport` writes it escaped on its one line, and both
+/// read her value from the file, with no key of its own; the real Flux settles the record. A manifest that is
+/// a link Git tracks, to a file outside the checkout, is neither read nor written.
+#[tokio::test]
+async fn a_value_holding_a_line_separator_is_written_escaped_and_a_link_out_of_the_checkout_is_not_followed()
+ {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-backport-breaks";
+    let tree = settings_tree(ns);
+    flux().publish(ns, &tree);
+    flux().kustomize(ns, "5s");
+    super::eventually("Flux to apply the settings", || async {
+        (get_json_or_null("configmap/settings", ns)["data"]["LEVEL"] == "info").then_some(())
+    })
+    .await;
+    let greeting = "hello\u{2028}AUTH_DISABLED: \"true\"";
+    let patch = serde_json::json!({"data": {"GREETING": greeting}}).to_string();
+    let record = patched_under_a_window(ns, "configmap/settings", &patch).await;
+    assert_eq!(
+        get_json("configmap/settings", ns)["data"]["GREETING"],
+        greeting
+    );
+
+    // A link to a file outside the checkout: not read, said so, and nothing changes.
+    let outside = control_plane().dir().join("platform").join("settings.yaml");
+    std::fs::create_dir_all(outside.parent().unwrap()).unwrap();
+    std::fs::write(&outside, &tree).unwrap();
+    let linked = repository("linked", &[("README.md", "# apps\n")]);
+    std::fs::create_dir_all(linked.join("apps")).unwrap();
+    std::os::unix::fs::symlink(&outside, linked.join("apps/settings.yaml")).unwrap();
+    git(&linked, &["add", "apps/settings.yaml"]);
+    git(
+        &linked,
+        &[
+            "commit",
+            "--quiet",
+            "-m",
+            "settings shared with the platform repo",
+        ],
+    );
+    let refused = backport(&record, ns, &linked, &[]);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stdout.contains(&format!(
+            "not read: apps/settings.yaml is a symbolic link (to {}): driftgate backport reads and writes only the checkout's own files; if it declares the object, edit the file it stands for by hand",
+            outside.display()
+        )),
+        "{}",
+        refused.stdout
+    );
+    assert!(
+        refused.stderr.contains(&format!(
+            "no manifest applied from the repository's root declares ConfigMap {ns}/settings"
+        )),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), tree);
+    assert_eq!(git(&linked, &["branch", "--show-current"]).trim(), "main");
+
+    // The checkout's own file: one line, escaped.
+    let repo = repository("breaks", &[("apps/settings.yaml", &tree)]);
+    let done = backport(&record, ns, &repo, &[]).ok();
+    let written = std::fs::read_to_string(repo.join("apps/settings.yaml")).unwrap();
+    assert_eq!(
+        written,
+        tree.replace(
+            "GREETING: hello #",
+            "GREETING: \"hello\\u2028AUTH_DISABLED: \\\"true\\\"\" #"
+        ),
+        "{}",
+        done.stdout
+    );
+    assert_eq!(
+        git(&repo, &["diff", "--numstat", "main", "HEAD"]),
+        "1\t1\tapps/settings.yaml\n"
+    );
+    let read: Vec<Value> = serde_saphyr::from_multiple(&written).unwrap();
+    assert_eq!(
+        read[1]["data"],
+        serde_json::json!({"GREETING": greeting, "LEVEL": "info"})
+    );
+
+    // kubectl reads the file with sigs.k8s.io/yaml: alice's value, no key of its own.
+    let settings = written.split("---\n").nth(1).unwrap();
+    let decoded = control_plane()
+        .kubectl_with_stdin(
+            ALICE,
+            &["create", "--dry-run=client", "-o", "json", "-f", "-"],
+            Some(settings),
+        )
+        .ok();
+    let decoded: Value = serde_json::from_str(&decoded.stdout).unwrap();
+    assert_eq!(
+        decoded["data"],
+        serde_json::json!({"GREETING": greeting, "LEVEL": "info"})
+    );
+    assert_eq!(decoded.get("AUTH_DISABLED"), None, "{decoded}");
+
+    // Merged, and applied by the real Flux (kustomize's kyaml reads the file): the record
+    // settles, the value is alice's.
+    let branch = format!("driftgate/backport-{record}");
+    git(&repo, &["switch", "--quiet", "main"]);
+    git(&repo, &["merge", "--quiet", "--ff-only", &branch]);
+    flux().publish(ns, &written);
+    driftgate_cli(
+        ALICE,
+        &["break-glass", "close", "configmap/settings", "-n", ns],
+    )
+    .ok();
+    backported(ns).await;
+    let live = get_json("configmap/settings", ns);
+    assert_eq!(
+        live["data"],
+        serde_json::json!({"GREETING": greeting, "LEVEL": "info"}),
+        "{live}"
+    );
+}
+
+/// Issue 24, section 7: a custom resource's key holding brackets is recorded (its path used to
+/// be written so that it did not parse back, and the field was dropped), backported, and the
+/// record settles when Flux applies Git's version.
+#[tokio::test]
+async fn a_key_holding_brackets_is_recorded_backported_and_settles() {
+    install_crypto_provider();
+    shared();
+    super::deep::install_crd();
+    let ns = "prod-backport-brackets";
+    let tree = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: widget-oncall\n  namespace: {ns}\nrules:\n  - apiGroups: [e2e.example.com]\n    resources: [widgets]\n    verbs: [get, list, patch, update]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: widget-oncall\n  namespace: {ns}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: widget-oncall}}\nsubjects:\n  - {{apiGroup: rbac.authorization.k8s.io, kind: Group, name: sre-oncall}}\n---\napiVersion: e2e.example.com/v1\nkind: Widget\nmetadata:\n  name: api\n  namespace: {ns}\nspec:\n  routes:\n    \"match[0]\": v1 # the first route\n    plain: x\n"
+    );
+    show(flux_apply(&tree)).ok();
+    let target = "widgets.e2e.example.com/api";
+    let patch = r#"{"spec":{"routes":{"match[0]":"v2"}}}"#;
+    let record = patched_under_a_window(ns, target, patch).await;
+    let kept = records(ns).await;
+    let paths: Vec<&str> = kept[0]
+        .spec
+        .changes
+        .iter()
+        .flat_map(|c| c.fields.iter().map(|f| f.path.as_str()))
+        .collect();
+    assert!(
+        paths.contains(&"spec.routes[match[0]]]"),
+        "the field is recorded: {paths:?}"
+    );
+
+    let repo = repository("brackets", &[("apps.yaml", &tree)]);
+    let done = backport(&record, ns, &repo, &[]).ok();
+    let written = std::fs::read_to_string(repo.join("apps.yaml")).unwrap();
+    assert_eq!(
+        written,
+        tree.replace("\"match[0]\": v1 #", "\"match[0]\": v2 #"),
+        "{}",
+        done.stdout
+    );
+    driftgate_cli(ALICE, &["break-glass", "close", target, "-n", ns]).ok();
+    show(flux_apply(&written)).ok();
+    backported(ns).await;
+}
+
 /// The object as JSON, or null while it does not exist yet.
 fn get_json_or_null(target: &str, namespace: &str) -> Value {
     let out = control_plane().kubectl(

@@ -97,7 +97,8 @@ subjects:
     )
 }
 
-fn install_crd() {
+/// Shared with `backport`, whose custom resource holds keys with brackets.
+pub(super) fn install_crd() {
     super::establish_crd(CRD, "widgets.e2e.example.com");
 }
 
