@@ -338,6 +338,8 @@ pub struct ResourceCatalog {
 struct CatalogInner {
     client: kube::Client,
     resources: arc_swap::ArcSwap<Catalog>,
+    /// The same resources as a list, with their versions and scopes, for listing a kind.
+    served: arc_swap::ArcSwap<Vec<ServedKind>>,
     /// Held while refreshing, so that concurrent misses share one refresh; holds when the
     /// last refresh started.
     refreshing: tokio::sync::Mutex<Option<tokio::time::Instant>>,
@@ -364,6 +366,7 @@ impl ResourceCatalog {
             inner: Some(Arc::new(CatalogInner {
                 client,
                 resources: arc_swap::ArcSwap::from_pointee(Catalog::new()),
+                served: arc_swap::ArcSwap::from_pointee(Vec::new()),
                 refreshing: tokio::sync::Mutex::new(None),
                 timeout,
             })),
@@ -397,13 +400,18 @@ impl ResourceCatalog {
         let read = async {
             let groups = inner.client.list_api_groups_aggregated().await?;
             let core = inner.client.list_core_api_versions_aggregated().await?;
-            Ok::<_, kube::Error>(catalog_from_discovery(&[core, groups]))
+            let lists = [core, groups];
+            Ok::<_, kube::Error>((
+                catalog_from_discovery(&lists),
+                served_from_discovery(&lists),
+            ))
         };
         match tokio::time::timeout(inner.timeout, read).await {
-            Ok(Ok(catalog)) => {
+            Ok(Ok((catalog, served))) => {
                 let resources: usize = catalog.values().map(HashMap::len).sum();
                 tracing::debug!(resources, "API discovery read");
                 inner.resources.store(Arc::new(catalog));
+                inner.served.store(Arc::new(served));
             }
             Ok(Err(error)) => tracing::warn!(
                 %error,
@@ -415,6 +423,120 @@ impl ResourceCatalog {
             ),
         }
     }
+}
+
+impl ResourceCatalog {
+    /// Every resource served, read first if discovery has not been read yet; None without a
+    /// cluster.
+    pub async fn served(&self) -> Option<Arc<Vec<ServedKind>>> {
+        let inner = self.inner.as_ref()?;
+        if inner.served.load().is_empty() {
+            self.refresh(false).await;
+        }
+        Some(inner.served.load_full())
+    }
+
+    /// The resource serving `group`/`kind`; on a miss, refreshes (once per
+    /// [`CATALOG_REFRESH_INTERVAL`]) and looks again. None: not served, or no cluster.
+    pub async fn served_kind(&self, group: &str, kind: &str) -> Option<ServedKind> {
+        let inner = self.inner.as_ref()?;
+        let find = |served: &[ServedKind]| {
+            served
+                .iter()
+                .find(|s| s.group == group && s.kind == kind)
+                .cloned()
+        };
+        if let Some(found) = find(&inner.served.load()) {
+            return Some(found);
+        }
+        self.refresh(false).await;
+        find(&inner.served.load())
+    }
+}
+
+/// A resource as API discovery serves it, to list the objects of its kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServedKind {
+    /// "" for the core group.
+    pub group: String,
+    /// The preferred version.
+    pub version: String,
+    /// The plural: `persistentvolumeclaims`.
+    pub resource: String,
+    pub kind: String,
+    pub namespaced: bool,
+    /// Whether the resource can be listed (its verbs include `list`).
+    pub listable: bool,
+}
+
+impl ServedKind {
+    /// The resource for a dynamic [`Api`].
+    pub fn api_resource(&self) -> ApiResource {
+        ApiResource {
+            group: self.group.clone(),
+            version: self.version.clone(),
+            api_version: if self.group.is_empty() {
+                self.version.clone()
+            } else {
+                format!("{}/{}", self.group, self.version)
+            },
+            kind: self.kind.clone(),
+            plural: self.resource.clone(),
+        }
+    }
+
+    /// How kubectl and RBAC name it: `persistentvolumeclaims`, `statefulsets.apps`.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+}
+
+/// The resources in aggregated discovery documents, each once: the first version listed (the
+/// preferred) wins.
+pub fn served_from_discovery(lists: &[APIGroupDiscoveryList]) -> Vec<ServedKind> {
+    let mut served: Vec<ServedKind> = Vec::new();
+    for group in lists.iter().flat_map(|list| &list.items) {
+        let group_name = group
+            .metadata
+            .as_ref()
+            .and_then(|m| m.name.clone())
+            .unwrap_or_default();
+        for version in &group.versions {
+            let Some(version_name) = &version.version else {
+                continue;
+            };
+            for resource in &version.resources {
+                let (Some(plural), Some(kind)) = (
+                    &resource.resource,
+                    resource
+                        .response_kind
+                        .as_ref()
+                        .and_then(|k| k.kind.as_ref()),
+                ) else {
+                    continue;
+                };
+                if served
+                    .iter()
+                    .any(|s| s.group == group_name && &s.resource == plural)
+                {
+                    continue;
+                }
+                served.push(ServedKind {
+                    group: group_name.clone(),
+                    version: version_name.clone(),
+                    resource: plural.clone(),
+                    kind: kind.clone(),
+                    namespaced: resource.scope.as_deref() == Some("Namespaced"),
+                    listable: resource.verbs.iter().any(|v| v == "list"),
+                });
+            }
+        }
+    }
+    served
 }
 
 /// The catalog in aggregated discovery documents (`/api` and `/apis`, apidiscovery.k8s.io/v2).
