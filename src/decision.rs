@@ -1565,7 +1565,7 @@ fn cascade_words(
                 )
             ),
             format!(
-                "If it keeps failing, let driftgate list what owns {it}; if the delete is meant, {mark}; to delete it alone and keep what it owns: {orphan}"
+                "Retry once driftgate can read what owns {it}; if the delete is meant, {mark}; to delete it alone and keep what it owns: {orphan}"
             ),
         )
     } else {

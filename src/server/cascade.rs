@@ -100,6 +100,7 @@ impl CascadeReader {
 
 impl ReaderInner {
     async fn read(&self, query: &CascadeQuery<'_>) -> DeletionCascade {
+        let started = tokio::time::Instant::now();
         let Some(uid) = &query.deleted_uid else {
             return DeletionCascade::Unreadable(
                 "the review's oldObject carries no uid, so nothing can be found to be owned by it"
@@ -109,11 +110,12 @@ impl ReaderInner {
         let Some(served) = self.catalog.served().await else {
             return DeletionCascade::Read(Vec::new());
         };
-        if served.is_empty() {
+        if served.read_at.is_none() {
             return DeletionCascade::Unreadable("API discovery could not be read".to_owned());
         }
         let mut walk = Walk::new(uid.clone());
         for resource in served
+            .kinds
             .iter()
             .filter(|s| s.namespaced && query.protects(&s.group, &s.kind, &s.resource))
         {
@@ -138,12 +140,18 @@ impl ReaderInner {
                     );
                     continue;
                 }
-                match self.catalog.served_kind(&kind.group, &kind.kind).await {
-                    // Not served: the collector cannot resolve such an owner either. Cluster-
-                    // scoped: it has no namespaced owner, so it cannot go with this object.
-                    None => walk.never_cascades(kind),
-                    Some(resource) if !resource.namespaced => walk.never_cascades(kind),
-                    Some(resource) => {
+                let served = self
+                    .catalog
+                    .served_kind_since(&kind.group, &kind.kind, started)
+                    .await;
+                match served {
+                    Err(unread) => walk.unreadable(kind, unread.to_string()),
+                    // Not served (discovery read since this delete came): the collector cannot
+                    // resolve such an owner either. Cluster-scoped: it has no namespaced
+                    // owner, so it cannot go with this object.
+                    Ok(None) => walk.never_cascades(kind),
+                    Ok(Some(resource)) if !resource.namespaced => walk.never_cascades(kind),
+                    Ok(Some(resource)) => {
                         listed += 1;
                         match self.list(&resource, &query.namespace).await {
                             Ok(objects) => walk.listed(kind, objects),
