@@ -1406,6 +1406,12 @@ pub fn cascade_query<'p>(
     policies: &'p PolicySet,
     input: &DecisionInput<'_>,
 ) -> Option<CascadeQuery<'p>> {
+    // Every review asks: the facts (which diff a subresource UPDATE) are only made for a DELETE.
+    if input.request.request().operation() != Operation::Delete
+        || policies.policies().iter().all(|p| p.deletions.is_none())
+    {
+        return None;
+    }
     let facts = Facts::new(input);
     let rules: Vec<_> = policies
         .policies()
