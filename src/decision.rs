@@ -15,6 +15,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, Operation};
 use serde::Serialize;
 
+use crate::cascade::{DeletionCascade, Dependent, orphans_dependents};
 use crate::deletions::{RecentDeletes, within};
 use crate::diff::{changed_paths, changed_status_paths};
 use crate::fieldpath::FieldPath;
@@ -465,6 +466,9 @@ struct Facts<'a> {
     judge_status: bool,
     user: &'a UserInfo,
     changes: OnceCell<Changes>,
+    /// For a DELETE: the protected objects the garbage collector would delete with the object,
+    /// as the server read them; None when not read (no cluster, `eval`).
+    cascade: Option<&'a DeletionCascade>,
 }
 
 /// What an UPDATE changed.
@@ -548,6 +552,7 @@ impl<'a> Facts<'a> {
             judge_status: subresource.is_empty() && input.resource.is_none_or(|r| !r.has_status),
             user: request.user_info(),
             changes: OnceCell::new(),
+            cascade: None,
         };
         // Judged by effect, not by path: a subresource write that carries the whole object and
         // changes more than the subresource's own part is a write to the object.
@@ -907,7 +912,19 @@ pub fn decide_with_ledger(
     input: &DecisionInput<'_>,
     ledger: &LedgerGuard,
 ) -> Decision {
-    let facts = Facts::new(input);
+    decide_with_cascade(policies, input, ledger, None)
+}
+
+/// [`decide_with_ledger`], with `cascade` the protected objects a DELETE would take with it, as
+/// the server read them for the [`cascade_query`]: each is judged as if it were deleted itself.
+pub fn decide_with_cascade<'a>(
+    policies: &PolicySet,
+    input: &'a DecisionInput<'a>,
+    ledger: &LedgerGuard,
+    cascade: Option<&'a DeletionCascade>,
+) -> Decision {
+    let mut facts = Facts::new(input);
+    facts.cascade = cascade;
     if let Some(verdict) = crate::policy::admission::judge(input.request) {
         return assemble(&facts, vec![verdict]);
     }
@@ -1298,15 +1315,16 @@ fn refuse_deletion(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome
     if protected {
         return Some(deletion_protected(policy, facts, rules));
     }
+    if let Some(refusal) = refuse_cascade(policy, facts, rules) {
+        return Some(refusal);
+    }
     deletion_over_limit(policy, facts)
 }
 
 fn allowed_by_annotation(facts: &Facts<'_>, rules: &DeletionRules) -> bool {
     facts
         .stored_meta()
-        .and_then(|meta| meta.annotations.as_ref())
-        .and_then(|annotations| annotations.get(&rules.allow_annotation))
-        .is_some_and(|value| value == "true")
+        .is_some_and(|meta| marked_for_deletion(meta, rules))
 }
 
 /// Whether the deleter is an opener of the policy's windows and one is open on the object or
@@ -1348,17 +1366,8 @@ fn deletion_protected(
         None => String::new(),
     };
     let controller = controller_of(policy, facts);
-    let subject = match controller {
-        Some(controller) => format!(
-            "Controller {} ({}) may not delete {}",
-            controller.name,
-            facts.about.who(),
-            facts.object_words()
-        ),
-        None => facts.may_not(),
-    };
     let words = RefusalWords {
-        subject,
+        subject: deleter_may_not(controller, facts),
         why: format!(
             "the policy protects every {} from deletion by anyone, the GitOps controller included, unless deleting it is a deliberate act",
             facts.kind
@@ -1371,6 +1380,330 @@ fn deletion_protected(
     let mut outcome = RuleOutcome::refuse(Rule::DeletionProtected, policy, words, "");
     outcome.matched = controller.map(|c| c.name.clone());
     outcome
+}
+
+/// "Controller flux (system:serviceaccount:…) may not delete …" for a controller of the policy,
+/// "bob may not delete …" for anyone else.
+fn deleter_may_not(controller: Option<&crate::policy::Controller>, facts: &Facts<'_>) -> String {
+    match controller {
+        Some(controller) => format!(
+            "Controller {} ({}) may not delete {}",
+            controller.name,
+            facts.about.who(),
+            facts.object_words()
+        ),
+        None => facts.may_not(),
+    }
+}
+
+/// What the server must read for the cascade of a DELETE: the namespace, the deleted object's
+/// uid and the rules of the policies that judge its cascade, whose protected kinds it lists.
+#[derive(Debug)]
+pub struct CascadeQuery<'p> {
+    pub namespace: String,
+    /// None: the review carries no uid, so nothing can be found to be owned by it.
+    pub deleted_uid: Option<String>,
+    pub rules: Vec<&'p DeletionRules>,
+}
+
+impl CascadeQuery<'_> {
+    /// Whether a policy that judges the cascade protects `group/kind` (or `group/resource`).
+    pub fn protects(&self, group: &str, kind: &str, resource: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|rules| rules.protects(group, kind, resource))
+    }
+}
+
+/// The cascade to read before deciding this request, if any policy judges one (see
+/// [`cascade_rules`]).
+pub fn cascade_query<'p>(
+    policies: &'p PolicySet,
+    input: &DecisionInput<'_>,
+) -> Option<CascadeQuery<'p>> {
+    // Every review asks: the facts (which diff a subresource UPDATE) are only made for a DELETE.
+    if input.request.request().operation() != Operation::Delete
+        || policies.policies().iter().all(|p| p.deletions.is_none())
+    {
+        return None;
+    }
+    let facts = Facts::new(input);
+    let rules: Vec<_> = policies
+        .policies()
+        .iter()
+        .filter_map(|policy| cascade_rules(policy, &facts))
+        .collect();
+    if rules.is_empty() {
+        return None;
+    }
+    Some(CascadeQuery {
+        namespace: facts.namespace?.to_owned(),
+        deleted_uid: facts.about.object_uid().map(str::to_owned),
+        rules,
+    })
+}
+
+/// The policy's `deletions`, when it judges what this DELETE takes with it: the delete of a
+/// namespaced object of a kind the policy guards (its `resources`: objects declared in Git,
+/// pruned by the controller or deleted by people; not the run-time objects Kubernetes'
+/// controllers delete as an owner's spec says, such as Pods and ReplicaSets in the example
+/// policy), in a namespace it guards, by anyone but `deletions.exempt`, that does not orphan
+/// the object's dependents. A cluster-scoped object's dependents may be in any namespace, and
+/// are not looked for.
+fn cascade_rules<'p>(policy: &'p GatePolicy, facts: &Facts<'_>) -> Option<&'p DeletionRules> {
+    let rules = policy.deletions.as_ref()?;
+    let request = facts.request();
+    let judged = request.operation() == Operation::Delete
+        && facts.subresource.is_empty()
+        && !facts.is_namespace_object()
+        && facts.namespace.is_some()
+        && facts.kind_known
+        && guards_namespace(policy, facts)
+        && policy.guards_resource(facts.group(), facts.kind, &request.resource().resource)
+        && !rules.exempt.matches(facts.user)
+        && !orphans_dependents(
+            request.options(),
+            facts.about.old_object().map(|o| o.metadata()),
+        );
+    judged.then_some(rules)
+}
+
+/// The refusal of a delete whose cascade would take protected objects with it that carry no
+/// allow annotation and are not deleted by an opener under a window on them or their
+/// namespace: each is judged as if it were deleted itself. A cascade that could not be read is
+/// refused (fail closed), saying why.
+fn refuse_cascade(
+    policy: &GatePolicy,
+    facts: &Facts<'_>,
+    rules: &DeletionRules,
+) -> Option<RuleOutcome> {
+    let cascade = facts.cascade?;
+    cascade_rules(policy, facts)?;
+    let controller = controller_of(policy, facts);
+    let namespace = facts.namespace.unwrap_or_default();
+    let name = echo(facts.request().name(), MAX_NAME_CHARS);
+    let orphan = format!(
+        "kubectl delete {}/{name} -n {namespace} --cascade=orphan",
+        facts.target_type()
+    );
+    let words = match cascade {
+        DeletionCascade::Unreadable(problem) => RefusalWords {
+            subject: deleter_may_not(controller, facts),
+            why: format!(
+                "driftgate could not read the objects the policy protects from deletion in {namespace} to see whether the garbage collector would delete any of them with it ({})",
+                echo(problem, MAX_PROBLEM_CHARS)
+            ),
+            next: format!(
+                "Retry; if it keeps failing, check that driftgate may list them. To delete it alone and keep what it owns: {orphan}"
+            ),
+            owner: owner_suffix(policy),
+        },
+        DeletionCascade::Read(dependents) => {
+            let reached: Vec<&Dependent> = dependents
+                .iter()
+                .filter(|d| {
+                    rules.protects(&d.kind.group, &d.kind.kind, &d.resource)
+                        && !marked_for_deletion(&d.meta, rules)
+                        && !opener_under_window_on(policy, facts, &d.meta)
+                })
+                .collect();
+            if reached.is_empty() {
+                return None;
+            }
+            cascade_words(policy, facts, rules, controller, &reached, &orphan)
+        }
+    };
+    let mut outcome = RuleOutcome::refuse(Rule::DeletionProtected, policy, words, "");
+    outcome.matched = controller.map(|c| c.name.clone());
+    Some(outcome)
+}
+
+/// At most this many characters of an API error in a refusal.
+const MAX_PROBLEM_CHARS: usize = 300;
+/// At most this many protected objects are named in one refusal.
+const MAX_NAMED_DEPENDENTS: usize = 5;
+
+/// The refusal's words for protected objects the cascade would (or may) delete: those it
+/// surely deletes are named; without any, those it may delete, with why driftgate cannot tell.
+fn cascade_words(
+    policy: &GatePolicy,
+    facts: &Facts<'_>,
+    rules: &DeletionRules,
+    controller: Option<&crate::policy::Controller>,
+    reached: &[&Dependent],
+    orphan: &str,
+) -> RefusalWords {
+    let surely: Vec<&Dependent> = reached
+        .iter()
+        .copied()
+        .filter(|d| d.undetermined.is_none())
+        .collect();
+    let named = if surely.is_empty() {
+        reached
+    } else {
+        &surely[..]
+    };
+    let namespace = facts.namespace.unwrap_or_default();
+    let (it, each) = if named.len() == 1 {
+        ("it", "it")
+    } else {
+        ("them", "each")
+    };
+    let annotate = format!(
+        "kubectl annotate {} -n {namespace} {}=true",
+        named
+            .iter()
+            .take(MAX_NAMED_DEPENDENTS)
+            .map(|d| format!(
+                "{}/{}",
+                kubectl_type(&d.kind.group, &d.kind.kind, &d.resource),
+                echo(d.name(), MAX_NAME_CHARS)
+            ))
+            .collect::<Vec<_>>()
+            .join(" "),
+        rules.allow_annotation
+    );
+    let window = match &policy.break_glass {
+        Some(window) if window.namespace_wide => format!(
+            ", or delete it under a break-glass window on the namespace ({} may open one: driftgate break-glass open -n {namespace} --for 1h --reason \"{REASON_PLACEHOLDER}\")",
+            window.openers.describe()
+        ),
+        _ => String::new(),
+    };
+    let mark = format!("mark {each} first, in Git or with {annotate}{window}");
+    let (why, next) = if surely.is_empty() {
+        let problems: std::collections::BTreeSet<&str> = named
+            .iter()
+            .filter_map(|d| d.undetermined.as_deref())
+            .collect();
+        (
+            format!(
+                "driftgate could not tell whether the garbage collector would then delete {}, which the policy protects from deletion by anyone, the GitOps controller included ({})",
+                dependent_words(named),
+                echo(
+                    &problems.into_iter().collect::<Vec<_>>().join("; "),
+                    MAX_PROBLEM_CHARS
+                )
+            ),
+            format!(
+                "Retry once driftgate can read what owns {it}; if the delete is meant, {mark}; to delete it alone and keep what it owns: {orphan}"
+            ),
+        )
+    } else {
+        (
+            format!(
+                "the garbage collector would then delete {}, which it owns, and the policy protects {it} from deletion by anyone, the GitOps controller included, unless deleting {it} is a deliberate act",
+                dependent_words(named)
+            ),
+            format!(
+                "If that is meant, {mark}; to delete it alone and keep what it owns: {orphan}; if the controller is pruning it, check the last change in Git"
+            ),
+        )
+    };
+    RefusalWords {
+        subject: deleter_may_not(controller, facts),
+        why,
+        next,
+        owner: owner_suffix(policy),
+    }
+}
+
+/// "PersistentVolumeClaim data-web-0", "PersistentVolumeClaims data-web-0 and data-web-1",
+/// "PersistentVolumeClaim data-db-0 (through StatefulSet db)": grouped by kind, at most
+/// [`MAX_NAMED_DEPENDENTS`] named.
+fn dependent_words(dependents: &[&Dependent]) -> String {
+    let mut by_kind: Vec<(&str, Vec<String>)> = Vec::new();
+    for dependent in dependents.iter().take(MAX_NAMED_DEPENDENTS) {
+        let mut name = echo(dependent.name(), MAX_NAME_CHARS).into_owned();
+        if !dependent.through.is_empty() {
+            name.push_str(&format!(" (through {})", dependent.through.join(", ")));
+        }
+        match by_kind
+            .iter_mut()
+            .find(|(kind, _)| *kind == dependent.kind.kind)
+        {
+            Some((_, names)) => names.push(name),
+            None => by_kind.push((&dependent.kind.kind, vec![name])),
+        }
+    }
+    let groups: Vec<String> = by_kind
+        .into_iter()
+        .map(|(kind, names)| {
+            let noun = if names.len() == 1 {
+                kind.to_owned()
+            } else {
+                plural(kind)
+            };
+            format!("{noun} {}", and_list(&names))
+        })
+        .collect();
+    let mut words = and_list(&groups);
+    if dependents.len() > MAX_NAMED_DEPENDENTS {
+        words.push_str(&format!(
+            ", and {} more",
+            dependents.len() - MAX_NAMED_DEPENDENTS
+        ));
+    }
+    words
+}
+
+/// "a", "a and b", "a, b and c".
+fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// The plural of a kind's name, as English makes it: Claims, Policies, Classes.
+fn plural(kind: &str) -> String {
+    if kind.ends_with('s') || kind.ends_with('x') || kind.ends_with("ch") || kind.ends_with("sh") {
+        format!("{kind}es")
+    } else if let Some(stem) = kind.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
+    {
+        format!("{stem}ies")
+    } else {
+        format!("{kind}s")
+    }
+}
+
+/// How kubectl names a type: the lowercase kind for the core and apps groups, else the fully
+/// qualified resource (as [`Facts::target_type`]).
+fn kubectl_type(group: &str, kind: &str, resource: &str) -> String {
+    if group.is_empty() || group == "apps" {
+        kind.to_lowercase()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
+/// Whether `meta` carries the policy's allow annotation, "true".
+fn marked_for_deletion(meta: &ObjectMeta, rules: &DeletionRules) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(&rules.allow_annotation))
+        .is_some_and(|value| value == "true")
+}
+
+/// Whether the deleter is an opener and a window is open on `meta` (an object the delete would
+/// take with it) or, namespace-wide, on the namespace.
+fn opener_under_window_on(policy: &GatePolicy, facts: &Facts<'_>, meta: &ObjectMeta) -> bool {
+    let Some(rules) = policy.break_glass.as_ref() else {
+        return false;
+    };
+    if !rules.openers.matches(facts.user) {
+        return false;
+    }
+    let now = facts.input.now;
+    let mut states = vec![window_state(meta, rules, now, WindowScope::Object)];
+    if rules.namespace_wide
+        && let Some(ns) = facts.input.namespace
+    {
+        states.push(window_state(ns, rules, now, WindowScope::Namespace));
+    }
+    open_window(&states).is_some()
 }
 
 /// A controller's delete beyond `controllerLimit` deletes within its period in the namespace.
@@ -2108,18 +2441,17 @@ fn suspension_guards(request: RequestEnvelope<'_>) -> bool {
 }
 
 /// Whether the policy's `deletions` may stop this delete, whatever else it guards: its kind
-/// from the envelope, its namespace guarded or not known yet (labels may select it).
+/// from the envelope, its namespace guarded or not known yet (labels may select it). A kind it
+/// protects, or one of its `resources`, whose cascade it judges whatever `operations` say.
 fn deletion_guards(policy: &GatePolicy, request: RequestEnvelope<'_>) -> bool {
     let Some(rules) = &policy.deletions else {
         return false;
     };
+    let (kind, resource) = (request.kind(), request.resource());
     request.operation() == Operation::Delete
         && request.sub_resource().unwrap_or("").is_empty()
-        && rules.protects(
-            &request.kind().group,
-            &request.kind().kind,
-            &request.resource().resource,
-        )
+        && (rules.protects(&kind.group, &kind.kind, &resource.resource)
+            || policy.guards_resource(&resource.group, &kind.kind, &resource.resource))
 }
 
 /// The decision for a write that [`may_guard`] but whose object could not be read (`problem`

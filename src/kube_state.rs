@@ -413,6 +413,8 @@ pub struct ResourceCatalog {
 struct CatalogInner {
     client: kube::Client,
     resources: arc_swap::ArcSwap<Catalog>,
+    /// The same resources as a list, with their versions and scopes, for listing a kind.
+    served: arc_swap::ArcSwap<Served>,
     /// Held while refreshing, so that concurrent misses share one refresh; holds when the
     /// last refresh started.
     refreshing: tokio::sync::Mutex<Option<tokio::time::Instant>>,
@@ -439,6 +441,7 @@ impl ResourceCatalog {
             inner: Some(Arc::new(CatalogInner {
                 client,
                 resources: arc_swap::ArcSwap::from_pointee(Catalog::new()),
+                served: arc_swap::ArcSwap::from_pointee(Served::default()),
                 refreshing: tokio::sync::Mutex::new(None),
                 timeout,
             })),
@@ -461,24 +464,48 @@ impl ResourceCatalog {
     /// Reads discovery again; unless `force`d, not when the last refresh started less than
     /// [`CATALOG_REFRESH_INTERVAL`] ago. A failure keeps what was known.
     pub async fn refresh(&self, force: bool) {
+        self.refresh_if(|last| {
+            force || last.is_none_or(|at| at.elapsed() >= CATALOG_REFRESH_INTERVAL)
+        })
+        .await;
+    }
+
+    /// Reads discovery again, unless a read started at or after `since`: concurrent callers
+    /// that need discovery as of `since` share one read.
+    async fn refresh_since(&self, since: tokio::time::Instant) {
+        self.refresh_if(|last| last.is_none_or(|at| at < since))
+            .await;
+    }
+
+    /// Reads discovery again when `due` says so of the last read's start.
+    async fn refresh_if(&self, due: impl FnOnce(Option<tokio::time::Instant>) -> bool) {
         let Some(inner) = self.inner.as_ref() else {
             return;
         };
         let mut last = inner.refreshing.lock().await;
-        if !force && last.is_some_and(|at| at.elapsed() < CATALOG_REFRESH_INTERVAL) {
+        if !due(*last) {
             return;
         }
-        *last = Some(tokio::time::Instant::now());
+        let started = tokio::time::Instant::now();
+        *last = Some(started);
         let read = async {
             let groups = inner.client.list_api_groups_aggregated().await?;
             let core = inner.client.list_core_api_versions_aggregated().await?;
-            Ok::<_, kube::Error>(catalog_from_discovery(&[core, groups]))
+            let lists = [core, groups];
+            Ok::<_, kube::Error>((
+                catalog_from_discovery(&lists),
+                served_from_discovery(&lists),
+            ))
         };
         match tokio::time::timeout(inner.timeout, read).await {
-            Ok(Ok(catalog)) => {
+            Ok(Ok((catalog, served))) => {
                 let resources: usize = catalog.values().map(HashMap::len).sum();
                 tracing::debug!(resources, "API discovery read");
                 inner.resources.store(Arc::new(catalog));
+                inner.served.store(Arc::new(Served {
+                    read_at: Some(started),
+                    kinds: served,
+                }));
             }
             Ok(Err(error)) => tracing::warn!(
                 %error,
@@ -490,6 +517,147 @@ impl ResourceCatalog {
             ),
         }
     }
+}
+
+impl ResourceCatalog {
+    /// Every resource served, read first if discovery has not been read yet; None without a
+    /// cluster.
+    pub async fn served(&self) -> Option<Arc<Served>> {
+        let inner = self.inner.as_ref()?;
+        if inner.served.load().read_at.is_none() {
+            self.refresh(false).await;
+        }
+        Some(inner.served.load_full())
+    }
+
+    /// The resource serving `group`/`kind` as discovery says at `since` or later: on a miss,
+    /// discovery is read again unless it was read since (a kind installed a moment ago is not
+    /// taken for one that is not served). `Ok(None)`: not served; an error: discovery could
+    /// not be read since. `Ok(None)` too without a cluster.
+    pub async fn served_kind_since(
+        &self,
+        group: &str,
+        kind: &str,
+        since: tokio::time::Instant,
+    ) -> Result<Option<ServedKind>, DiscoveryUnread> {
+        let Some(inner) = self.inner.as_ref() else {
+            return Ok(None);
+        };
+        let find = |served: &Served| -> Option<Result<Option<ServedKind>, DiscoveryUnread>> {
+            match served
+                .kinds
+                .iter()
+                .find(|s| s.group == group && s.kind == kind)
+            {
+                Some(found) => Some(Ok(Some(found.clone()))),
+                None if served.read_at.is_some_and(|at| at >= since) => Some(Ok(None)),
+                None => None,
+            }
+        };
+        if let Some(found) = find(&inner.served.load()) {
+            return found;
+        }
+        self.refresh_since(since).await;
+        find(&inner.served.load()).unwrap_or(Err(DiscoveryUnread))
+    }
+}
+
+/// API discovery could not be read when it was needed.
+#[derive(Debug, thiserror::Error)]
+#[error("API discovery could not be read")]
+pub struct DiscoveryUnread;
+
+/// Every resource served, as of the last complete read of discovery.
+#[derive(Debug, Default)]
+pub struct Served {
+    /// When that read started; None before the first.
+    pub read_at: Option<tokio::time::Instant>,
+    pub kinds: Vec<ServedKind>,
+}
+
+/// A resource as API discovery serves it, to list the objects of its kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServedKind {
+    /// "" for the core group.
+    pub group: String,
+    /// The preferred version.
+    pub version: String,
+    /// The plural: `persistentvolumeclaims`.
+    pub resource: String,
+    pub kind: String,
+    pub namespaced: bool,
+    /// Whether the resource can be listed (its verbs include `list`).
+    pub listable: bool,
+}
+
+impl ServedKind {
+    /// The resource for a dynamic [`Api`].
+    pub fn api_resource(&self) -> ApiResource {
+        ApiResource {
+            group: self.group.clone(),
+            version: self.version.clone(),
+            api_version: if self.group.is_empty() {
+                self.version.clone()
+            } else {
+                format!("{}/{}", self.group, self.version)
+            },
+            kind: self.kind.clone(),
+            plural: self.resource.clone(),
+        }
+    }
+
+    /// How kubectl and RBAC name it: `persistentvolumeclaims`, `statefulsets.apps`.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+}
+
+/// The resources in aggregated discovery documents, each once: the first version listed (the
+/// preferred) wins.
+pub fn served_from_discovery(lists: &[APIGroupDiscoveryList]) -> Vec<ServedKind> {
+    let mut served: Vec<ServedKind> = Vec::new();
+    for group in lists.iter().flat_map(|list| &list.items) {
+        let group_name = group
+            .metadata
+            .as_ref()
+            .and_then(|m| m.name.clone())
+            .unwrap_or_default();
+        for version in &group.versions {
+            let Some(version_name) = &version.version else {
+                continue;
+            };
+            for resource in &version.resources {
+                let (Some(plural), Some(kind)) = (
+                    &resource.resource,
+                    resource
+                        .response_kind
+                        .as_ref()
+                        .and_then(|k| k.kind.as_ref()),
+                ) else {
+                    continue;
+                };
+                if served
+                    .iter()
+                    .any(|s| s.group == group_name && &s.resource == plural)
+                {
+                    continue;
+                }
+                served.push(ServedKind {
+                    group: group_name.clone(),
+                    version: version_name.clone(),
+                    resource: plural.clone(),
+                    kind: kind.clone(),
+                    namespaced: resource.scope.as_deref() == Some("Namespaced"),
+                    listable: resource.verbs.iter().any(|v| v == "list"),
+                });
+            }
+        }
+    }
+    served
 }
 
 /// The catalog in aggregated discovery documents (`/api` and `/apis`, apidiscovery.k8s.io/v2).

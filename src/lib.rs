@@ -6,6 +6,7 @@
 
 pub mod backport;
 pub mod blast_radius;
+pub mod cascade;
 pub mod certs;
 pub mod cli;
 pub mod decision;

@@ -113,6 +113,11 @@ impl<'a> RequestEnvelope<'a> {
         AdmissionResponse::from(self.0)
     }
 
+    /// The request's options (`CreateOptions`, `UpdateOptions`, `DeleteOptions`), as sent.
+    pub fn options(self) -> Option<&'a serde_json::Value> {
+        self.0.options.as_ref().map(|options| &options.0)
+    }
+
     /// The write's `options.fieldManager`, if it names one.
     fn field_manager(self) -> Option<&'a str> {
         self.0

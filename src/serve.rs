@@ -541,6 +541,15 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
         }
         None => ResourceCatalog::disabled(),
     };
+    // What a DELETE would take with it: a few metadata lists, within the parent lookup's time.
+    let cascades = match &client {
+        Some(client) => crate::server::cascade::CascadeReader::new(
+            client.clone(),
+            resources.clone(),
+            Duration::from_secs(2),
+        ),
+        None => crate::server::cascade::CascadeReader::disabled(),
+    };
     let (events, events_task) = EventSink::spawn(
         client.clone(),
         instance_name(&args),
@@ -648,6 +657,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     .with_gatepolicies(gatepolicies)
     .with_ledger(ledger.with_authenticated_callers(caller_authenticated))
     .with_resources(resources)
+    .with_cascades(cascades)
     .with_body_budget(args.max_body_bytes_in_flight)
     .with_silence_after(args.controller_silence_after)
     .with_read_back(StoredReader::new(client.clone()), caller_authenticated);

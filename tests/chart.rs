@@ -922,6 +922,9 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             "apps/deployments:get",
             "apps/statefulsets:get",
             "apps/replicasets:get",
+            // What a delete would take with it (rbac.deletionCascade): claims and their owners.
+            "/persistentvolumeclaims:list",
+            "apps/statefulsets:list",
             "driftgate.dev/backportrequirements:get",
             "driftgate.dev/backportrequirements:list",
             "driftgate.dev/backportrequirements:watch",

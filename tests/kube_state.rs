@@ -493,3 +493,51 @@ fn the_catalog_reads_kinds_and_status_subresources_from_discovery() {
     assert_eq!(runs.kind, "AnalysisRun");
     assert!(!runs.has_status);
 }
+
+/// The same discovery as a list of served resources, to list a kind's objects (what a delete
+/// would take with it): the preferred version, the scope, whether it can be listed.
+#[test]
+fn served_resources_carry_their_preferred_version_scope_and_verbs() {
+    use driftgate::kube_state::{ServedKind, served_from_discovery};
+    let apis: kube::core::discovery::v2::APIGroupDiscoveryList = serde_json::from_value(json!({
+        "kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+        "items": [{
+            "metadata": {"name": "example.com"},
+            "versions": [
+                {"version": "v2", "resources": [
+                    {"resource": "databases", "responseKind": {"group": "example.com", "version": "v2", "kind": "Database"},
+                     "scope": "Namespaced", "verbs": ["get", "list", "watch"]},
+                    {"resource": "regions", "responseKind": {"group": "example.com", "version": "v2", "kind": "Region"},
+                     "scope": "Cluster", "verbs": ["get"]}]},
+                {"version": "v1", "resources": [
+                    {"resource": "databases", "responseKind": {"group": "example.com", "version": "v1", "kind": "Database"},
+                     "scope": "Namespaced", "verbs": ["get", "list"]}]}
+            ]
+        }]
+    }))
+    .unwrap();
+    let served = served_from_discovery(&[apis]);
+    assert_eq!(
+        served,
+        [
+            ServedKind {
+                group: "example.com".into(),
+                version: "v2".into(),
+                resource: "databases".into(),
+                kind: "Database".into(),
+                namespaced: true,
+                listable: true,
+            },
+            ServedKind {
+                group: "example.com".into(),
+                version: "v2".into(),
+                resource: "regions".into(),
+                kind: "Region".into(),
+                namespaced: false,
+                listable: false,
+            },
+        ]
+    );
+    assert_eq!(served[0].qualified(), "databases.example.com");
+    assert_eq!(served[0].api_resource().api_version, "example.com/v2");
+}

@@ -2,6 +2,7 @@
 //!
 //! The routers hold no TLS and no sockets, so tests drive them with `tower::ServiceExt::oneshot`.
 
+pub mod cascade;
 pub mod connections;
 pub mod gatepolicies;
 pub mod lingering;
@@ -32,7 +33,8 @@ use kube::core::admission::{AdmissionRequest, Operation};
 use tower_http::timeout::TimeoutLayer;
 
 use crate::decision::{
-    Decision, DecisionInput, decide_with_ledger, may_guard, needs_parent, unreadable,
+    Decision, DecisionInput, cascade_query, decide_with_cascade, may_guard, needs_parent,
+    unreadable,
 };
 use crate::deletions::DeletionTally;
 use crate::events::EventSink;
@@ -45,6 +47,7 @@ use crate::review::lazy::{LazyEnvelope, LazyReview, parse_lazily};
 use crate::review::{Envelope, Review, SHALLOW_DEPTH, Unreadable, parse_envelope, stack_for};
 use crate::silence::DEFAULT_SILENCE_AFTER;
 use crate::text::{MAX_NAME_CHARS, echo};
+use cascade::CascadeReader;
 use connections::BodyBudget;
 use reload::PolicyStatus;
 use silence::SilenceTracker;
@@ -75,6 +78,8 @@ pub struct AppState {
     pub parents: ParentLookup,
     /// Kinds and status subresources from API discovery; disabled without a cluster.
     pub resources: ResourceCatalog,
+    /// What a DELETE would take with it through ownerReferences; disabled without a cluster.
+    pub cascades: CascadeReader,
     pub events: EventSink,
     /// Backport records; disabled without a cluster.
     pub ledger: Ledger,
@@ -124,6 +129,7 @@ impl AppState {
             namespaces,
             parents,
             resources: ResourceCatalog::disabled(),
+            cascades: CascadeReader::disabled(),
             events,
             ledger: Ledger::disabled(metrics.clone()),
             windows: WindowTracker::new(metrics.clone()),
@@ -157,6 +163,11 @@ impl AppState {
 
     pub fn with_resources(mut self, resources: ResourceCatalog) -> Self {
         self.resources = resources;
+        self
+    }
+
+    pub fn with_cascades(mut self, cascades: CascadeReader) -> Self {
+        self.cascades = cascades;
         self
     }
 
@@ -835,18 +846,24 @@ async fn decide_with_cluster(
         now,
         silence: Some(&silence),
     };
-    let decision = decide_with_ledger(policies, &input, &state.ledger.guard());
+    // What a DELETE would take with it, read only when a policy judges that.
+    let cascade = match cascade_query(policies, &input) {
+        Some(query) => state.cascades.read(&query).await,
+        None => None,
+    };
+    let decision = decide_with_cascade(policies, &input, &state.ledger.guard(), cascade.as_ref());
     if !needs_parent(policies, &decision) {
         return decision;
     }
     match state.parents.lookup(facts).await {
-        Parent::Found(parent) => decide_with_ledger(
+        Parent::Found(parent) => decide_with_cascade(
             policies,
             &DecisionInput {
                 parent: Some(&parent),
                 ..input
             },
             &state.ledger.guard(),
+            cascade.as_ref(),
         ),
         Parent::Absent => decision,
         Parent::Unreadable(error) => parent_unreadable(decision, &error),

@@ -14,6 +14,7 @@ mod break_glass;
 mod bypass;
 mod cluster_scoped;
 mod deep;
+mod deletion_cascade;
 mod effects;
 mod gatepolicy;
 mod gitops;

@@ -552,6 +552,139 @@ async fn a_claim_removed_from_git_is_not_pruned_until_someone_marks_it() {
     );
 }
 
+/// StatefulSet `web` in `namespace`, one replica, whose claims go with it
+/// (`persistentVolumeClaimRetentionPolicy.whenDeleted: Delete`): the StatefulSet controller
+/// gives claim `data-web-0` an ownerReference to it. There is no node: the Pod stays Pending,
+/// which the controller's claim needs not.
+pub(super) fn statefulset_with_claims(namespace: &str, name: &str) -> String {
+    format!(
+        "\n---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  replicas: 1\n  serviceName: {name}\n  selector: {{matchLabels: {{app: {name}}}}}\n  persistentVolumeClaimRetentionPolicy: {{whenDeleted: Delete, whenScaled: Retain}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers:\n        - name: {name}\n          image: {IMAGE}\n          volumeMounts: [{{name: data, mountPath: /data}}]\n  volumeClaimTemplates:\n    - metadata: {{name: data}}\n      spec:\n        accessModes: [ReadWriteOnce]\n        resources: {{requests: {{storage: 1Gi}}}}\n"
+    )
+}
+
+/// The object as the admin reads it, as JSON; None when it does not exist.
+pub(super) fn read_back(target: &str, namespace: &str) -> Option<serde_json::Value> {
+    let out = control_plane().kubectl(ADMIN, &["get", target, "-n", namespace, "-o", "json"]);
+    out.success()
+        .then(|| serde_json::from_str(&out.stdout).expect("kubectl prints JSON"))
+}
+
+/// Waits until the StatefulSet controller has made claim `claim` with an ownerReference to
+/// StatefulSet `name`; the StatefulSet's uid.
+pub(super) async fn claim_owned_by_statefulset(namespace: &str, name: &str, claim: &str) -> String {
+    let uid = eventually(&format!("StatefulSet {namespace}/{name}"), || async {
+        read_back(&format!("statefulset/{name}"), namespace)
+            .map(|set| set["metadata"]["uid"].as_str().unwrap().to_owned())
+    })
+    .await;
+    eventually(
+        &format!("claim {namespace}/{claim} owned by StatefulSet {name}"),
+        || async {
+            let claim = read_back(&format!("pvc/{claim}"), namespace)?;
+            let owners = claim["metadata"]["ownerReferences"].as_array()?.clone();
+            owners
+                .iter()
+                .any(|o| o["kind"] == "StatefulSet" && o["uid"] == uid.as_str())
+                .then_some(())
+        },
+    )
+    .await;
+    uid
+}
+
+/// Issue 24, section 5: the garbage collector is exempt (it deletes what was admitted), so the
+/// delete that starts a cascade is judged by what it would take with it.
+#[tokio::test]
+async fn pruning_a_statefulset_whose_claims_go_with_it_is_refused_until_the_claim_is_marked() {
+    install_crypto_provider();
+    shared();
+    let ns = "prod-flux-prune-sts";
+    let git = namespace_with_api(ns);
+    flux().publish(ns, &(git.clone() + &statefulset_with_claims(ns, "web")));
+    flux().kustomize(ns, INTERVAL);
+    wait_for_replicas(ns, ns, 2, FIRST_APPLY).await;
+    // The real kube-controller-manager's StatefulSet controller makes the claim, owned by the
+    // StatefulSet as whenDeleted: Delete says; the Pod stays Pending (no node).
+    let set_uid = claim_owned_by_statefulset(ns, "web", "data-web-0").await;
+    let pod = read_back("pod/web-0", ns).expect("the StatefulSet controller made its Pod");
+    eprintln!(
+        "claim data-web-0 owned by StatefulSet web ({set_uid}); Pod web-0 {}",
+        pod["status"]["phase"]
+    );
+
+    // Git drops the StatefulSet: the real Flux prunes it (propagationPolicy: Background), and
+    // driftgate refuses, naming the claim the garbage collector would delete.
+    flux().publish(ns, &git);
+    let message = not_ready_saying(ns, "rule DeletionProtected").await;
+    eprintln!("the real Flux reported the refused prune: {message}");
+    assert!(
+        message.contains(&format!(
+            "Controller flux (system:serviceaccount:flux-system:kustomize-controller) may not delete StatefulSet {ns}/web: \
+             the garbage collector would then delete PersistentVolumeClaim data-web-0, which it owns, and the policy protects it from deletion"
+        )) && message.contains(&format!(
+            "kubectl annotate persistentvolumeclaim/data-web-0 -n {ns} driftgate.dev/allow-deletion=true"
+        )),
+        "{message}"
+    );
+    // Two more intervals: the prune is retried and refused, and the claim is read back.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let claim = read_back("pvc/data-web-0", ns).expect("the claim is still there");
+    assert!(
+        claim["metadata"]["deletionTimestamp"].is_null(),
+        "not being deleted: {claim:#}"
+    );
+    let set = read_back("statefulset/web", ns).expect("the StatefulSet is still there");
+    assert!(set["metadata"]["deletionTimestamp"].is_null(), "{set:#}");
+
+    // The deliberate act, on the claim as for deleting it: the next prune is admitted, and the
+    // garbage collector deletes the claim with the StatefulSet.
+    kubectl(
+        ALICE,
+        &[
+            "annotate",
+            "pvc/data-web-0",
+            "-n",
+            ns,
+            "driftgate.dev/allow-deletion=true",
+        ],
+    )
+    .ok();
+    let start = Instant::now();
+    while read_back("pvc/data-web-0", ns).is_some() || read_back("statefulset/web", ns).is_some() {
+        assert!(
+            start.elapsed() < REVERT,
+            "the marked claim did not go with its StatefulSet: {:#}; log: {}",
+            read_back("pvc/data-web-0", ns).unwrap_or_default(),
+            flux().log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!(
+        "the real Flux pruned the StatefulSet and the garbage collector its claim {:.1}s after the mark",
+        start.elapsed().as_secs_f64()
+    );
+    // It was the garbage collector, exempt, that deleted the claim.
+    let log = shared().log_tail(usize::MAX);
+    // What reading the cascade costs a review (two metadata lists: claims, StatefulSets), as
+    // the log line of each of Flux's prunes says: reported, not asserted.
+    let prunes: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.contains(&format!(
+                "operation=DELETE kind=StatefulSet subresource= namespace={ns} name=web user=system:serviceaccount:flux-system:kustomize-controller"
+            ))
+        })
+        .filter_map(|l| l.split("latency_us=").nth(1)?.split_whitespace().next())
+        .collect();
+    eprintln!("latency of each of Flux's prunes of the StatefulSet, in µs: {prunes:?}");
+    assert!(
+        log.lines().any(|l| l.contains(&format!(
+            "operation=DELETE kind=PersistentVolumeClaim subresource= namespace={ns} name=data-web-0 user=system:serviceaccount:kube-system:generic-garbage-collector"
+        )) && l.contains("decision=\"allowed\"")),
+        "no admitted delete of the claim by the garbage collector in driftgate's log"
+    );
+}
+
 #[tokio::test]
 async fn a_mass_prune_by_the_real_flux_stops_at_the_policys_limit() {
     install_crypto_provider();
