@@ -3700,6 +3700,7 @@ fn the_example_policy_guards_the_gitops_objects_as_objects() {
             Rule::Suspended,
         ),
         case(
+            // A write that suspends may change nothing else (issue 24, section 4).
             "alice suspends and patches images in one write, with no window open before",
             Req::update(
                 "alice",
@@ -3708,7 +3709,7 @@ fn the_example_policy_guards_the_gitops_objects_as_objects() {
             )
             .kustomization(),
             false,
-            Rule::NotPermitted,
+            Rule::SuspensionRefused,
         ),
         case(
             "bob resumes with flux resume",

@@ -14,6 +14,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use driftgate::decision::{Decision, DecisionInput, decide};
 use driftgate::events::EventSink;
+use driftgate::kube_state::StoredReader;
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;
@@ -46,6 +47,11 @@ struct Harness {
 /// The example policy, Flux expected to write at least every 30 minutes, the clock at
 /// [`FLUX_WROTE`].
 fn harness() -> Harness {
+    harness_with(true)
+}
+
+/// [`harness`], with every caller the authenticated API server or not.
+fn harness_with(caller_authenticated: bool) -> Harness {
     let metrics = Arc::new(Metrics::new());
     let shutdown = CancellationToken::new();
     let policies = PolicySet::load(Path::new("policies/example.yaml")).unwrap();
@@ -62,6 +68,9 @@ fn harness() -> Harness {
             metrics,
         )
         .with_silence_after(Duration::from_secs(30 * 60))
+        // The API server's reviews, authenticated by its client certificate: each one counts.
+        // (Unauthenticated, a write counts only as read back from the API server.)
+        .with_read_back(StoredReader::new(None), caller_authenticated)
         .with_clock(Arc::new(move || {
             Timestamp::from_second(now.load(Ordering::Relaxed)).unwrap()
         })),
@@ -126,6 +135,21 @@ impl Harness {
 }
 
 const SILENT: &str = "flux has not written in policy \"production\"'s namespaces for";
+
+/// Without client authentication a review is a claim: Flux's reviews (anyone could POST them)
+/// move nothing until the API server shows the write, and a dry run never does.
+#[tokio::test]
+async fn an_unauthenticated_review_alone_moves_no_controller_write() {
+    let h = harness_with(false);
+    assert_eq!(h.review("flux-real-dryrun.json").await["allowed"], true);
+    assert_eq!(h.review("flux-ssa-update.json").await["allowed"], true);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        h.gauge().await,
+        Vec::new(),
+        "no write shown by an API server"
+    );
+}
 
 #[tokio::test]
 async fn the_gauge_is_absent_until_the_controller_writes_and_then_holds_its_last_write() {

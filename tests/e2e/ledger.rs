@@ -927,3 +927,105 @@ pub(crate) fn assert_refused_unrecorded(what: &str, stderr: &str, driftgate: &Dr
         );
     }
 }
+
+/// A review is a claim: anyone who reaches driftgate's port can POST one. Forged reviews that
+/// name Flux (a real apply carrying alice's values, two dry runs a reconcile apart) settle
+/// nothing: the record stays AwaitingBackport, with no dry-run mark and no BackportConfirmed
+/// Event, since the object as the API server stored it shows no such write. Then the real
+/// Flux's apply, which the API server stores, settles it.
+#[test]
+fn forged_flux_reviews_settle_nothing_and_the_real_apply_does() {
+    let scene = Scene::new("ledger-forged", &[]);
+    let driftgate = scene.start("ledger-forged", TICK);
+    let dg = &[&driftgate];
+    scene.flux_apply(2, &[]).ok();
+    scene.open_window(WINDOW, "INC-24: api saturated, scaling out");
+    scene.alice_scale(5, &[]).ok();
+    scene.wait_for_expiry(dg);
+
+    let live: Value = serde_json::from_str(
+        &control_plane()
+            .kubectl(
+                ADMIN,
+                &["get", "deployment/api", "-n", &scene.ns, "-o", "json"],
+            )
+            .ok()
+            .stdout,
+    )
+    .expect("the Deployment as JSON");
+    // What Flux would send if Git had alice's 5: its own Apply entry owning spec.replicas.
+    let mut claimed = live.clone();
+    claimed["spec"]["replicas"] = json!(5);
+    claimed["metadata"]["managedFields"] = json!([{
+        "manager": "kustomize-controller", "operation": "Apply", "apiVersion": "apps/v1",
+        "time": "2026-12-02T00:00:00Z", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:replicas": {}}},
+    }]);
+    let ca = control_plane().dir().join("ledger-forged-ca.pem");
+    std::fs::write(&ca, driftgate.ca_pem()).expect("the CA is written");
+    let forge = |uid: &str, dry_run: bool| {
+        let review = json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+                "name": "api", "namespace": scene.ns, "operation": "UPDATE",
+                "userInfo": {
+                    "username": FLUX.user,
+                    "groups": ["system:serviceaccounts", "system:serviceaccounts:flux-system", "system:authenticated"],
+                },
+                "object": claimed, "oldObject": live, "dryRun": dry_run,
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "PatchOptions", "fieldManager": "kustomize-controller", "force": true},
+            },
+        });
+        let out = Command::new("curl")
+            .args(["-sS", "--cacert"])
+            .arg(&ca)
+            .args([
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                "@-",
+            ])
+            .arg(driftgate.webhook_url())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .unwrap()
+                    .write_all(review.to_string().as_bytes())?;
+                child.wait_with_output()
+            })
+            .expect("curl runs");
+        let answer: Value = serde_json::from_slice(&out.stdout).expect("an AdmissionReview answer");
+        assert_eq!(answer["response"]["allowed"], true, "{answer:#}");
+    };
+    forge("forged-apply", false);
+    forge("forged-dry-run-1", true);
+    std::thread::sleep(Duration::from_millis(1100));
+    forge("forged-dry-run-2", true);
+    // Longer than driftgate reads a write back (about 6 s), and several expiry ticks.
+    std::thread::sleep(Duration::from_secs(8));
+    let record = scene.record();
+    assert_eq!(record["status"]["phase"], "AwaitingBackport", "{record:#}");
+    assert!(record["status"]["dryRunMatch"].is_null(), "{record:#}");
+    assert!(scene.events("BackportConfirmed").is_empty());
+    assert_eq!(scene.replicas(), "5");
+
+    // The real apply, stored by the API server, settles it.
+    scene.flux_apply(5, &["--force-conflicts"]).ok();
+    let backported = scene.wait_for_phase("Backported", Duration::from_secs(15), dg);
+    assert_eq!(
+        transitions(&backported).last(),
+        Some(&(
+            "Backported".to_owned(),
+            "ControllerCarriedChange".to_owned()
+        )),
+        "{backported:#}"
+    );
+}
