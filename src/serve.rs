@@ -26,6 +26,9 @@ use crate::ledger::service::{Ledger, Upkeep};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::reports::{DEFAULT_DENIAL_LIMITS, RecentDenials};
+use crate::server::client_auth::{
+    ClientAuth, ClientAuthSettings, ExpectedNames, HandshakeLog, spawn_client_ca_reloader,
+};
 use crate::server::connections::ConnectionLimit;
 use crate::server::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
 use crate::server::reload::{PolicyStatus, load_at_start, spawn_policy_reloader};
@@ -62,6 +65,17 @@ pub struct ServeArgs {
     /// Runtime mode: the CA and certificate kept and rotated in a Secret (boxed: many flags).
     #[command(flatten)]
     pub runtime_certs: Box<RuntimeCertArgs>,
+    /// CA certificates (PEM bundle) that sign the API server's client certificate for webhooks.
+    /// With it, the webhook port requires a client certificate that chains to one of them and
+    /// names one of --client-name: any other caller fails the TLS handshake, before a review is
+    /// read. The API server presents one when its admission configuration names a kubeconfig
+    /// for webhooks. Reloaded when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// A name the caller's client certificate must carry, exactly, as its subject CN or a DNS
+    /// or URI SAN; repeat for more. Default: kube-apiserver.
+    #[arg(long, value_name = "NAME", requires = "client_ca_file", value_parser = non_empty_name)]
+    pub client_name: Vec<String>,
     /// Address of the TLS webhook port.
     #[arg(long, value_name = "ADDR")]
     pub addr: Option<SocketAddr>,
@@ -319,6 +333,17 @@ pub fn ledger_write_timeout(request_timeout: Duration) -> Duration {
         .max(request_timeout / 2)
 }
 
+/// A `--client-name`: an empty one would match no certificate.
+fn non_empty_name(value: &str) -> std::result::Result<String, String> {
+    if value.is_empty() {
+        return Err(
+            "must not be empty: the name a caller's certificate carries, such as kube-apiserver"
+                .into(),
+        );
+    }
+    Ok(value.to_owned())
+}
+
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone)]
 pub enum TlsSource {
@@ -331,6 +356,8 @@ pub enum TlsSource {
 pub struct ServeSettings {
     pub policy: PathBuf,
     pub tls: TlsSource,
+    /// With `--client-ca-file`: the callers the webhook port accepts.
+    pub client_auth: Option<ClientAuthSettings>,
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub args: ServeArgs,
@@ -372,9 +399,17 @@ impl ServeArgs {
                 self.admin_addr.unwrap_or(([0, 0, 0, 0], 8080).into()),
             )
         };
+        let client_auth = self
+            .client_ca_file
+            .clone()
+            .map(|ca_file| ClientAuthSettings {
+                ca_file,
+                names: ExpectedNames::new(&self.client_name),
+            });
         Ok(ServeSettings {
             policy,
             tls,
+            client_auth,
             addr,
             admin_addr: admin,
             args: self.clone(),
@@ -463,6 +498,11 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     let metrics = Arc::new(Metrics::new());
     metrics.log_lines_dropped.attach(log.dropped.clone());
     let shutdown = CancellationToken::new();
+    // Read before anything else: a client CA file that does not load is a fatal error.
+    let client_auth = match &settings.client_auth {
+        Some(settings) => Some(Arc::new(ClientAuth::load(settings, &metrics)?)),
+        None => None,
+    };
 
     // A bad policy leaves the process up and not ready, polling the file (never a crash loop):
     // until it loads, the set is empty and every review is answered 503 (see reload.rs).
@@ -490,12 +530,21 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
         }
         _ => Leadership::sole(),
     };
+    if let Some(client_auth) = &client_auth {
+        tasks.push(spawn_client_ca_reloader(
+            client_auth.clone(),
+            args.reload_interval,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+    }
     let tls_config = match &settings.tls {
         TlsSource::Files(files) => {
-            let config = load_rustls_config(files).await?;
+            let config = load_rustls_config(files, client_auth.as_ref()).await?;
             tasks.push(spawn_tls_reloader(
                 config.clone(),
                 files.clone(),
+                client_auth.clone(),
                 args.reload_interval,
                 metrics.clone(),
                 shutdown.clone(),
@@ -516,7 +565,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
                 shutdown.clone(),
             ));
             wait_for_certificate(&slot, &runtime.name).await;
-            RustlsConfig::from_config(server_config_with_resolver(slot))
+            RustlsConfig::from_config(server_config_with_resolver(slot, client_auth.as_ref()))
         }
     };
     let namespaces = match &client {
@@ -648,6 +697,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     if args.policy_reports {
         state = state.with_denials(denials);
     }
+    state.caller_authenticated = client_auth.is_some();
     let state = Arc::new(state);
 
     if let (Some(client), Some(namespace)) = (&client, &args.controller_silence_namespace) {
@@ -688,6 +738,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
             metrics.webhook_connections_open.clone(),
             metrics.webhook_connections_refused.clone(),
         ));
+    let acceptor = HandshakeLog::new(acceptor, &metrics);
     let mut server = axum_server::from_tcp(listen(settings.addr)?)
         .map_err(|source| Error::Listen {
             addr: settings.addr,
@@ -744,7 +795,8 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
             };
         }
     };
-    tracing::info!(webhook = %bound, admin = %settings.admin_addr, policy = %settings.policy.display(), cluster = client.is_some(), "driftgate serving");
+    tracing::info!(webhook = %bound, admin = %settings.admin_addr, policy = %settings.policy.display(), cluster = client.is_some(), caller_authenticated = client_auth.is_some(), "driftgate serving");
+    log_client_auth(client_auth.as_deref());
     if args.dev {
         let fixture = "tests/fixtures/kubectl-edit.json";
         let ca = std::path::Path::new(DEV_CERT_DIR).join("ca.crt");
@@ -770,6 +822,25 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     }
     tracing::info!("driftgate stopped");
     Ok(())
+}
+
+/// Says once, at start, who may call the webhook port (`driftgate_webhook_client_auth` says it
+/// too).
+fn log_client_auth(client_auth: Option<&ClientAuth>) {
+    match client_auth {
+        Some(auth) => tracing::info!(
+            client_ca_file = %auth.ca_file().display(),
+            client_names = %auth.names(),
+            "webhook callers are authenticated: the TLS handshake requires a client certificate \
+             from the client CAs that names one of client_names; other callers fail it"
+        ),
+        None => tracing::info!(
+            "webhook callers are not authenticated (no --client-ca-file): anyone who can reach \
+             the webhook port can send reviews; restrict who can with a NetworkPolicy, or have \
+             the API server present a client certificate (chart README, \"Authenticating the \
+             API server\")"
+        ),
+    }
 }
 
 /// Runtime mode listens once the Secret's certificate is loaded: a handshake before that

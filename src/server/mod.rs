@@ -2,6 +2,7 @@
 //!
 //! The routers hold no TLS and no sockets, so tests drive them with `tower::ServiceExt::oneshot`.
 
+pub mod client_auth;
 pub mod connections;
 pub mod gatepolicies;
 pub mod lingering;
@@ -97,6 +98,10 @@ pub struct AppState {
     pub lingering: std::sync::RwLock<crate::lingering::LingeringLabels>,
     /// The recent denials per namespace, for the PolicyReports (`serve --policy-reports`).
     pub denials: Option<Arc<std::sync::Mutex<crate::reports::RecentDenials>>>,
+    /// True only when the webhook port requires a client certificate (`serve
+    /// --client-ca-file`): every review reached the handler through a handshake that verified
+    /// the caller as the API server. False: anyone who can reach the port may have sent it.
+    pub caller_authenticated: bool,
 }
 
 impl AppState {
@@ -129,6 +134,7 @@ impl AppState {
             deletions: std::sync::Mutex::default(),
             lingering: std::sync::RwLock::default(),
             denials: None,
+            caller_authenticated: false,
         }
     }
 
