@@ -432,19 +432,21 @@ where
         Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send + 'static>>;
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
-        let peer = stream.peer_addr().ok();
+        let peer = stream
+            .peer_addr()
+            .map_or_else(|_| "unknown".to_owned(), |addr| addr.to_string());
         let handshake = self.inner.accept(stream, service);
         let missing = self.missing.clone();
         let warning = self.warning.clone();
         Box::pin(async move {
             let result = handshake.await;
             match &result {
-                Ok(_) => tracing::debug!(peer = ?peer, "webhook connection: TLS handshake done"),
+                Ok(_) => tracing::debug!(peer = %peer, "webhook connection: TLS handshake done"),
                 Err(error) if presented_no_certificate(error) => {
                     missing.inc();
                     match warning_due(&warning) {
                         Some(suppressed) => tracing::warn!(
-                            peer = ?peer,
+                            peer = %peer,
                             suppressed,
                             "a webhook caller presented no client certificate and was refused at \
                              the TLS handshake; if it is the API server, its admission \
@@ -452,12 +454,12 @@ where
                              chart README, \"Authenticating the API server\")"
                         ),
                         None => {
-                            tracing::debug!(peer = ?peer, "webhook connection refused: no client certificate")
+                            tracing::debug!(peer = %peer, "webhook connection refused: no client certificate")
                         }
                     }
                 }
                 Err(error) => {
-                    tracing::debug!(peer = ?peer, %error, "webhook connection: TLS handshake failed");
+                    tracing::debug!(peer = %peer, %error, "webhook connection: TLS handshake failed");
                 }
             }
             result
