@@ -65,17 +65,9 @@ pub struct ServeArgs {
     /// Runtime mode: the CA and certificate kept and rotated in a Secret (boxed: many flags).
     #[command(flatten)]
     pub runtime_certs: Box<RuntimeCertArgs>,
-    /// CA certificates (PEM bundle) that sign the API server's client certificate for webhooks.
-    /// With it, the webhook port requires a client certificate that chains to one of them and
-    /// names one of --client-name: any other caller fails the TLS handshake, before a review is
-    /// read. The API server presents one when its admission configuration names a kubeconfig
-    /// for webhooks. Reloaded when it changes.
-    #[arg(long, value_name = "FILE")]
-    pub client_ca_file: Option<PathBuf>,
-    /// A name the caller's client certificate must carry, exactly, as its subject CN or a DNS
-    /// or URI SAN; repeat for more. Default: kube-apiserver.
-    #[arg(long, value_name = "NAME", requires = "client_ca_file", value_parser = non_empty_name)]
-    pub client_name: Vec<String>,
+    /// Who may call the webhook port (boxed: `serve`'s flags are many).
+    #[command(flatten)]
+    pub client_auth: Box<ClientAuthArgs>,
     /// Address of the TLS webhook port.
     #[arg(long, value_name = "ADDR")]
     pub addr: Option<SocketAddr>,
@@ -189,6 +181,34 @@ pub struct ServeArgs {
     /// then the host name.
     #[arg(long, value_name = "NAME", env = "POD_NAME")]
     pub instance: Option<String>,
+}
+
+/// `serve`'s flags for authenticating the webhook's caller.
+#[derive(Debug, Clone, Args)]
+pub struct ClientAuthArgs {
+    /// CA certificates (PEM bundle) that sign the API server's client certificate for webhooks.
+    /// With it, the webhook port requires a client certificate that chains to one of them and
+    /// names one of --client-name: any other caller fails the TLS handshake, before a review is
+    /// read. The API server presents one when its admission configuration names a kubeconfig
+    /// for webhooks. Reloaded when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// A name the caller's client certificate must carry, exactly, as its subject CN or a DNS
+    /// or URI SAN; repeat for more. Default: kube-apiserver.
+    #[arg(long, value_name = "NAME", requires = "client_ca_file", value_parser = non_empty_name)]
+    pub client_name: Vec<String>,
+}
+
+impl ClientAuthArgs {
+    /// The callers the webhook port accepts; None: anyone.
+    pub fn settings(&self) -> Option<ClientAuthSettings> {
+        self.client_ca_file
+            .clone()
+            .map(|ca_file| ClientAuthSettings {
+                ca_file,
+                names: ExpectedNames::new(&self.client_name),
+            })
+    }
 }
 
 /// `serve`'s flags for the ledger's guard and upkeep (boxed: `serve`'s flags are many).
@@ -399,13 +419,7 @@ impl ServeArgs {
                 self.admin_addr.unwrap_or(([0, 0, 0, 0], 8080).into()),
             )
         };
-        let client_auth = self
-            .client_ca_file
-            .clone()
-            .map(|ca_file| ClientAuthSettings {
-                ca_file,
-                names: ExpectedNames::new(&self.client_name),
-            });
+        let client_auth = self.client_auth.settings();
         Ok(ServeSettings {
             policy,
             tls,
