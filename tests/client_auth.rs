@@ -6,6 +6,7 @@
 mod common;
 
 use std::io;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -85,8 +86,17 @@ fn client(
     identity: Option<Identity>,
     version: Option<&'static rustls::SupportedProtocolVersion>,
 ) -> TlsConnector {
+    client_trusting(&server.ca, identity, version)
+}
+
+/// [`client`] for a server whose serving certificate `ca_file` signed.
+fn client_trusting(
+    ca_file: &Path,
+    identity: Option<Identity>,
+    version: Option<&'static rustls::SupportedProtocolVersion>,
+) -> TlsConnector {
     let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(&server.ca).unwrap() {
+    for cert in CertificateDer::pem_file_iter(ca_file).unwrap() {
         roots.add(cert.unwrap()).unwrap();
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -122,7 +132,11 @@ async fn review(connector: &TlsConnector, server: &Server) -> io::Result<bool> {
 /// handshake; a TLS 1.3 client's handshake is done once it has sent its certificate, and it
 /// reads the alert next (a request written first could meet the closed socket instead).
 async fn refusal(connector: &TlsConnector, server: &Server) -> Option<AlertDescription> {
-    let tcp = TcpStream::connect(server.webhook).await.unwrap();
+    refusal_at(connector, server.webhook).await
+}
+
+async fn refusal_at(connector: &TlsConnector, addr: SocketAddr) -> Option<AlertDescription> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
     let name = ServerName::try_from("localhost").unwrap();
     let error = match connector.connect(name, tcp).await {
         Err(error) => error,
@@ -481,6 +495,83 @@ async fn a_client_ca_file_that_does_not_load_stops_serve_with_a_sentence() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--client-ca-file <FILE>"), "{stderr}");
+}
+
+/// Runtime mode serves the certificate in a slot the Secret's watch fills; its config is built
+/// by the same function with the same client authentication, which this drives directly (the
+/// Secret needs a cluster: `tests/e2e/scenarios/rotation.rs`).
+#[tokio::test]
+async fn runtime_certificates_are_served_under_the_same_client_authentication() {
+    use driftgate::metrics::Metrics;
+    use driftgate::server::client_auth::{ClientAuth, ClientAuthSettings, ExpectedNames};
+    use driftgate::server::tls::{CertSlot, server_config_with_resolver};
+
+    install_crypto_provider();
+    let dir = scratch_dir("client-auth-runtime");
+    let serving = driftgate::certs::generate_dev_certs(&dir.path().join("serving"), &[]).unwrap();
+    let client_ca = ca("webhook client CA");
+    let settings = ClientAuthSettings {
+        ca_file: write_pem(dir.path(), "client-ca.crt", &client_ca.pem()),
+        names: ExpectedNames::new(&[]),
+    };
+    let metrics = Metrics::new();
+    let auth = Arc::new(ClientAuth::load(&settings, &metrics).unwrap());
+
+    let slot = Arc::new(CertSlot::default());
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&serving.cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&serving.key).unwrap();
+    let signing_key = rustls::crypto::ring::default_provider()
+        .key_provider
+        .load_private_key(key)
+        .unwrap();
+    slot.store(Arc::new(rustls::sign::CertifiedKey::new(
+        chain,
+        signing_key,
+    )));
+    let config = server_config_with_resolver(slot, Some(&auth));
+
+    let handle = axum_server::Handle::<SocketAddr>::new();
+    let app = axum::Router::new().route("/", axum::routing::get(|| async { "served" }));
+    let server = axum_server::bind_rustls(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        axum_server::tls_rustls::RustlsConfig::from_config(config),
+    )
+    .handle(handle.clone());
+    tokio::spawn(server.serve(app.into_make_service()));
+    let addr = handle.listening().await.unwrap();
+
+    let api_server = client_trusting(
+        &serving.ca_cert,
+        Some(client_cert(&client_ca, "kube-apiserver")),
+        None,
+    );
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let mut stream = api_server
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    use tokio::io::AsyncWriteExt;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200 OK") && answer.ends_with("served"),
+        "{answer}"
+    );
+
+    let anyone = client_trusting(&serving.ca_cert, None, None);
+    assert_refused(
+        refusal_at(&anyone, addr).await,
+        AlertDescription::CertificateRequired,
+        "a client without a certificate",
+    );
+    handle.shutdown();
 }
 
 fn wait_for_exit(server: &mut Server) -> std::process::ExitStatus {
