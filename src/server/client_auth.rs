@@ -252,7 +252,8 @@ impl fmt::Debug for ClientAuth {
 }
 
 impl ClientAuth {
-    /// Reads `settings.ca_file`; a file that does not load is an error naming it and why.
+    /// Reads `settings.ca_file` (a file that does not load is an error naming it and why), and
+    /// sets `driftgate_webhook_client_auth` to 1.
     pub fn load(settings: &ClientAuthSettings, metrics: &Metrics) -> Result<ClientAuth> {
         let pem = read(&settings.ca_file)?;
         let trust = trust_from_pem(&settings.ca_file, &pem)?;
@@ -275,20 +276,40 @@ impl ClientAuth {
         &self.names
     }
 
-    /// Counts a refused certificate and logs it (throttled) with the names it presented.
-    fn refuse(&self, refusal: Refusal, presented: Option<&PresentedNames>, reason: &str) {
+    /// Counts a certificate that did not verify against the client CAs, and logs it (throttled).
+    fn refuse_untrusted(&self, presented: Option<&PresentedNames>, reason: &str) {
+        let why = "it does not verify against the client CAs";
+        self.refuse(
+            Refusal::Untrusted,
+            &self.untrusted_warning,
+            why,
+            presented,
+            reason,
+        );
+    }
+
+    /// Counts a certificate of a client CA that names none of the expected names, and logs it
+    /// (throttled).
+    fn refuse_name(&self, presented: Option<&PresentedNames>) {
+        let why = "it names none of the expected names (--client-name, as CN or a DNS or URI SAN)";
+        self.refuse(
+            Refusal::Name,
+            &self.name_warning,
+            why,
+            presented,
+            "no expected name",
+        );
+    }
+
+    fn refuse(
+        &self,
+        refusal: Refusal,
+        throttle: &Mutex<Throttle>,
+        why: &str,
+        presented: Option<&PresentedNames>,
+        reason: &str,
+    ) {
         count(&self.refused, refusal).inc();
-        let (throttle, why) = match refusal {
-            Refusal::Untrusted => (
-                &self.untrusted_warning,
-                "it does not verify against the client CAs",
-            ),
-            // A missing certificate never reaches the verifier (see HandshakeLog).
-            Refusal::Name | Refusal::Missing => (
-                &self.name_warning,
-                "it names none of the expected names (--client-name, as CN or a DNS or URI SAN)",
-            ),
-        };
         let Some(suppressed) = warning_due(throttle) else {
             return;
         };
@@ -351,13 +372,13 @@ impl ClientCertVerifier for ClientAuth {
             .verifier
             .verify_client_cert(end_entity, intermediates, now)
         {
-            self.refuse(Refusal::Untrusted, presented.as_ref(), &error.to_string());
+            self.refuse_untrusted(presented.as_ref(), &error.to_string());
             return Err(error);
         }
         match &presented {
             Some(names) if self.names.accepts(names) => Ok(ClientCertVerified::assertion()),
             _ => {
-                self.refuse(Refusal::Name, presented.as_ref(), "no expected name");
+                self.refuse_name(presented.as_ref());
                 Err(rustls::Error::InvalidCertificate(
                     CertificateError::ApplicationVerificationFailure,
                 ))
