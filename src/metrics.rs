@@ -119,6 +119,11 @@ pub struct Metrics {
     pub webhook_connections_open: Gauge,
     /// Connections closed at once because --max-connections were open.
     pub webhook_connections_refused: Counter,
+    /// 1 when the webhook port requires a client certificate (`serve --client-ca-file`).
+    pub webhook_client_auth: Gauge,
+    /// Handshakes refused for their client certificate, by reason (`missing`, `untrusted`,
+    /// `name`).
+    pub webhook_client_certificates_refused: Family<ReasonLabels, Counter>,
     /// Bytes of request bodies reserved under --max-body-bytes-in-flight.
     pub webhook_body_bytes_in_flight: Gauge,
     /// Requests answered 503 because the body budget stayed full.
@@ -264,7 +269,7 @@ impl Metrics {
         let tls_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "tls_reloads",
-            "Serving certificate reloads, by result; a failed reload keeps the old certificate",
+            "Serving certificate and client CA reloads, by result; a failed reload keeps the old ones",
             tls_reloads.clone(),
         );
         let parent_lookups = Family::<ResultLabels, Counter>::default();
@@ -328,6 +333,23 @@ impl Metrics {
             "Open connections on the webhook port",
             webhook_connections_open.clone(),
         );
+        let webhook_client_auth = Gauge::default();
+        registry.register(
+            "webhook_client_auth",
+            "1 when the webhook port requires a client certificate from its callers (serve --client-ca-file), else 0",
+            webhook_client_auth.clone(),
+        );
+        let webhook_client_certificates_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "webhook_client_certificates_refused",
+            "TLS handshakes on the webhook port refused for the caller's client certificate, by reason: missing, untrusted (not from a client CA), name (none of the expected names)",
+            webhook_client_certificates_refused.clone(),
+        );
+        for refusal in crate::server::client_auth::Refusal::ALL {
+            let _ = webhook_client_certificates_refused.get_or_create(&ReasonLabels {
+                reason: refusal.label().to_owned(),
+            });
+        }
         let webhook_connections_refused = Counter::default();
         registry.register(
             "webhook_connections_refused",
@@ -448,6 +470,8 @@ impl Metrics {
             emergency_changes_reverted,
             webhook_connections_open,
             webhook_connections_refused,
+            webhook_client_auth,
+            webhook_client_certificates_refused,
             webhook_body_bytes_in_flight,
             webhook_body_budget_refused,
             ledger_writes,
@@ -542,6 +566,8 @@ mod tests {
             "driftgate_webhook_selector_excluded_namespaces 0",
             "driftgate_leader 0",
             "driftgate_log_lines_dropped_total 0",
+            "driftgate_webhook_client_auth 0",
+            "driftgate_webhook_client_certificates_refused_total{reason=\"missing\"} 0",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

@@ -28,6 +28,9 @@ use crate::ledger::service::{Ledger, Upkeep};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::reports::{DEFAULT_DENIAL_LIMITS, RecentDenials};
+use crate::server::client_auth::{
+    ClientAuth, ClientAuthSettings, ExpectedNames, HandshakeLog, spawn_client_ca_reloader,
+};
 use crate::server::connections::ConnectionLimit;
 use crate::server::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
 use crate::server::reload::{PolicyStatus, load_at_start, spawn_policy_reloader};
@@ -64,6 +67,9 @@ pub struct ServeArgs {
     /// Runtime mode: the CA and certificate kept and rotated in a Secret (boxed: many flags).
     #[command(flatten)]
     pub runtime_certs: Box<RuntimeCertArgs>,
+    /// Who may call the webhook port (boxed: `serve`'s flags are many).
+    #[command(flatten)]
+    pub client_auth: Box<ClientAuthArgs>,
     /// Address of the TLS webhook port.
     #[arg(long, value_name = "ADDR")]
     pub addr: Option<SocketAddr>,
@@ -177,6 +183,34 @@ pub struct ServeArgs {
     /// then the host name.
     #[arg(long, value_name = "NAME", env = "POD_NAME")]
     pub instance: Option<String>,
+}
+
+/// `serve`'s flags for authenticating the webhook's caller.
+#[derive(Debug, Clone, Args)]
+pub struct ClientAuthArgs {
+    /// CA certificates (PEM bundle) that sign the API server's client certificate for webhooks.
+    /// With it, the webhook port requires a client certificate that chains to one of them and
+    /// names one of --client-name: any other caller fails the TLS handshake, before a review is
+    /// read. The API server presents one when its admission configuration names a kubeconfig
+    /// for webhooks. Reloaded when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// A name the caller's client certificate must carry, exactly, as its subject CN or a DNS
+    /// or URI SAN; repeat for more. Default: kube-apiserver.
+    #[arg(long, value_name = "NAME", requires = "client_ca_file", value_parser = non_empty_name)]
+    pub client_name: Vec<String>,
+}
+
+impl ClientAuthArgs {
+    /// The callers the webhook port accepts; None: anyone.
+    pub fn settings(&self) -> Option<ClientAuthSettings> {
+        self.client_ca_file
+            .clone()
+            .map(|ca_file| ClientAuthSettings {
+                ca_file,
+                names: ExpectedNames::new(&self.client_name),
+            })
+    }
 }
 
 /// `serve`'s flags for the ledger's guard and upkeep (boxed: `serve`'s flags are many).
@@ -321,6 +355,17 @@ pub fn ledger_write_timeout(request_timeout: Duration) -> Duration {
         .max(request_timeout / 2)
 }
 
+/// A `--client-name`: an empty one would match no certificate.
+fn non_empty_name(value: &str) -> std::result::Result<String, String> {
+    if value.is_empty() {
+        return Err(
+            "must not be empty: the name a caller's certificate carries, such as kube-apiserver"
+                .into(),
+        );
+    }
+    Ok(value.to_owned())
+}
+
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone)]
 pub enum TlsSource {
@@ -333,6 +378,8 @@ pub enum TlsSource {
 pub struct ServeSettings {
     pub policy: PathBuf,
     pub tls: TlsSource,
+    /// With `--client-ca-file`: the callers the webhook port accepts.
+    pub client_auth: Option<ClientAuthSettings>,
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub args: ServeArgs,
@@ -374,9 +421,11 @@ impl ServeArgs {
                 self.admin_addr.unwrap_or(([0, 0, 0, 0], 8080).into()),
             )
         };
+        let client_auth = self.client_auth.settings();
         Ok(ServeSettings {
             policy,
             tls,
+            client_auth,
             addr,
             admin_addr: admin,
             args: self.clone(),
@@ -465,6 +514,11 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     let metrics = Arc::new(Metrics::new());
     metrics.log_lines_dropped.attach(log.dropped.clone());
     let shutdown = CancellationToken::new();
+    // Read before anything else: a client CA file that does not load is a fatal error.
+    let client_auth = match &settings.client_auth {
+        Some(settings) => Some(Arc::new(ClientAuth::load(settings, &metrics)?)),
+        None => None,
+    };
 
     // A bad policy leaves the process up and not ready, polling the file (never a crash loop):
     // until it loads, the set is empty and every review is answered 503 (see reload.rs).
@@ -492,12 +546,21 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
         }
         _ => Leadership::sole(),
     };
+    if let Some(client_auth) = &client_auth {
+        tasks.push(spawn_client_ca_reloader(
+            client_auth.clone(),
+            args.reload_interval,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+    }
     let tls_config = match &settings.tls {
         TlsSource::Files(files) => {
-            let config = load_rustls_config(files).await?;
+            let config = load_rustls_config(files, client_auth.as_ref()).await?;
             tasks.push(spawn_tls_reloader(
                 config.clone(),
                 files.clone(),
+                client_auth.clone(),
                 args.reload_interval,
                 metrics.clone(),
                 shutdown.clone(),
@@ -518,7 +581,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
                 shutdown.clone(),
             ));
             wait_for_certificate(&slot, &runtime.name).await;
-            RustlsConfig::from_config(server_config_with_resolver(slot))
+            RustlsConfig::from_config(server_config_with_resolver(slot, client_auth.as_ref()))
         }
     };
     let namespaces = match &client {
@@ -643,9 +706,9 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
             shutdown.clone(),
         ));
     }
-    // Set by client-certificate authentication of the API server (issue 24): until then every
-    // review is a claim, confirmed by reading back what the API server stored.
-    let caller_authenticated = false;
+    // With a client CA every review comes through a handshake that verified the API server;
+    // without one, every review is a claim, confirmed by reading back what the API server stored.
+    let caller_authenticated = client_auth.is_some();
     let mut state = AppState::new(
         policies.clone(),
         namespaces,
@@ -704,6 +767,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
             metrics.webhook_connections_open.clone(),
             metrics.webhook_connections_refused.clone(),
         ));
+    let acceptor = HandshakeLog::new(acceptor, &metrics);
     let mut server = axum_server::from_tcp(listen(settings.addr)?)
         .map_err(|source| Error::Listen {
             addr: settings.addr,
@@ -760,7 +824,8 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
             };
         }
     };
-    tracing::info!(webhook = %bound, admin = %settings.admin_addr, policy = %settings.policy.display(), cluster = client.is_some(), "driftgate serving");
+    tracing::info!(webhook = %bound, admin = %settings.admin_addr, policy = %settings.policy.display(), cluster = client.is_some(), caller_authenticated = client_auth.is_some(), "driftgate serving");
+    log_client_auth(client_auth.as_deref());
     if args.dev {
         let fixture = "tests/fixtures/kubectl-edit.json";
         let ca = std::path::Path::new(DEV_CERT_DIR).join("ca.crt");
@@ -786,6 +851,25 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     }
     tracing::info!("driftgate stopped");
     Ok(())
+}
+
+/// Says once, at start, who may call the webhook port (`driftgate_webhook_client_auth` says it
+/// too).
+fn log_client_auth(client_auth: Option<&ClientAuth>) {
+    match client_auth {
+        Some(auth) => tracing::info!(
+            client_ca_file = %auth.ca_file().display(),
+            client_names = %auth.names(),
+            "webhook callers are authenticated: the TLS handshake requires a client certificate \
+             from the client CAs that names one of client_names; other callers fail it"
+        ),
+        None => tracing::info!(
+            "webhook callers are not authenticated (no --client-ca-file): anyone who can reach \
+             the webhook port can send reviews; restrict who can with a NetworkPolicy, or have \
+             the API server present a client certificate (chart README, \"Authenticating the \
+             API server\")"
+        ),
+    }
 }
 
 /// Runtime mode listens once the Secret's certificate is loaded: a handshake before that

@@ -28,6 +28,7 @@ const NAMESPACE: &str = "driftgate-system";
 const VALUES_FILES: &[&str] = &[
     "cert-manager-issuer-values.yaml",
     "cert-manager-values.yaml",
+    "client-auth-values.yaml",
     "default-values.yaml",
     "existing-configmap-values.yaml",
     "failure-ignore-values.yaml",
@@ -1235,6 +1236,116 @@ fn an_existing_policy_configmap_is_mounted_and_none_is_created() {
         manifests.volume("policies")["configMap"]["name"],
         "gitops-gate-policies"
     );
+}
+
+/// The values each of `flag` is given in `args`, in order.
+fn flag_values<'a>(args: &[&'a str], flag: &str) -> Vec<&'a str> {
+    args.windows(2)
+        .filter(|pair| pair[0] == flag)
+        .map(|pair| pair[1])
+        .collect()
+}
+
+#[test]
+fn client_auth_is_off_by_default_and_mounts_the_ca_and_passes_its_flags_when_on() {
+    let off = render(&[], &[]);
+    let args = strings(&off.container()["args"]);
+    assert!(
+        flag_values(&args, "--client-ca-file").is_empty(),
+        "{args:?}"
+    );
+    assert!(flag_values(&args, "--client-name").is_empty(), "{args:?}");
+    let volumes = &off.one("Deployment")["spec"]["template"]["spec"]["volumes"];
+    assert!(
+        !volumes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "client-ca"),
+        "{volumes}"
+    );
+
+    // From a ConfigMap, with the names given.
+    let on = render(&["client-auth-values.yaml"], &[]);
+    let args = strings(&on.container()["args"]);
+    assert_eq!(
+        flag_values(&args, "--client-ca-file"),
+        ["/etc/driftgate/client-ca/ca.crt"]
+    );
+    assert_eq!(
+        flag_values(&args, "--client-name"),
+        ["kube-apiserver", "apiserver-webhook-client"]
+    );
+    assert_eq!(
+        on.volume("client-ca"),
+        &json!({"name": "client-ca", "configMap": {"name": "apiserver-webhook-client-ca"}})
+    );
+    // The whole object as a directory, never subPath: the kubelet's symlink swap carries a new
+    // CA into the pod, where driftgate reloads it.
+    let mounts = on.container()["volumeMounts"].as_array().unwrap();
+    let mount = mounts.iter().find(|m| m["name"] == "client-ca").unwrap();
+    assert_eq!(
+        mount,
+        &json!({"name": "client-ca", "mountPath": "/etc/driftgate/client-ca", "readOnly": true})
+    );
+    // The probes present no client certificate: they stay on the plain-HTTP admin port.
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let port = &on.container()[probe]["httpGet"]["port"];
+        assert_eq!(on.container_port(port), 8080, "{probe}");
+    }
+
+    // From a Secret, with another key and the default name.
+    let secret = render(
+        &[],
+        &[
+            "webhook.clientAuth.enabled=true",
+            "webhook.clientAuth.caSecret=apiserver-client-ca",
+            "webhook.clientAuth.caKey=bundle.pem",
+        ],
+    );
+    let args = strings(&secret.container()["args"]);
+    assert_eq!(
+        flag_values(&args, "--client-ca-file"),
+        ["/etc/driftgate/client-ca/bundle.pem"]
+    );
+    assert_eq!(flag_values(&args, "--client-name"), ["kube-apiserver"]);
+    assert_eq!(
+        secret.volume("client-ca"),
+        &json!({"name": "client-ca", "secret": {"secretName": "apiserver-client-ca"}})
+    );
+
+    // Exactly one source of the CA; at least one name.
+    let chart = chart().display().to_string();
+    for sets in [
+        vec!["webhook.clientAuth.enabled=true"],
+        vec![
+            "webhook.clientAuth.enabled=true",
+            "webhook.clientAuth.caSecret=a",
+            "webhook.clientAuth.caConfigMap=b",
+        ],
+    ] {
+        let mut args = vec!["template", RELEASE, &chart];
+        for set in &sets {
+            args.extend(["--set", set]);
+        }
+        let out = run_helm(&args);
+        assert!(!out.status.success(), "{sets:?}");
+        assert!(
+            text(&out.stderr).contains("webhook.clientAuth.enabled needs exactly one of"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    let out = run_helm(&[
+        "template",
+        RELEASE,
+        &chart,
+        "--values",
+        &values_file("client-auth-values.yaml").display().to_string(),
+        "--set-json",
+        "webhook.clientAuth.names=[]",
+    ]);
+    assert!(!out.status.success(), "an empty list of names renders");
 }
 
 #[test]

@@ -49,6 +49,7 @@ fn watch(config: RustlsConfig, files: &TlsFiles) -> Watching {
     let reloader = spawn_tls_reloader(
         config,
         files.clone(),
+        None,
         RELOAD_INTERVAL,
         metrics.clone(),
         shutdown.clone(),
@@ -252,7 +253,7 @@ async fn dev_serving_cert_verifies_against_its_ca_for_every_default_name() {
     assert_eq!(mode(&paths.key), 0o600);
     let other = generate_dev_certs(&dir.path().join("other"), &[]).unwrap();
 
-    let server = serve(load_rustls_config(&pair(&paths)).await.unwrap()).await;
+    let server = serve(load_rustls_config(&pair(&paths), None).await.unwrap()).await;
     let trusting_ca = client(&[&paths.ca_cert]);
     for name in DEFAULT_HOSTS {
         let mut stream = connect(&trusting_ca, server.addr, name)
@@ -316,7 +317,7 @@ async fn certs_dev_command_adds_hosts_and_writes_private_keys() {
     names.sort();
     assert_eq!(names, ["ca.crt", "ca.key", "tls.crt", "tls.key"]);
 
-    let server = serve(load_rustls_config(&pair(&paths)).await.unwrap()).await;
+    let server = serve(load_rustls_config(&pair(&paths), None).await.unwrap()).await;
     let trusting_ca = client(&[&paths.ca_cert]);
     for name in ["webhook.example.com", "10.1.2.3", "localhost", "127.0.0.1"] {
         let mut stream = connect(&trusting_ca, server.addr, name)
@@ -384,7 +385,7 @@ async fn several_requests_share_one_kept_alive_tls_connection() {
     install_crypto_provider();
     let dir = scratch_dir("tls-keep-alive");
     let paths = generate_dev_certs(dir.path(), &[]).unwrap();
-    let server = serve(load_rustls_config(&pair(&paths)).await.unwrap()).await;
+    let server = serve(load_rustls_config(&pair(&paths), None).await.unwrap()).await;
 
     let mut stream = connect(&client(&[&paths.ca_cert]), server.addr, "localhost")
         .await
@@ -403,7 +404,7 @@ async fn offers_h2_and_http11_over_tls12_and_tls13() {
     install_crypto_provider();
     let dir = scratch_dir("tls-protocols");
     let paths = generate_dev_certs(dir.path(), &[]).unwrap();
-    let server = serve(load_rustls_config(&pair(&paths)).await.unwrap()).await;
+    let server = serve(load_rustls_config(&pair(&paths), None).await.unwrap()).await;
 
     let stream = connect(&client(&[&paths.ca_cert]), server.addr, "localhost")
         .await
@@ -447,7 +448,7 @@ async fn rotation_is_picked_up_while_clients_keep_connecting() {
     std::fs::create_dir(&mount).unwrap();
     let files = mount_secret(&mount, "v1", &a);
 
-    let config = load_rustls_config(&files).await.unwrap();
+    let config = load_rustls_config(&files, None).await.unwrap();
     let server = serve(config.clone()).await;
     let Watching {
         metrics,
@@ -556,7 +557,7 @@ async fn bad_rotation_keeps_the_old_certificate_until_a_good_pair_arrives() {
     replace(&files.cert, &read(&a.cert));
     replace(&files.key, &read(&a.key));
 
-    let config = load_rustls_config(&files).await.unwrap();
+    let config = load_rustls_config(&files, None).await.unwrap();
     let server = serve(config.clone()).await;
     let Watching {
         metrics,
@@ -631,7 +632,7 @@ async fn reloader_starts_from_the_files_as_they_are_then() {
     };
     replace(&files.cert, &read(&a.cert));
     replace(&files.key, &read(&a.key));
-    let config = load_rustls_config(&files).await.unwrap();
+    let config = load_rustls_config(&files, None).await.unwrap();
     let server = serve(config.clone()).await;
 
     // Rotated between loading and watching: served as soon as the watch starts, without
@@ -689,7 +690,7 @@ async fn load_rustls_config_says_which_file_is_wrong_and_why() {
             }
         }
         let files = files.clone();
-        async move { load_rustls_config(&files).await.unwrap_err() }
+        async move { load_rustls_config(&files, None).await.unwrap_err() }
     };
     let (cert_a, key_a, key_b) = (read(&a.cert), read(&a.key), read(&b.key));
     let garbage = b"-----BEGIN CERTIFICATE-----\n!!! not base64 !!!\n-----END CERTIFICATE-----\n";

@@ -3,6 +3,7 @@
 //! The routers hold no TLS and no sockets, so tests drive them with `tower::ServiceExt::oneshot`.
 
 pub mod cascade;
+pub mod client_auth;
 pub mod connections;
 pub mod gatepolicies;
 pub mod lingering;
@@ -102,9 +103,11 @@ pub struct AppState {
     pub lingering: std::sync::RwLock<crate::lingering::LingeringLabels>,
     /// The recent denials per namespace, for the PolicyReports (`serve --policy-reports`).
     pub denials: Option<Arc<std::sync::Mutex<crate::reports::RecentDenials>>>,
-    /// Whether every review comes from the API server, authenticated by its client certificate
-    /// (`serve --client-ca`). Otherwise a review is only a claim (anyone who reaches the port
-    /// can POST one): what it says changes nothing durable until the API server shows it.
+    /// Whether every review comes from the API server: true only when the webhook port
+    /// requires a client certificate (`serve --client-ca-file`), so every review reached the
+    /// handler through a handshake that verified the caller. Otherwise a review is only a claim
+    /// (anyone who reaches the port can POST one): what it says changes nothing durable until
+    /// the API server shows it.
     pub caller_authenticated: bool,
     /// Reads admitted writes back, to confirm what a review claimed.
     pub stored: StoredReader,

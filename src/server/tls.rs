@@ -2,7 +2,8 @@
 //! change, without dropping connections.
 //!
 //! A reload swaps the `ServerConfig` that new handshakes use; connections already established
-//! keep the session they negotiated, so nothing in flight is dropped.
+//! keep the session they negotiated, so nothing in flight is dropped. With `serve
+//! --client-ca-file`, every config requires the caller's client certificate (`client_auth`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::server::client_auth::ClientAuth;
 
 /// The certificate chain and private key files (PEM), e.g. a mounted `kubernetes.io/tls` Secret.
 #[derive(Clone, Debug)]
@@ -46,36 +48,41 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
 }
 
 /// Reads and checks the pair (parsable, key matches certificate), and builds a server config
-/// offering TLS 1.2 and 1.3 with ALPN `h2` and `http/1.1`.
-pub async fn load_rustls_config(files: &TlsFiles) -> Result<RustlsConfig> {
+/// offering TLS 1.2 and 1.3 with ALPN `h2` and `http/1.1`, requiring a client certificate when
+/// `client_auth` is given.
+pub async fn load_rustls_config(
+    files: &TlsFiles,
+    client_auth: Option<&Arc<ClientAuth>>,
+) -> Result<RustlsConfig> {
     let cert = read_async(&files.cert).await?;
     let key = read_async(&files.key).await?;
-    let config = server_config_from_pem(files, &cert, &key)?;
+    let config = server_config_from_pem(files, &cert, &key, client_auth)?;
     Ok(RustlsConfig::from_config(config))
 }
 
-/// The synchronous core of [`load_rustls_config`]: reads the pair and builds the server config.
+/// The synchronous core of [`load_rustls_config`] without client authentication: reads the
+/// pair and builds the server config.
 pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>> {
     let cert = read(&files.cert)?;
     let key = read(&files.key)?;
-    server_config_from_pem(files, &cert, &key)
+    server_config_from_pem(files, &cert, &key, None)
 }
 
-fn read(path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|source| Error::Read {
         path: path.to_owned(),
         source,
     })
 }
 
-async fn read_async(path: &Path) -> Result<Vec<u8>> {
+pub(crate) async fn read_async(path: &Path) -> Result<Vec<u8>> {
     tokio::fs::read(path).await.map_err(|source| Error::Read {
         path: path.to_owned(),
         source,
     })
 }
 
-fn tls_error(path: &Path, reason: impl Into<String>) -> Error {
+pub(crate) fn tls_error(path: &Path, reason: impl Into<String>) -> Error {
     Error::Tls {
         path: path.to_owned(),
         reason: reason.into(),
@@ -84,7 +91,7 @@ fn tls_error(path: &Path, reason: impl Into<String>) -> Error {
 
 /// The PEM sections in `pem` (read from `path`), of any kind, in file order; a section that
 /// does not parse is an error naming the file.
-fn pem_sections<'a>(
+pub(crate) fn pem_sections<'a>(
     path: &'a Path,
     pem: &'a [u8],
 ) -> impl Iterator<Item = Result<(SectionKind, Vec<u8>)>> + 'a {
@@ -198,11 +205,17 @@ impl ResolvesServerCert for SingleCert {
 
 /// Builds the server config from the PEM contents of `files`; every check happens here, so
 /// the first load and every reload refuse exactly the same things.
-fn server_config_from_pem(files: &TlsFiles, cert: &[u8], key: &[u8]) -> Result<Arc<ServerConfig>> {
+fn server_config_from_pem(
+    files: &TlsFiles,
+    cert: &[u8],
+    key: &[u8],
+    client_auth: Option<&Arc<ClientAuth>>,
+) -> Result<Arc<ServerConfig>> {
     let certified = certified_key_from_pem(files, cert, key)?;
-    Ok(server_config_with_resolver(Arc::new(SingleCert(Arc::new(
-        certified,
-    )))))
+    Ok(server_config_with_resolver(
+        Arc::new(SingleCert(Arc::new(certified))),
+        client_auth,
+    ))
 }
 
 /// Parses and checks a serving pair (parsable, key matches certificate); `files` name where
@@ -239,13 +252,29 @@ pub(crate) fn certified_key_from_pem(
     }
 }
 
-/// TLS 1.2 and 1.3 with ALPN `h2` and `http/1.1`, certificates from `resolver`.
-pub fn server_config_with_resolver(resolver: Arc<dyn ResolvesServerCert>) -> Arc<ServerConfig> {
-    let mut config = ServerConfig::builder_with_provider(provider())
+/// TLS 1.2 and 1.3 with ALPN `h2` and `http/1.1`, certificates from `resolver`; with
+/// `client_auth`, every handshake requires a client certificate that it accepts.
+pub fn server_config_with_resolver(
+    resolver: Arc<dyn ResolvesServerCert>,
+    client_auth: Option<&Arc<ClientAuth>>,
+) -> Arc<ServerConfig> {
+    let versions = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .expect("the ring provider supports TLS 1.2 and 1.3")
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+        .expect("the ring provider supports TLS 1.2 and 1.3");
+    let mut config = match client_auth {
+        Some(client_auth) => {
+            let mut config = versions
+                .with_client_cert_verifier(client_auth.clone())
+                .with_cert_resolver(resolver);
+            // A resumed session skips the client certificate's verification: it would keep a
+            // caller authenticated by a CA since removed from --client-ca-file. The API server
+            // (Go's TLS client without a session cache) never resumes, so nothing is lost.
+            config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            config.send_tls13_tickets = 0;
+            config
+        }
+        None => versions.with_no_client_auth().with_cert_resolver(resolver),
+    };
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Arc::new(config)
 }
@@ -293,25 +322,92 @@ impl Snapshot {
     }
 }
 
-/// The reloader's memory: what is serving, what was refused, what is settling.
+/// A polled source's memory, for the reloaders of certificate files: what is serving, what was
+/// refused, what is settling. `S` is what one poll read.
+#[derive(Debug)]
+pub(crate) struct Polled<S> {
+    /// The contents in force; None when they have never loaded.
+    serving: Option<S>,
+    /// Contents already refused, so a bad file is logged and counted once, not every poll.
+    refused: Option<S>,
+    /// Contents seen once and not yet acted on. A change is applied only when two polls in a
+    /// row agree, so a writer that replaces files one after the other is not caught halfway
+    /// (a new certificate with the old key) and reported as a failed reload.
+    settling: Option<S>,
+}
+
+/// What one poll calls for.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Poll<S> {
+    /// Nothing new: what is serving, or what was refused already.
+    Unchanged,
+    /// A change seen for the first time; acted on if the next poll agrees.
+    Changed,
+    /// A change two polls agree on: load it, then report [`Polled::loaded`] or
+    /// [`Polled::refused`].
+    Stable(S),
+}
+
+impl<S: PartialEq> Polled<S> {
+    pub(crate) fn new() -> Self {
+        Polled {
+            serving: None,
+            refused: None,
+            settling: None,
+        }
+    }
+
+    pub(crate) fn observe(&mut self, snapshot: S) -> Poll<S> {
+        if self.serving.as_ref() == Some(&snapshot) {
+            // Unchanged, or changed back to what is serving: nothing to do, nothing pending.
+            self.settling = None;
+            self.refused = None;
+            return Poll::Unchanged;
+        }
+        if self.refused.as_ref() == Some(&snapshot) {
+            self.settling = None;
+            return Poll::Unchanged;
+        }
+        if self.settling.as_ref() != Some(&snapshot) {
+            self.settling = Some(snapshot);
+            return Poll::Changed;
+        }
+        self.settling = None;
+        Poll::Stable(snapshot)
+    }
+
+    /// `snapshot` is in force now.
+    pub(crate) fn loaded(&mut self, snapshot: S) {
+        self.serving = Some(snapshot);
+        self.refused = None;
+    }
+
+    /// `snapshot` was refused; it is not tried again until the contents change.
+    pub(crate) fn refused(&mut self, snapshot: S) {
+        self.refused = Some(snapshot);
+    }
+
+    /// At start, contents that did not load: left to the polls, which refuse them only if they
+    /// stay that way.
+    pub(crate) fn pending(&mut self, snapshot: S) {
+        self.settling = Some(snapshot);
+    }
+}
+
+/// The reloader's memory: the config it swaps and the files' state.
 struct Reloader {
     config: RustlsConfig,
     files: TlsFiles,
+    client_auth: Option<Arc<ClientAuth>>,
     metrics: Arc<Metrics>,
-    /// The contents `config` was built from; None when the files have never loaded.
-    serving: Option<Snapshot>,
-    /// Contents already refused, so a bad pair is logged and counted once, not every poll.
-    refused: Option<Snapshot>,
-    /// Contents seen once and not yet acted on. A change is applied only when two polls in a
-    /// row agree, so a writer that replaces the two files one after the other is not caught
-    /// halfway (a new certificate with the old key) and reported as a failed reload.
-    settling: Option<Snapshot>,
+    polled: Polled<Snapshot>,
 }
 
 impl Reloader {
     fn build(&self, snapshot: &Snapshot) -> std::result::Result<Arc<ServerConfig>, String> {
         let (cert, key) = snapshot.0.as_ref().map_err(Clone::clone)?;
-        server_config_from_pem(&self.files, cert, key).map_err(|e| e.to_string())
+        server_config_from_pem(&self.files, cert, key, self.client_auth.as_ref())
+            .map_err(|e| e.to_string())
     }
 
     /// Takes the files as they are at startup as the truth: `config` may have been loaded from
@@ -321,33 +417,25 @@ impl Reloader {
         match self.build(&snapshot) {
             Ok(config) => {
                 self.config.reload_from_config(config);
-                self.serving = Some(snapshot);
+                self.polled.loaded(snapshot);
             }
-            Err(_) => self.settling = Some(snapshot),
+            Err(_) => self.polled.pending(snapshot),
         }
     }
 
     fn observe(&mut self, snapshot: Snapshot) {
-        if self.serving.as_ref() == Some(&snapshot) {
-            // Unchanged, or changed back to what is serving: nothing to do, nothing pending.
-            self.settling = None;
-            self.refused = None;
-            return;
-        }
-        if self.refused.as_ref() == Some(&snapshot) {
-            self.settling = None;
-            return;
-        }
-        if self.settling.as_ref() != Some(&snapshot) {
-            tracing::debug!(
-                cert = %self.files.cert.display(),
-                key = %self.files.key.display(),
-                "serving certificate files changed; reloading once they are stable"
-            );
-            self.settling = Some(snapshot);
-            return;
-        }
-        self.settling = None;
+        let snapshot = match self.polled.observe(snapshot) {
+            Poll::Unchanged => return,
+            Poll::Changed => {
+                tracing::debug!(
+                    cert = %self.files.cert.display(),
+                    key = %self.files.key.display(),
+                    "serving certificate files changed; reloading once they are stable"
+                );
+                return;
+            }
+            Poll::Stable(snapshot) => snapshot,
+        };
         match self.build(&snapshot) {
             Ok(config) => {
                 self.config.reload_from_config(config);
@@ -357,8 +445,7 @@ impl Reloader {
                     key = %self.files.key.display(),
                     "serving certificate reloaded; new connections use it"
                 );
-                self.serving = Some(snapshot);
-                self.refused = None;
+                self.polled.loaded(snapshot);
             }
             Err(reason) => self.refuse(snapshot, &reason),
         }
@@ -373,14 +460,15 @@ impl Reloader {
             "serving certificate files refused; the previous certificate keeps serving, and \
              the files are tried again when they next change"
         );
-        self.refused = Some(snapshot);
+        self.polled.refused(snapshot);
     }
 }
 
 /// Watches the files (polling every `interval`; symlink swaps included) and reloads `config`
-/// when they change. A pair that does not parse or does not match is refused: the old
-/// certificate keeps serving, a line is logged and `driftgate_tls_reloads_total{result="failure"}`
-/// counts it. Stops when `shutdown` is cancelled.
+/// when they change, keeping `client_auth` (the same one `config` was loaded with). A pair that
+/// does not parse or does not match is refused: the old certificate keeps serving, a line is
+/// logged and `driftgate_tls_reloads_total{result="failure"}` counts it. Stops when `shutdown`
+/// is cancelled.
 ///
 /// The files are read once before this returns and `config` is rebuilt from them (not counted
 /// as a reload), so a change between loading `config` and starting the watch is not missed.
@@ -389,6 +477,7 @@ impl Reloader {
 pub fn spawn_tls_reloader(
     config: RustlsConfig,
     files: TlsFiles,
+    client_auth: Option<Arc<ClientAuth>>,
     interval: Duration,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
@@ -396,18 +485,13 @@ pub fn spawn_tls_reloader(
     let mut reloader = Reloader {
         config,
         files,
+        client_auth,
         metrics,
-        serving: None,
-        refused: None,
-        settling: None,
+        polled: Polled::new(),
     };
     reloader.start(Snapshot::read(&reloader.files));
-    // tokio's interval panics on zero; a busy loop would be no better.
-    let interval = interval.max(Duration::from_millis(10));
     tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(interval);
-        // After a stall, poll once rather than in a burst.
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut ticker = poll_ticker(interval);
         ticker.tick().await; // the first tick is immediate, and the files were just read
         loop {
             tokio::select! {
@@ -419,6 +503,15 @@ pub fn spawn_tls_reloader(
         }
         tracing::debug!(cert = %reloader.files.cert.display(), "serving certificate watch stopped");
     })
+}
+
+/// The ticker of a file poll every `interval`.
+pub(crate) fn poll_ticker(interval: Duration) -> tokio::time::Interval {
+    // tokio's interval panics on zero; a busy loop would be no better.
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
+    // After a stall, poll once rather than in a burst.
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticker
 }
 
 #[cfg(test)]

@@ -161,6 +161,8 @@ pub struct ControlPlane {
     url: String,
     ca: Ca,
     ca_pem: String,
+    /// Signs the client certificate the API server presents to webhooks, and nothing else.
+    webhook_client_ca: Ca,
     kubeconfigs: Mutex<HashMap<Identity, PathBuf>>,
     processes: Mutex<Vec<Guarded>>,
 }
@@ -253,6 +255,8 @@ impl ControlPlane {
         let service_account = pki::service_account_key();
         write(&dir.join("sa.pub"), &service_account.cert);
         write(&dir.join("sa.key"), &service_account.key);
+        let webhook_client_ca = Ca::named("driftgate e2e webhook client CA");
+        let admission_config = write_webhook_client_config(&dir, &webhook_client_ca);
 
         let etcd_port = free_port();
         let peer_port = free_port();
@@ -307,6 +311,12 @@ impl ControlPlane {
             .arg("--authorization-mode=RBAC")
             .arg("--service-cluster-ip-range=10.0.0.0/24")
             .arg("--enable-admission-plugins=ValidatingAdmissionWebhook")
+            // The API server presents a client certificate to every webhook it calls, as a
+            // cluster whose webhooks authenticate it is configured.
+            .arg(format!(
+                "--admission-control-config-file={}",
+                admission_config.display()
+            ))
             .arg("--allow-privileged=true");
         processes.push(Guarded::spawn(
             "kube-apiserver",
@@ -324,6 +334,7 @@ impl ControlPlane {
             url,
             ca,
             ca_pem,
+            webhook_client_ca,
             kubeconfigs: Mutex::default(),
             processes: Mutex::new(Vec::new()),
         };
@@ -450,6 +461,22 @@ impl ControlPlane {
     /// The CA that signed the API server's serving certificate and every client certificate.
     pub fn ca_pem(&self) -> &[u8] {
         self.ca_pem.as_bytes()
+    }
+
+    /// The CA that signs every identity's client certificate (and the API server's serving one).
+    pub fn ca(&self) -> &Ca {
+        &self.ca
+    }
+
+    /// The CA that signs the client certificate (CN `kube-apiserver`) the API server presents to
+    /// webhooks: what `driftgate serve --client-ca-file` is given.
+    pub fn webhook_client_ca(&self) -> &Ca {
+        &self.webhook_client_ca
+    }
+
+    /// [`ControlPlane::webhook_client_ca`]'s certificate as a file.
+    pub fn webhook_client_ca_file(&self) -> PathBuf {
+        self.dir.join(WEBHOOK_CLIENT_CA_FILE)
     }
 
     /// The scratch directory; gone when the test binary has exited.
@@ -583,6 +610,64 @@ current-context: e2e
         )
         .ok()
     }
+}
+
+/// Where [`write_webhook_client_config`] puts the webhook client CA, in the scratch directory.
+const WEBHOOK_CLIENT_CA_FILE: &str = "webhook-client-ca.crt";
+
+/// The admission configuration that makes the API server present a client certificate (CN
+/// `kube-apiserver`, signed by `webhook_client_ca`) to webhooks, as the chart README's
+/// "Authenticating the API server" describes: a WebhookAdmissionConfiguration naming a kubeconfig
+/// whose user entry is matched by the webhook's host and port (`127.0.0.1:PORT`, or
+/// `SERVICE.NAMESPACE.svc:443`), here `*`, every webhook: the harness's webhooks listen on many
+/// ports, and one that asks for no client certificate is sent none. Files rather than data, so
+/// the API server reads a renewed certificate (client-go re-reads them at most once a second).
+/// Returns the configuration's path.
+fn write_webhook_client_config(dir: &Path, webhook_client_ca: &Ca) -> PathBuf {
+    write(
+        &dir.join(WEBHOOK_CLIENT_CA_FILE),
+        &webhook_client_ca.cert_pem(),
+    );
+    let client = webhook_client_ca.client("kube-apiserver", &[]);
+    let (cert, key) = (
+        dir.join("apiserver-webhook-client.crt"),
+        dir.join("apiserver-webhook-client.key"),
+    );
+    write(&cert, &client.cert);
+    write(&key, &client.key);
+    let kubeconfig = dir.join("admission-webhook-kubeconfig.yaml");
+    write(
+        &kubeconfig,
+        &format!(
+            r#"apiVersion: v1
+kind: Config
+users:
+  - name: "*"
+    user:
+      client-certificate: {cert}
+      client-key: {key}
+"#,
+            cert = cert.display(),
+            key = key.display(),
+        ),
+    );
+    let config = dir.join("admission-config.yaml");
+    write(
+        &config,
+        &format!(
+            r#"apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ValidatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: {kubeconfig}
+"#,
+            kubeconfig = kubeconfig.display(),
+        ),
+    );
+    config
 }
 
 /// Polls `ready` every 100 ms until it holds, failing early (with the log) when a process exits.

@@ -66,13 +66,23 @@ pub struct Driftgate {
 /// The example policy's driftgate, started and registered with [`webhook_configuration`] by the
 /// first test that asks for it, for the rest of the test binary.
 ///
+/// It requires the API server's client certificate (`--client-ca-file`, the harness's webhook
+/// client CA): every scenario through it is a review that came through a verified handshake.
+/// The driftgates tests start themselves do not, as the chart by default does not, though the
+/// API server presents its certificate to them too.
+///
 /// Its webhook sees every write outside kube-system. A test that runs its own driftgate (another
 /// policy) should register it with a `namespaceSelector` that matches only that test's
 /// namespaces, and use namespaces the example policy does not guard (not `prod-*`, `payments`
 /// or `staging-*`): this one then admits them as out of scope.
 pub fn shared() -> &'static Driftgate {
     static SHARED: LazyLock<Driftgate> = LazyLock::new(|| {
-        let driftgate = Driftgate::start("shared", &repo_path("policies/example.yaml"), &[]);
+        let client_ca = control_plane().webhook_client_ca_file();
+        let driftgate = Driftgate::start(
+            "shared",
+            &repo_path("policies/example.yaml"),
+            &["--client-ca-file", &client_ca.display().to_string()],
+        );
         driftgate.register(webhook_configuration(
             "driftgate-e2e-shared",
             &driftgate.webhook_url(),

@@ -1,6 +1,7 @@
 //! The test cluster's certificates, made with rcgen: one CA that signs the API server's serving
 //! certificate and every client certificate (the API server trusts it as `--client-ca-file`),
-//! and the service-account signing key.
+//! another that signs only the client certificate the API server presents to webhooks, and the
+//! service-account signing key.
 
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -35,9 +36,14 @@ fn validity(params: &mut CertificateParams) {
 
 impl Ca {
     pub fn new() -> Ca {
+        Ca::named("driftgate e2e CA")
+    }
+
+    /// A CA whose certificate's CN is `common_name`.
+    pub fn named(common_name: &str) -> Ca {
         let mut params = CertificateParams::default();
         let mut name = DistinguishedName::new();
-        name.push(DnType::CommonName, "driftgate e2e CA");
+        name.push(DnType::CommonName, common_name);
         params.distinguished_name = name;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![
