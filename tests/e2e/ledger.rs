@@ -578,10 +578,19 @@ fn dry_runs_record_nothing_and_a_real_write_after_a_dry_run_decides() {
 
 /// Flux skips the apply when its dry run shows no change: once Git has the emergency values,
 /// only its dry runs arrive. The second one carrying them confirms the backport.
+/// A dry run leaves nothing stored to confirm it by, so only the API server's word for it,
+/// authenticated by its client certificate (`--client-ca-file`), may settle a record.
 #[test]
 fn two_controller_dry_runs_carrying_the_values_confirm_the_backport() {
     let scene = Scene::new("ledger-dry-runs", &[]);
-    let driftgate = scene.start("ledger-dry-runs", TICK);
+    let client_ca = control_plane()
+        .webhook_client_ca_file()
+        .display()
+        .to_string();
+    let driftgate = scene.start(
+        "ledger-dry-runs",
+        &[TICK, &["--client-ca-file", &client_ca]].concat(),
+    );
     let dg = &[&driftgate];
     scene.flux_apply(2, &[]).ok();
     scene.open_window(WINDOW, "INC-14: api saturated, scaling out");
