@@ -318,6 +318,13 @@ pub fn plan_recording<'a>(
         rule if waits_for_stored(rule) => {
             StoredChange::of(facts, decision, verdict, rules, now).plan(listed, now)
         }
+        Rule::BreakGlassClosed => match existing {
+            Some(record) => RecordWrite::Transition {
+                record,
+                change: PhaseChange::closed(user),
+            },
+            None => RecordWrite::Nothing,
+        },
         Rule::BreakGlassOpened => match (verdict.new_window.as_ref(), existing) {
             (None, _) => RecordWrite::Nothing,
             (Some(window), Some(record)) => RecordWrite::UpdateWindow {
@@ -422,15 +429,16 @@ fn window_patch(window: &BreakGlassWindow) -> Value {
     }}})
 }
 
-/// Whether a verdict's record write waits until the API server shows the change. Closing,
-/// extending or amending a window and resuming a suspension only move or amend a record, so
-/// they are written once the object read back carries them: a review claiming one (anyone who
-/// reaches the port can POST one) changes no record. Changes under a window, windows opened
-/// and suspensions are recorded before the answer, so that nothing admitted goes unrecorded.
+/// Whether a verdict's record write waits until the API server shows the change. Extending or
+/// amending a window and resuming a suspension only amend or move a record, so they are written
+/// once the object read back carries them: a review claiming one (anyone who reaches the port
+/// can POST one) changes no record. Changes under a window, windows opened and closed, and
+/// suspensions are recorded before the answer: nothing admitted goes unrecorded, and the
+/// controller's next write, which may follow a close at once, finds the record awaiting it.
 pub fn waits_for_stored(rule: Rule) -> bool {
     matches!(
         rule,
-        Rule::BreakGlassClosed | Rule::BreakGlassExtended | Rule::BreakGlassAmended | Rule::Resumed
+        Rule::BreakGlassExtended | Rule::BreakGlassAmended | Rule::Resumed
     )
 }
 
@@ -498,10 +506,6 @@ impl StoredChange {
                 && r.spec.window.expires_at.0 > now
         });
         match (self.rule, open, self.new_window.as_ref()) {
-            (Rule::BreakGlassClosed, Some(record), _) => RecordWrite::Transition {
-                record,
-                change: PhaseChange::closed(user),
-            },
             (Rule::BreakGlassExtended | Rule::BreakGlassAmended, Some(record), Some(window)) => {
                 RecordWrite::UpdateWindow {
                     record,

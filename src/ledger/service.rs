@@ -444,8 +444,8 @@ impl Connected {
     }
 
     /// Writes what `verdict` calls for once the API server shows the change it records (a
-    /// window closed, extended or amended, a suspension resumed), in the background: a review
-    /// alone is a claim. A change that never lands writes nothing.
+    /// window extended or amended, a suspension resumed), in the background: a review alone is
+    /// a claim. A change that never lands writes nothing.
     fn record_once_stored(
         self: &Arc<Self>,
         facts: &RequestFacts<'_>,
@@ -542,7 +542,9 @@ impl Connected {
                     tokio::spawn(async move { this.writer.mark_dry_run(mark, now).await });
                 }
             }
-        } else if let Some(write) = StoredWrite::of(facts, kind) {
+        } else if let Some(mut write) = StoredWrite::of(facts, kind) {
+            // A cluster-scoped object's records are in driftgate's own namespace.
+            write.written.namespace = written.namespace;
             let this = self.clone();
             tokio::spawn(async move { this.settle_as_stored(write).await });
         }

@@ -73,6 +73,19 @@ impl Scene {
         driftgate
     }
 
+    /// [`Scene::start`], requiring the API server's client certificate (`--client-ca-file`):
+    /// every review it reads is the API server's, so dry runs and refusals count too.
+    pub(crate) fn start_authenticated(&self, name: &str, extra_args: &[&str]) -> Driftgate {
+        let client_ca = control_plane()
+            .webhook_client_ca_file()
+            .display()
+            .to_string();
+        self.start(
+            name,
+            &[extra_args, &["--client-ca-file", &client_ca]].concat(),
+        )
+    }
+
     pub(crate) fn register(&self, driftgate: &Driftgate, name: &str) {
         let mut configuration = webhook_configuration(
             &format!("driftgate-e2e-{name}"),
@@ -583,14 +596,7 @@ fn dry_runs_record_nothing_and_a_real_write_after_a_dry_run_decides() {
 #[test]
 fn two_controller_dry_runs_carrying_the_values_confirm_the_backport() {
     let scene = Scene::new("ledger-dry-runs", &[]);
-    let client_ca = control_plane()
-        .webhook_client_ca_file()
-        .display()
-        .to_string();
-    let driftgate = scene.start(
-        "ledger-dry-runs",
-        &[TICK, &["--client-ca-file", &client_ca]].concat(),
-    );
+    let driftgate = scene.start_authenticated("ledger-dry-runs", TICK);
     let dg = &[&driftgate];
     scene.flux_apply(2, &[]).ok();
     scene.open_window(WINDOW, "INC-14: api saturated, scaling out");

@@ -70,7 +70,9 @@ fn the_namespace_policy_report_shows_a_denial_an_open_window_and_a_pending_backp
     );
     assert_ne!(policy, with_deployment_controller);
     std::fs::write(&scene.policy, with_deployment_controller).expect("the policy is written");
-    let driftgate = scene.start(
+    // Denials are reported only from the authenticated API server: a refusal leaves nothing
+    // stored to confirm it by.
+    let driftgate = scene.start_authenticated(
         "reports",
         &[
             "--expiry-check-interval",

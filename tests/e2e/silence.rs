@@ -63,7 +63,9 @@ fn bob_annotates(ns: &str, value: &str) -> KubectlOutput {
 fn a_stopped_flux_is_named_in_bobs_refusal_once_silent_past_the_threshold() {
     let ns = "silence-stopped";
     let scene = Scene::new(ns, &[]);
-    let driftgate = scene.start("silence", &["--controller-silence-after", "3s"]);
+    // The API server's reviews, authenticated: Flux's dry runs count (without client
+    // authentication only the writes the API server stores do).
+    let driftgate = scene.start_authenticated("silence", &["--controller-silence-after", "3s"]);
     // The registration probe is the admin's: a fresh driftgate has seen nothing of Flux.
     assert_eq!(
         flux_last_write(&driftgate, ns),
@@ -176,7 +178,7 @@ fn the_real_flux_suspended_crosses_the_threshold_and_resumed_is_seen_again() {
     let threshold = 6.0;
     let ns = "silence-real-flux";
     let scene = Scene::new(ns, &[]);
-    let driftgate = scene.start(
+    let driftgate = scene.start_authenticated(
         "silence-real-flux",
         &["--controller-silence-after", SILENT_AFTER],
     );
@@ -310,7 +312,7 @@ fn a_killed_kustomize_controller_is_seen_by_every_replica_by_backlog_and_after_a
         DRIFTGATE_NAMESPACE,
     ];
     let scene = Scene::new(ns, &[]);
-    let driftgate = scene.start(ns, &args);
+    let driftgate = scene.start_authenticated(ns, &args);
     // Registered nowhere: it reviews nothing, and knows Flux only from the record.
     let peer = Driftgate::start("silence-stop-peer", &scene.policy, &args);
     grant_on_call_the_records();
@@ -454,7 +456,7 @@ fn a_killed_kustomize_controller_is_seen_by_every_replica_by_backlog_and_after_a
 
     // A restart forgets nothing: the record is read back at start.
     drop(driftgate);
-    let restarted = scene.start(ns, &args);
+    let restarted = scene.start_authenticated(ns, &args);
     let after_restart = wait("the restarted driftgate to read the record", &mut || {
         flux_last_write(&restarted, ns)
     });

@@ -10,7 +10,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::harness::{ALICE, HPA, control_plane, driftgate_cli, install_crypto_provider, shared};
+use crate::harness::{
+    ADMIN, ALICE, HPA, control_plane, driftgate_cli, install_crypto_provider, shared,
+};
 
 use crate::harness::flux::flux;
 
@@ -641,6 +643,12 @@ async fn a_key_holding_brackets_is_recorded_backported_and_settles() {
     install_crypto_provider();
     shared();
     super::deep::install_crd();
+    // driftgate reads Flux's write back to settle the record (rbac.readBack): Widgets are not
+    // among the chart's default kinds, so this cluster grants them, as a user would.
+    let grant = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: driftgate-read-back-widgets\nrules:\n  - apiGroups: [e2e.example.com]\n    resources: [widgets]\n    verbs: [get]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: driftgate-read-back-widgets\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: driftgate-read-back-widgets}\nsubjects:\n  - {kind: ServiceAccount, name: driftgate, namespace: driftgate}\n";
+    control_plane()
+        .kubectl_with_stdin(ADMIN, &["apply", "-f", "-"], Some(grant))
+        .ok();
     let ns = "prod-backport-brackets";
     let tree = format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: widget-oncall\n  namespace: {ns}\nrules:\n  - apiGroups: [e2e.example.com]\n    resources: [widgets]\n    verbs: [get, list, patch, update]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: widget-oncall\n  namespace: {ns}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: widget-oncall}}\nsubjects:\n  - {{apiGroup: rbac.authorization.k8s.io, kind: Group, name: sre-oncall}}\n---\napiVersion: e2e.example.com/v1\nkind: Widget\nmetadata:\n  name: api\n  namespace: {ns}\nspec:\n  routes:\n    \"match[0]\": v1 # the first route\n    plain: x\n"

@@ -187,7 +187,14 @@ async fn alice_scales_under_a_window_that_holds_flux_off_until_she_closes_it() {
         live["metadata"]["labels"]["driftgate.dev/break-glass"].is_null(),
         "{live}"
     );
-    let closed = records(ns).await;
+    let mut closed = records(ns).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while closed[0].status.as_ref().map(|s| s.phase) != Some(Phase::AwaitingBackport)
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        closed = records(ns).await;
+    }
     assert_eq!(
         closed[0].status.as_ref().map(|s| s.phase),
         Some(Phase::AwaitingBackport),
