@@ -3,7 +3,7 @@
 //! reviews as a real API server sends them (run as `policy test` suites in `cli.rs`).
 
 use driftgate::decision::{
-    DecisionInput, DiscoveredResource, Rule, WindowScope, decide, decide_with_ledger,
+    DecisionInput, DiscoveredResource, Rule, WindowScope, decide, decide_with_ledger, may_guard,
 };
 use driftgate::ledger::guard::LedgerGuard;
 use driftgate::policy::PolicySet;
@@ -1594,6 +1594,16 @@ fn every_rule_in_order() {
             },
             &ledger_guard(),
         );
+        // The server answers OutOfScope without reading the objects when may_guard says no
+        // from the envelope: every write a policy or the ledger judges must pass it.
+        if decision.record.rule != Rule::OutOfScope
+            && !may_guard(&policies, &request, namespace.as_ref())
+        {
+            failures.push(format!(
+                "{}: judged by rule {}, yet may_guard would have answered OutOfScope unread",
+                case.name, decision.record.rule
+            ));
+        }
         if decision.allowed != case.allowed
             || decision.record.rule != case.rule
             || !decision.message.contains(case.message)
