@@ -307,13 +307,13 @@ impl Prefix {
         }
     }
 
-    /// Whether a node whose own subtree is `extra` is accounted for: settled as explained, or
-    /// a leaf (the node itself is owned) above a change.
-    fn explains(&self, is_leaf: bool) -> Option<bool> {
+    /// Whether a node that only `extra` holds is accounted for: `Some` when settled, or when no
+    /// change lies below it; `None` while changes below it may explain its children (a leaf,
+    /// owned as a whole above a change, has none left to report).
+    fn explains(&self) -> Option<bool> {
         match self {
             Prefix::Settled { explained } => Some(*explained),
             Prefix::Open { alive, .. } if alive.is_empty() => Some(false),
-            Prefix::Open { .. } if is_leaf => Some(true),
             Prefix::Open { .. } => None,
         }
     }
@@ -346,7 +346,7 @@ fn first_extra(base: Option<&Value>, extra: Option<&Value>, check: &Check<'_>) -
         path.push(key);
         let children = extra.as_object().filter(|m| !m.is_empty());
         if base.is_none() {
-            match prefix.explains(children.is_none()) {
+            match prefix.explains() {
                 Some(true) => continue,
                 Some(false) => {
                     // Name a field, not the map holding it: follow the first keys to a leaf.
@@ -553,6 +553,92 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_gaining_within_the_second_it_was_written_is_the_requests_own() {
+        // Times have whole seconds: bob's second edit in the same second keeps his entry's time.
+        let bob = |fields: Value| entry("bob", "Update", "2026-11-30T09:00:00Z", fields);
+        let old = [
+            flux(json!({"f:spec": {}})),
+            bob(json!({"f:spec": {"f:replicas": {}}})),
+        ];
+        let new = [
+            flux(json!({"f:spec": {}})),
+            bob(json!({"f:spec": {"f:replicas": {}, "f:paused": {}}})),
+        ];
+        assert_eq!(judge(&old, &new, None, &["spec.paused"]), None);
+        let problem = judge(&old, &new, None, &[]).unwrap();
+        assert_eq!(
+            problem,
+            "the managedFields entry of \"bob\" (Update) gained spec.paused, which this request did not change"
+        );
+    }
+
+    #[test]
+    fn a_manager_with_an_apply_and_an_update_entry_owns_the_one_that_changed() {
+        let bob_apply = |time: &str, fields: Value| entry("bob", "Apply", time, fields);
+        let bob_edit = |time: &str, fields: Value| entry("bob", "Update", time, fields);
+        // bob's edit (kubectl edit --field-manager=bob) changes spec.paused; his Apply entry
+        // stays as it was.
+        let old = [
+            bob_apply(
+                "2026-11-30T08:00:00Z",
+                json!({"f:spec": {"f:template": {}}}),
+            ),
+            bob_edit(
+                "2026-11-30T08:30:00Z",
+                json!({"f:spec": {"f:replicas": {}}}),
+            ),
+        ];
+        let new = [
+            old[0].clone(),
+            bob_edit(
+                "2026-11-30T09:00:00Z",
+                json!({"f:spec": {"f:replicas": {}, "f:paused": {}}}),
+            ),
+        ];
+        assert_eq!(judge(&old, &new, Some("bob"), &["spec.paused"]), None);
+        // bob's server-side apply changes spec.replicas, taking it over from his own Update
+        // entry; it co-owns spec.template unchanged, as an Apply entry may.
+        let new = [
+            bob_apply(
+                "2026-11-30T09:00:00Z",
+                json!({"f:spec": {"f:template": {}, "f:replicas": {}, "f:strategy": {}}}),
+            ),
+            bob_edit("2026-11-30T08:30:00Z", json!({"f:spec": {}})),
+        ];
+        assert_eq!(judge(&old, &new, Some("bob"), &["spec.replicas"]), None);
+    }
+
+    #[test]
+    fn a_change_explains_the_fields_at_and_below_it_and_not_beside_it() {
+        let old = [flux(json!({"f:spec": {}}))];
+        let edit = |fields: Value| {
+            [
+                flux(json!({"f:spec": {}})),
+                entry("bob", "Update", "2026-11-30T09:00:00Z", fields),
+            ]
+        };
+        // spec.template appeared whole: every field the entry gained below it is that change.
+        let new = edit(json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {}}}}}));
+        assert_eq!(judge(&old, &new, Some("bob"), &["spec.template"]), None);
+        // A change deep under spec explains nothing else under spec.
+        let new = edit(json!({"f:spec": {
+            "f:strategy": {"f:rollingUpdate": {"f:maxSurge": {}}},
+            "f:replicas": {},
+        }}));
+        let problem = judge(
+            &old,
+            &new,
+            Some("bob"),
+            &["spec.strategy.rollingUpdate.maxSurge"],
+        )
+        .unwrap();
+        assert!(
+            problem.ends_with("gained spec.replicas, which this request did not change"),
+            "{problem}"
+        );
+    }
+
+    #[test]
     fn moving_another_entrys_time_is_forged() {
         let old = [flux(json!({"f:spec": {}}))];
         let new = [entry(
@@ -692,6 +778,34 @@ mod tests {
         assert!(
             problem.contains("\"ancient-changes\" gained spec.replicas"),
             "{problem}"
+        );
+        // Nor one that an Update entry still there holds.
+        let (old, mut new) = capped();
+        new[1] = entry(
+            ANCIENT_CHANGES,
+            "Update",
+            "2026-11-30T08:01:00Z",
+            json!({"f:metadata": {"f:labels": {"f:l0": {}, "f:l1": {}, "f:l5": {}}}}),
+        );
+        let problem = judge(&old, &new, Some("kubectl-edit"), &["spec.paused"]).unwrap();
+        assert!(
+            problem.contains("\"ancient-changes\" gained metadata.labels.l5"),
+            "{problem}"
+        );
+        // Only Update entries are merged: the controller's Apply entry vanishing into
+        // ancient-changes is its ownership taken away.
+        let (old, mut new) = capped();
+        new.remove(0);
+        new[0] = entry(
+            ANCIENT_CHANGES,
+            "Update",
+            "2026-11-30T08:01:00Z",
+            json!({"f:metadata": {"f:labels": {"f:l0": {}, "f:l1": {}}}, "f:spec": {"f:template": {}}}),
+        );
+        let problem = judge(&old, &new, Some("kubectl-edit"), &["spec.paused"]).unwrap();
+        assert_eq!(
+            problem,
+            "the managedFields entry of \"kustomize-controller\" (Apply) was removed, and with it spec.template, which this request did not change"
         );
         // An Update entry removed without its fields reaching ancient-changes loses them.
         let (old, mut new) = capped();
