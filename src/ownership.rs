@@ -14,8 +14,9 @@
 //! - every other entry may only lose fields, and only fields the request changed (a takeover),
 //!   with its timestamp untouched ("the timestamp does not update when a field is removed from
 //!   the entry because another manager took it over");
-//! - `ancient-changes` may grow when Update entries vanish (the API server merges the oldest
-//!   Update entries into it past ten).
+//! - past ten Update entries, the API server merges the oldest into `ancient-changes` (it
+//!   renames the oldest and adds the next to it): an Update entry may vanish when its fields
+//!   are there, and `ancient-changes` may grow by the fields of the Update entries that vanished.
 //!
 //! Anything else is a change somebody made to ownership. The walk over `fieldsV1` uses an
 //! explicit stack, so an object of any depth is safe.
@@ -58,7 +59,12 @@ pub fn forged_ownership(
         Ok(own) => own,
         Err(problem) => return Some(problem),
     };
-    let mut update_entry_vanished = false;
+    let ancient = keys.iter().copied().find(|k| k.0 == ANCIENT_CHANGES);
+    let ancient_after = ancient.and_then(|k| fields(new.get(k)));
+    // The Update entries the API server merged into ancient-changes (past ten Update entries,
+    // it renames the oldest to ancient-changes and adds the next oldest to it): they vanish,
+    // and their fields live on there.
+    let mut merged: Vec<&Value> = Vec::new();
     for key in keys.iter().copied() {
         let (before, after) = (old.get(key), new.get(key));
         if Some(key) == own {
@@ -66,19 +72,28 @@ pub fn forged_ownership(
                 return Some(problem);
             }
         } else if key.0 != ANCIENT_CHANGES {
-            if let Some(problem) = other_entry_problem(key, before, after, changed) {
+            let vanished_update = after.is_none() && key.1 == "Update";
+            let moved_to = ancient_after.filter(|_| vanished_update);
+            if let Some(problem) = other_entry_problem(key, before, after, moved_to, changed) {
                 return Some(problem);
             }
-            update_entry_vanished |= after.is_none() && key.1 == "Update";
+            if vanished_update {
+                merged.extend(fields(before));
+            }
         }
     }
-    let ancient = keys.iter().copied().find(|k| k.0 == ANCIENT_CHANGES)?;
-    let (before, after) = (old.get(ancient), new.get(ancient));
-    // ancient-changes grows only when the API server merges vanishing Update entries into it.
-    let gained = first_extra(fields(before), fields(after), &Check::Any)?;
-    (!update_entry_vanished).then(|| {
+    let (before, after) = (old.get(ancient?), new.get(ancient?));
+    // ancient-changes grows only by what the Update entries merged into it held.
+    first_extra(fields(before), fields(after), &Check::Any)?;
+    let held = union(fields(before).into_iter().chain(merged.iter().copied()));
+    let gained = first_extra(Some(&held), fields(after), &Check::Any)?;
+    Some(if merged.is_empty() {
         format!(
             "the managedFields entry of \"{ANCIENT_CHANGES}\" gained {gained}, though no Update entry was merged into it"
+        )
+    } else {
+        format!(
+            "the managedFields entry of \"{ANCIENT_CHANGES}\" gained {gained}, which none of the Update entries merged into it held"
         )
     })
 }
@@ -189,11 +204,13 @@ fn own_entry_problem(
 }
 
 /// Any other entry: never gains, never moves in time or version, and loses only fields this
-/// request changed.
+/// request changed, or, when it vanished into ancient-changes, fields that entry holds now
+/// (`moved_to`).
 fn other_entry_problem(
     key: &EntryKey<'_>,
     before: Option<&Entry<'_>>,
     after: Option<&Entry<'_>>,
+    moved_to: Option<&Value>,
     changed: &[FieldPath],
 ) -> Option<String> {
     let Some(before) = before else {
@@ -209,7 +226,8 @@ fn other_entry_problem(
     {
         return Some(format!("{} was rewritten", entry_words(key)));
     }
-    let lost = first_extra(fields(after), before.fields, &Check::Explained(changed))?;
+    let kept = fields(after).or(moved_to);
+    let lost = first_extra(kept, before.fields, &Check::Explained(changed))?;
     let how = if after.is_none() {
         "was removed, and with it"
     } else {
@@ -289,13 +307,13 @@ impl Prefix {
         }
     }
 
-    /// Whether a node whose own subtree is `extra` is accounted for: settled as explained, or
-    /// a leaf (the node itself is owned) above a change.
-    fn explains(&self, is_leaf: bool) -> Option<bool> {
+    /// Whether a node that only `extra` holds is accounted for: `Some` when settled, or when no
+    /// change lies below it; `None` while changes below it may explain its children (a leaf,
+    /// owned as a whole above a change, has none left to report).
+    fn explains(&self) -> Option<bool> {
         match self {
             Prefix::Settled { explained } => Some(*explained),
             Prefix::Open { alive, .. } if alive.is_empty() => Some(false),
-            Prefix::Open { .. } if is_leaf => Some(true),
             Prefix::Open { .. } => None,
         }
     }
@@ -328,7 +346,7 @@ fn first_extra(base: Option<&Value>, extra: Option<&Value>, check: &Check<'_>) -
         path.push(key);
         let children = extra.as_object().filter(|m| !m.is_empty());
         if base.is_none() {
-            match prefix.explains(children.is_none()) {
+            match prefix.explains() {
                 Some(true) => continue,
                 Some(false) => {
                     // Name a field, not the map holding it: follow the first keys to a leaf.
@@ -348,6 +366,31 @@ fn first_extra(base: Option<&Value>, extra: Option<&Value>, check: &Check<'_>) -
         }
     }
     None
+}
+
+/// The union of field sets (`fieldsV1` trees), built with an explicit stack like the walks
+/// here, so any depth is safe.
+fn union<'v>(sets: impl IntoIterator<Item = &'v Value>) -> Value {
+    let mut merged = Value::Object(serde_json::Map::new());
+    for set in sets {
+        let mut stack: Vec<(&mut Value, &Value)> = vec![(&mut merged, set)];
+        while let Some((target, source)) = stack.pop() {
+            let (Some(target), Some(source)) = (target.as_object_mut(), source.as_object()) else {
+                continue;
+            };
+            for key in source.keys() {
+                target
+                    .entry(key.as_str())
+                    .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            }
+            for (key, child) in target.iter_mut() {
+                if let Some(source_child) = source.get(key) {
+                    stack.push((child, source_child));
+                }
+            }
+        }
+    }
+    merged
 }
 
 /// The object path of a `fieldsV1` node: its leading `f:` keys.
@@ -510,6 +553,92 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_gaining_within_the_second_it_was_written_is_the_requests_own() {
+        // Times have whole seconds: bob's second edit in the same second keeps his entry's time.
+        let bob = |fields: Value| entry("bob", "Update", "2026-11-30T09:00:00Z", fields);
+        let old = [
+            flux(json!({"f:spec": {}})),
+            bob(json!({"f:spec": {"f:replicas": {}}})),
+        ];
+        let new = [
+            flux(json!({"f:spec": {}})),
+            bob(json!({"f:spec": {"f:replicas": {}, "f:paused": {}}})),
+        ];
+        assert_eq!(judge(&old, &new, None, &["spec.paused"]), None);
+        let problem = judge(&old, &new, None, &[]).unwrap();
+        assert_eq!(
+            problem,
+            "the managedFields entry of \"bob\" (Update) gained spec.paused, which this request did not change"
+        );
+    }
+
+    #[test]
+    fn a_manager_with_an_apply_and_an_update_entry_owns_the_one_that_changed() {
+        let bob_apply = |time: &str, fields: Value| entry("bob", "Apply", time, fields);
+        let bob_edit = |time: &str, fields: Value| entry("bob", "Update", time, fields);
+        // bob's edit (kubectl edit --field-manager=bob) changes spec.paused; his Apply entry
+        // stays as it was.
+        let old = [
+            bob_apply(
+                "2026-11-30T08:00:00Z",
+                json!({"f:spec": {"f:template": {}}}),
+            ),
+            bob_edit(
+                "2026-11-30T08:30:00Z",
+                json!({"f:spec": {"f:replicas": {}}}),
+            ),
+        ];
+        let new = [
+            old[0].clone(),
+            bob_edit(
+                "2026-11-30T09:00:00Z",
+                json!({"f:spec": {"f:replicas": {}, "f:paused": {}}}),
+            ),
+        ];
+        assert_eq!(judge(&old, &new, Some("bob"), &["spec.paused"]), None);
+        // bob's server-side apply changes spec.replicas, taking it over from his own Update
+        // entry; it co-owns spec.template unchanged, as an Apply entry may.
+        let new = [
+            bob_apply(
+                "2026-11-30T09:00:00Z",
+                json!({"f:spec": {"f:template": {}, "f:replicas": {}, "f:strategy": {}}}),
+            ),
+            bob_edit("2026-11-30T08:30:00Z", json!({"f:spec": {}})),
+        ];
+        assert_eq!(judge(&old, &new, Some("bob"), &["spec.replicas"]), None);
+    }
+
+    #[test]
+    fn a_change_explains_the_fields_at_and_below_it_and_not_beside_it() {
+        let old = [flux(json!({"f:spec": {}}))];
+        let edit = |fields: Value| {
+            [
+                flux(json!({"f:spec": {}})),
+                entry("bob", "Update", "2026-11-30T09:00:00Z", fields),
+            ]
+        };
+        // spec.template appeared whole: every field the entry gained below it is that change.
+        let new = edit(json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {}}}}}));
+        assert_eq!(judge(&old, &new, Some("bob"), &["spec.template"]), None);
+        // A change deep under spec explains nothing else under spec.
+        let new = edit(json!({"f:spec": {
+            "f:strategy": {"f:rollingUpdate": {"f:maxSurge": {}}},
+            "f:replicas": {},
+        }}));
+        let problem = judge(
+            &old,
+            &new,
+            Some("bob"),
+            &["spec.strategy.rollingUpdate.maxSurge"],
+        )
+        .unwrap();
+        assert!(
+            problem.ends_with("gained spec.replicas, which this request did not change"),
+            "{problem}"
+        );
+    }
+
+    #[test]
     fn moving_another_entrys_time_is_forged() {
         let old = [flux(json!({"f:spec": {}}))];
         let new = [entry(
@@ -540,6 +669,157 @@ mod tests {
             ),
         ];
         assert!(judge(&old, &new, None, &["spec.paused"]).is_some());
+    }
+
+    /// Update entry `manager` at 08:0`minute`, owning label `label`.
+    fn labeller(manager: &str, minute: u32, label: &str) -> ManagedFieldsEntry {
+        entry(
+            manager,
+            "Update",
+            &format!("2026-11-30T08:0{minute}:00Z"),
+            json!({"f:metadata": {"f:labels": {format!("f:{label}"): {}}}}),
+        )
+    }
+
+    /// The managedFields of an object ten Update managers have written (the API server's cap),
+    /// and what the API server makes of them when an eleventh, kubectl-edit, changes
+    /// `spec.paused`: the two oldest merged into `ancient-changes` (the first renamed, the second
+    /// added to it, at the second's time; k8s.io/apimachinery's capmanagers.go).
+    fn capped() -> (Vec<ManagedFieldsEntry>, Vec<ManagedFieldsEntry>) {
+        let updaters: Vec<ManagedFieldsEntry> = (0..10)
+            .map(|i| labeller(&format!("tool-{i}"), i, &format!("l{i}")))
+            .collect();
+        let mut old = vec![flux(json!({"f:spec": {"f:template": {}}}))];
+        old.extend(updaters.iter().cloned());
+        let mut new = vec![
+            flux(json!({"f:spec": {"f:template": {}}})),
+            entry(
+                ANCIENT_CHANGES,
+                "Update",
+                "2026-11-30T08:01:00Z",
+                json!({"f:metadata": {"f:labels": {"f:l0": {}, "f:l1": {}}}}),
+            ),
+        ];
+        new.extend(updaters[2..].iter().cloned());
+        new.push(entry(
+            "kubectl-edit",
+            "Update",
+            "2026-11-30T09:00:00Z",
+            json!({"f:spec": {"f:paused": {}}}),
+        ));
+        (old, new)
+    }
+
+    #[test]
+    fn the_api_servers_merge_into_ancient_changes_is_bookkeeping() {
+        let (old, new) = capped();
+        assert_eq!(
+            judge(&old, &new, Some("kubectl-edit"), &["spec.paused"]),
+            None
+        );
+        assert_eq!(judge(&old, &new, None, &["spec.paused"]), None);
+        // Once the bucket exists, later merges add to it.
+        let mut later = new.clone();
+        later.retain(|e| e.manager.as_deref() != Some("tool-2"));
+        later[1] = entry(
+            ANCIENT_CHANGES,
+            "Update",
+            "2026-11-30T08:02:00Z",
+            json!({"f:metadata": {"f:labels": {"f:l0": {}, "f:l1": {}, "f:l2": {}}}}),
+        );
+        later.push(entry(
+            "kubectl-label",
+            "Update",
+            "2026-11-30T09:05:00Z",
+            json!({"f:metadata": {"f:labels": {"f:team": {}}}}),
+        ));
+        assert_eq!(
+            judge(
+                &new,
+                &later,
+                Some("kubectl-label"),
+                &["metadata.labels.team"]
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn ancient_changes_grows_only_by_what_vanished_update_entries_held() {
+        let (old, mut new) = capped();
+        // Nothing merged into it: ancient-changes gaining a field is ownership handed over.
+        let mut unmerged = old.clone();
+        unmerged.push(entry(
+            ANCIENT_CHANGES,
+            "Update",
+            "2026-11-30T07:00:00Z",
+            json!({"f:metadata": {"f:labels": {"f:l0": {}}}}),
+        ));
+        let mut grown = unmerged.clone();
+        *grown.last_mut().unwrap() = entry(
+            ANCIENT_CHANGES,
+            "Update",
+            "2026-11-30T07:00:00Z",
+            json!({"f:metadata": {"f:labels": {"f:l0": {}}}, "f:spec": {"f:replicas": {}}}),
+        );
+        let problem = judge(&unmerged, &grown, Some("bob"), &[]).unwrap();
+        assert_eq!(
+            problem,
+            "the managedFields entry of \"ancient-changes\" gained spec.replicas, though no Update entry was merged into it"
+        );
+        // A merge that smuggles in a field none of the merged entries held.
+        new[1] = entry(
+            ANCIENT_CHANGES,
+            "Update",
+            "2026-11-30T08:01:00Z",
+            json!({"f:metadata": {"f:labels": {"f:l0": {}, "f:l1": {}}}, "f:spec": {"f:replicas": {}}}),
+        );
+        let problem = judge(&old, &new, Some("kubectl-edit"), &["spec.paused"]).unwrap();
+        assert!(
+            problem.contains("\"ancient-changes\" gained spec.replicas"),
+            "{problem}"
+        );
+        // Nor one that an Update entry still there holds.
+        let (old, mut new) = capped();
+        new[1] = entry(
+            ANCIENT_CHANGES,
+            "Update",
+            "2026-11-30T08:01:00Z",
+            json!({"f:metadata": {"f:labels": {"f:l0": {}, "f:l1": {}, "f:l5": {}}}}),
+        );
+        let problem = judge(&old, &new, Some("kubectl-edit"), &["spec.paused"]).unwrap();
+        assert!(
+            problem.contains("\"ancient-changes\" gained metadata.labels.l5"),
+            "{problem}"
+        );
+        // Only Update entries are merged: the controller's Apply entry vanishing into
+        // ancient-changes is its ownership taken away.
+        let (old, mut new) = capped();
+        new.remove(0);
+        new[0] = entry(
+            ANCIENT_CHANGES,
+            "Update",
+            "2026-11-30T08:01:00Z",
+            json!({"f:metadata": {"f:labels": {"f:l0": {}, "f:l1": {}}}, "f:spec": {"f:template": {}}}),
+        );
+        let problem = judge(&old, &new, Some("kubectl-edit"), &["spec.paused"]).unwrap();
+        assert_eq!(
+            problem,
+            "the managedFields entry of \"kustomize-controller\" (Apply) was removed, and with it spec.template, which this request did not change"
+        );
+        // An Update entry removed without its fields reaching ancient-changes loses them.
+        let (old, mut new) = capped();
+        new[1] = entry(
+            ANCIENT_CHANGES,
+            "Update",
+            "2026-11-30T08:01:00Z",
+            json!({"f:metadata": {"f:labels": {"f:l0": {}}}}),
+        );
+        let problem = judge(&old, &new, Some("kubectl-edit"), &["spec.paused"]).unwrap();
+        assert_eq!(
+            problem,
+            "the managedFields entry of \"tool-1\" (Update) was removed, and with it metadata.labels.l1, which this request did not change"
+        );
     }
 
     #[test]
@@ -584,10 +864,12 @@ mod tests {
         );
         let shallow = FieldPath::new(["b"]);
         assert!(first_extra(None, Some(&fields), &Check::Explained(&[shallow])).is_some());
-        // serde_json's drop recurses; hand the deep value to a thread with a big stack.
+        let merged = union([&fields]);
+        assert_eq!(first_extra(Some(&merged), Some(&fields), &Check::Any), None);
+        // serde_json's drop recurses; hand the deep values to a thread with a big stack.
         std::thread::Builder::new()
             .stack_size(256 << 20)
-            .spawn(move || drop(fields))
+            .spawn(move || drop((fields, merged)))
             .unwrap()
             .join()
             .unwrap();

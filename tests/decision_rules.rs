@@ -3,7 +3,7 @@
 //! reviews as a real API server sends them (run as `policy test` suites in `cli.rs`).
 
 use driftgate::decision::{
-    DecisionInput, DiscoveredResource, Rule, WindowScope, decide, decide_with_ledger,
+    DecisionInput, DiscoveredResource, Rule, WindowScope, decide, decide_with_ledger, may_guard,
 };
 use driftgate::ledger::guard::LedgerGuard;
 use driftgate::policy::PolicySet;
@@ -591,6 +591,12 @@ fn cases() -> Vec<Case> {
             ),
             true,
             Rule::Delegation,
+        ),
+        case(
+            "HPA writes the scale it already has: nothing delegated was used",
+            Req::update(HPA, scale(3), scale(3)).scale(),
+            true,
+            Rule::NoEffectiveChange,
         ),
         // 5. No effective change.
         case(
@@ -1268,6 +1274,45 @@ fn cases() -> Vec<Case> {
         )
         .says("its break-glass window is open until"),
         case(
+            "an opener resolves a record the controller reverted",
+            Req::record("UPDATE", "alice", Some(record(reverted())), Some(record(resolved_from(reverted(), "alice", "09:00:00")))).status(),
+            true,
+            Rule::RecordResolved,
+        ),
+        case(
+            "an opener resolves a reverted record and drops its reverted fields",
+            Req::record("UPDATE", "alice", Some(record(reverted())), Some(record(edit(resolved_from(reverted(), "alice", "09:00:00"), |s| { s.as_object_mut().unwrap().remove("revertedFields"); })))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("a resolution changes only the phase, the note, who, when and the transitions"),
+        case(
+            "an opener resolves a record still Open whose window has ended (not yet expired by driftgate)",
+            Req::record("UPDATE", "alice", Some(record(open_status())), Some(record(resolved_from(open_status(), "alice", "09:00:00")))).status(),
+            true,
+            Rule::RecordResolved,
+        ),
+        case(
+            "an opener resolves a record whose window ends this very second",
+            Req::record("UPDATE", "alice", Some(record_open_until("2026-11-30T09:00:00Z", open_status())), Some(record_open_until("2026-11-30T09:00:00Z", resolved_from(open_status(), "alice", "09:00:00")))).status(),
+            true,
+            Rule::RecordResolved,
+        ),
+        case(
+            "an opener resolves a record whose window ends in a second",
+            Req::record("UPDATE", "alice", Some(record_open_until("2026-11-30T09:00:01Z", open_status())), Some(record_open_until("2026-11-30T09:00:01Z", resolved_from(open_status(), "alice", "09:00:00")))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("its break-glass window is open until"),
+        case(
+            "an opener resolves a record Git caught up with",
+            Req::record("UPDATE", "alice", Some(record(with_phase(awaiting(), "Backported"))), Some(record(resolved_from(with_phase(awaiting(), "Backported"), "alice", "09:00:00")))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("it has settled already (Backported)"),
+        case(
             "an opener removes who resolved a resolved record",
             Req::record("UPDATE", "alice", Some(record(resolved_by("alice", "09:00:00"))), Some(record(without_resolver(resolved_by("alice", "09:00:00"))))).status(),
             false,
@@ -1549,6 +1594,16 @@ fn every_rule_in_order() {
             },
             &ledger_guard(),
         );
+        // The server answers OutOfScope without reading the objects when may_guard says no
+        // from the envelope: every write a policy or the ledger judges must pass it.
+        if decision.record.rule != Rule::OutOfScope
+            && !may_guard(&policies, &request, namespace.as_ref())
+        {
+            failures.push(format!(
+                "{}: judged by rule {}, yet may_guard would have answered OutOfScope unread",
+                case.name, decision.record.rule
+            ));
+        }
         if decision.allowed != case.allowed
             || decision.record.rule != case.rule
             || !decision.message.contains(case.message)
@@ -2069,11 +2124,23 @@ fn with_phase(mut status: Value, phase: &str) -> Value {
     status
 }
 
+/// The controller reverted the change after the window expired.
+fn reverted() -> Value {
+    json!({"phase": "Reverted", "revertedFields": ["spec.replicas"], "transitions": [
+        {"phase": "Open", "time": "2026-11-30T08:00:00Z", "reason": "Opened"},
+        {"phase": "AwaitingBackport", "time": "2026-11-30T08:30:00Z", "reason": "Expired"},
+        {"phase": "Reverted", "time": "2026-11-30T08:40:00Z", "reason": "ControllerRevertedChange"}]})
+}
+
 /// `awaiting()` resolved by `user` at `time` (on 2026-11-30) as `driftgate backlog resolve` writes it.
 fn resolved_by(user: &str, time: &str) -> Value {
+    resolved_from(awaiting(), user, time)
+}
+
+/// `status` resolved by `user` at `time` (on 2026-11-30) as `driftgate backlog resolve` writes it.
+fn resolved_from(mut status: Value, user: &str, time: &str) -> Value {
     let at = format!("2026-11-30T{time}Z");
     let note = "backported in payments-gitops#412";
-    let mut status = awaiting();
     status["phase"] = json!("Resolved");
     status["resolutionNote"] = json!(note);
     status["resolvedBy"] = json!(user);

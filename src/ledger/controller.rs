@@ -393,7 +393,9 @@ mod tests {
     use super::*;
     use crate::ledger::evidence::digest;
     use crate::ledger::plan::tests::{at, decision, open_record, policies, rules, update};
-    use crate::ledger::record::{BackportStatus, RecordedChange, RecordedField, Transition};
+    use crate::ledger::record::{
+        BackportStatus, RecordScope, RecordedChange, RecordedField, RecordedObject, Transition,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
@@ -612,6 +614,14 @@ mod tests {
             settlement.event.regarding.kind.as_deref(),
             Some("Deployment")
         );
+        assert_eq!(
+            settlement.event.note,
+            format!(
+                "The GitOps controller ({FLUX}) applied the values of the emergency change made under alice's break-glass window \
+                 (reason \"INC-7\"): Git has caught up. Record deployment-api-1."
+            )
+        );
+        assert_eq!(settlement.change.message, settlement.event.note);
     }
 
     #[test]
@@ -786,6 +796,67 @@ mod tests {
         request.object.as_mut().unwrap().metadata.uid = None;
         request.old_object.as_mut().unwrap().metadata.uid = None;
         assert_eq!(WrittenObject::of(&RequestFacts::new(&request)), None);
+    }
+
+    #[test]
+    fn a_namespace_wide_record_awaits_the_objects_it_recorded_changes_of() {
+        let request = update(FLUX, "Deployment", "dep-uid", 5);
+        let written = WrittenObject::of(&RequestFacts::new(&request)).unwrap();
+        let now = at("2026-11-30T10:30:00Z");
+        let mut record = BackportRequirement::clone(&awaiting("2026-11-30T10:00:00Z"));
+        record.spec.scope = RecordScope::Namespace;
+        record.spec.object = RecordedObject {
+            api_version: "v1".into(),
+            kind: "Namespace".into(),
+            name: "prod-payments".into(),
+            uid: "ns-uid".into(),
+        };
+        let object = |uid: &str| RecordedObject {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "api".into(),
+            uid: uid.into(),
+        };
+        record.spec.changes[0].object = Some(object("dep-uid"));
+        assert!(written.awaited_by(&record, now));
+        record.spec.changes[0].object = Some(object("worker-uid"));
+        assert!(!written.awaited_by(&record, now));
+    }
+
+    /// Flux's write of Deployment api with 5 replicas (the recorded value), carrying `entries`
+    /// as its managedFields and naming its field manager.
+    /// The settlements of Flux's write of 5 replicas as stored with these managedFields.
+    fn judged_with_managed_fields(entries: Value) -> Vec<Settlement> {
+        let mut stored = live(5, "42", "kustomize-controller");
+        stored.metadata.managed_fields = Some(serde_json::from_value(entries).unwrap());
+        settled_as_stored(awaiting("2026-11-30T10:00:00Z"), Some(&stored))
+    }
+
+    #[test]
+    fn only_the_controllers_own_entry_says_which_values_are_from_git() {
+        let entry = |manager: &str, subresource: &str, fields: Value| {
+            json!({"manager": manager, "operation": "Update", "subresource": subresource,
+                "apiVersion": "apps/v1", "fieldsType": "FieldsV1", "fieldsV1": fields})
+        };
+        let replicas = json!({"f:spec": {"f:replicas": {}}});
+        let template = json!({"f:spec": {"f:template": {}}});
+        // Flux's entry for the object does not own spec.replicas; its scale entry and
+        // kubectl-edit's do: the value Flux carried is not Git's, and settles nothing.
+        let not_flux = judged_with_managed_fields(json!([
+            entry("kustomize-controller", "scale", replicas.clone()),
+            entry("kubectl-edit", "", replicas.clone()),
+            entry("kustomize-controller", "", template.clone()),
+        ]));
+        assert_eq!(not_flux, []);
+        // Flux's own entry owns it: Git has the value.
+        let flux = judged_with_managed_fields(json!([
+            entry("kubectl-edit", "", template),
+            entry("kustomize-controller", "", replicas),
+        ]));
+        let [settlement] = &flux[..] else {
+            panic!("{flux:?}")
+        };
+        assert_eq!(settlement.change.phase, Phase::Backported);
     }
 
     #[test]

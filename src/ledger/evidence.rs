@@ -261,6 +261,68 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_wide_record_judges_each_object_by_its_own_changes() {
+        // A window on Namespace prod-payments: alice scaled api to 5 and worker to 9.
+        let mut record = spec(&[]);
+        record.scope = RecordScope::Namespace;
+        record.object = RecordedObject {
+            api_version: "v1".into(),
+            kind: "Namespace".into(),
+            name: "prod-payments".into(),
+            uid: "ns-uid".into(),
+        };
+        let change = |name: &str, uid: &str, replicas: u32| RecordedChange {
+            object: Some(RecordedObject {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: name.into(),
+                uid: uid.into(),
+            }),
+            fields: vec![RecordedField {
+                path: "spec.replicas".into(),
+                digest: digest(Some(&json!(replicas))),
+                value: None,
+            }],
+            ..record.changes[0].clone()
+        };
+        record.changes = vec![
+            change("api", "api-uid", 5),
+            change("worker", "worker-uid", 9),
+        ];
+        let five = json!({"spec": {"replicas": 5}});
+        assert_eq!(judge(&record, "api-uid", &five, None), Evidence::Backported);
+        assert_eq!(
+            judge(&record, "worker-uid", &five, None),
+            Evidence::Reverted(vec!["spec.replicas".into()])
+        );
+        // An object the window did not change has nothing to compare.
+        assert_eq!(judge(&record, "other-uid", &five, None), Evidence::Nothing);
+        // Without a uid to tell them apart, every change counts, the latest last.
+        assert_eq!(
+            judge(&record, "", &json!({"spec": {"replicas": 9}}), None),
+            Evidence::Backported
+        );
+    }
+
+    #[test]
+    fn set_values_and_list_indexes_own_the_elements_they_name() {
+        let object = json!({
+            "metadata": {"finalizers": ["a.example/x", "b.example/y"]},
+            "spec": {"steps": [{"run": "build"}, {"run": "test"}]}
+        });
+        let fields = json!({
+            "f:metadata": {"f:finalizers": {"v:\"b.example/y\"": {}}},
+            "f:spec": {"f:steps": {"i:1": {"f:run": {}}}}
+        });
+        let owned = |path: &str| owns(&fields, &object, &FieldPath::parse(path).unwrap());
+        assert!(owned("metadata.finalizers[1]"));
+        assert!(!owned("metadata.finalizers[0]"));
+        assert!(owned("spec.steps[1].run"));
+        assert!(!owned("spec.steps[0].run"));
+        assert!(!owned("spec.steps[2].run"));
+    }
+
+    #[test]
     fn bracketed_paths_are_found() {
         let record = spec(&[("metadata.annotations[example.com/x]", Some(json!("on")))]);
         let object = json!({"metadata": {"annotations": {"example.com/x": "on"}}});
