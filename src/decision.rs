@@ -2433,10 +2433,10 @@ fn may_guard_with(
 }
 
 /// Whether the suspension rules may judge this write where the GitOps objects are: an UPDATE
-/// of an object itself that may carry a suspension.
+/// of an object that may carry a suspension, itself or through a subresource (an annotation
+/// written through `status` is judged as the object's own write, and may suspend or resume).
 fn suspension_guards(request: RequestEnvelope<'_>) -> bool {
     request.operation() == Operation::Update
-        && request.sub_resource().unwrap_or("").is_empty()
         && may_carry_suspension(&request.kind().group, &request.kind().kind)
 }
 

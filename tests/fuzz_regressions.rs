@@ -13,8 +13,11 @@ mod entry;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
-/// The fuzz targets, by the names of their folders under `corpus/` and `regressions/`.
-const TARGETS: &[(&str, fn(&[u8]))] = &[
+/// A fuzz target: the name of its folders under `corpus/` and `regressions/`, and its entry.
+type Target = (&'static str, fn(&[u8]));
+
+/// The fuzz targets.
+const TARGETS: &[Target] = &[
     ("admission_review", entry::admission_review),
     (
         "admission_review_structured",
