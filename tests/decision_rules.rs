@@ -1274,6 +1274,33 @@ fn cases() -> Vec<Case> {
         )
         .says("its break-glass window is open until"),
         case(
+            "an opener resolves two minutes back, to the second",
+            Req::record("UPDATE", "alice", Some(record(awaiting())), Some(record(resolved_by("alice", "08:58:00")))).status(),
+            true,
+            Rule::RecordResolved,
+        ),
+        case(
+            "an opener resolves and rewrites an earlier transition",
+            Req::record("UPDATE", "alice", Some(record(awaiting())), Some(record(edit(resolved_by("alice", "09:00:00"), |s| s["transitions"][1]["reason"] = json!("ClosedByOpener"))))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("the transitions so far must be kept"),
+        case(
+            "an opener resolves with the Resolved transition at another time than resolvedAt",
+            Req::record("UPDATE", "alice", Some(record(awaiting())), Some(record(edit(resolved_by("alice", "09:00:00"), |s| s["transitions"][2]["time"] = json!("2026-11-30T08:59:00Z"))))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("with one Resolved transition (at resolvedAt, the note as its message) added"),
+        case(
+            "an opener resolves with a transition message other than the note",
+            Req::record("UPDATE", "alice", Some(record(awaiting())), Some(record(edit(resolved_by("alice", "09:00:00"), |s| s["transitions"][2]["message"] = json!("done"))))).status(),
+            false,
+            Rule::ResolveRefused,
+        )
+        .says("with one Resolved transition (at resolvedAt, the note as its message) added"),
+        case(
             "an opener resolves a record the controller reverted",
             Req::record("UPDATE", "alice", Some(record(reverted())), Some(record(resolved_from(reverted(), "alice", "09:00:00")))).status(),
             true,
@@ -1339,6 +1366,19 @@ fn cases() -> Vec<Case> {
             Rule::RecordTampered,
         )
         .says("metadata.ownerReferences"),
+        case(
+            "bob annotates a record for his own tooling",
+            Req::record("UPDATE", "bob", Some(record(awaiting())), Some(edit(record(awaiting()), |r| r["metadata"]["annotations"] = json!({"example.com/ticket": "OPS-12"})))),
+            true,
+            Rule::LedgerMetadata,
+        ),
+        case(
+            "bob adds a finalizer to a record",
+            Req::record("UPDATE", "bob", Some(record(awaiting())), Some(edit(record(awaiting()), |r| r["metadata"]["finalizers"] = json!(["example.com/keep"])))),
+            false,
+            Rule::RecordTampered,
+        )
+        .says("it changes metadata.finalizers"),
         case(
             "bob labels a record for his own tooling",
             Req::record("UPDATE", "bob", Some(record(awaiting())), Some(edit(record(awaiting()), |r| r["metadata"]["labels"]["team"] = json!("payments")))),
@@ -2270,6 +2310,18 @@ fn the_records_crd_changes_only_by_its_admins() {
     assert_eq!(
         (by_named_user.allowed, by_named_user.record.rule),
         (true, Rule::LedgerCrdAdmin)
+    );
+
+    // An update the API server sent without the new object cannot be judged, and is refused.
+    let unreadable = judge(carl("UPDATE", None));
+    assert_eq!(
+        (unreadable.allowed, unreadable.record.rule),
+        (false, Rule::LedgerCrdProtected)
+    );
+    assert!(
+        unreadable.message.starts_with("carl may not update CustomResourceDefinition backportrequirements.driftgate.dev: the request does not carry both versions of it, so it cannot be judged"),
+        "{}",
+        unreadable.message
     );
 
     // Being deleted already (by an admin): the API server's removal of its finalizer passes.

@@ -517,3 +517,89 @@ fn judge_crd(guard: &LedgerGuard, facts: &RequestFacts<'_>) -> PolicyVerdict {
         )),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::admission::AdmissionRequest;
+    use serde_json::{Value, json};
+
+    /// `operation` by bob of `name` as resource `group/resource`, in namespace team-a (or
+    /// cluster-wide for CRDs), with the same object old and new.
+    fn request(
+        operation: &str,
+        (group, resource): (&str, &str),
+        name: &str,
+    ) -> AdmissionRequest<DynamicObject> {
+        let namespace = if resource == "customresourcedefinitions" {
+            ""
+        } else {
+            "team-a"
+        };
+        let object = json!({"apiVersion": "v1", "kind": "Object",
+            "metadata": {"name": name, "namespace": namespace}});
+        serde_json::from_value(json!({
+            "uid": "u-1",
+            "kind": {"group": group, "version": "v1", "kind": "Object"},
+            "resource": {"group": group, "version": "v1", "resource": resource},
+            "name": name, "namespace": namespace, "operation": operation,
+            "userInfo": {"username": "bob"},
+            "object": if operation == "DELETE" { Value::Null } else { object.clone() },
+            "oldObject": if operation == "CREATE" { Value::Null } else { object },
+        }))
+        .unwrap()
+    }
+
+    /// What the guard judges is exactly what `guards` says, from the envelope alone, before the
+    /// server reads the objects: every write of a record, and updates and deletes of the
+    /// records' CRD; nothing else of driftgate.dev, no other CRD, no record-named resource of
+    /// another group.
+    #[test]
+    fn guards_says_from_the_envelope_which_writes_the_guard_judges() {
+        let records = (GROUP, RECORDS);
+        let crds = ("apiextensions.k8s.io", "customresourcedefinitions");
+        let cases = [
+            ("CREATE", records, "deployment-api-1", true),
+            ("UPDATE", records, "deployment-api-1", true),
+            ("DELETE", records, "deployment-api-1", true),
+            ("UPDATE", crds, RECORDS_CRD, true),
+            ("DELETE", crds, RECORDS_CRD, true),
+            // Creating the CRD is installing driftgate.
+            ("CREATE", crds, RECORDS_CRD, false),
+            ("DELETE", crds, "widgets.example.com", false),
+            ("UPDATE", (GROUP, "gatepolicies"), "production", false),
+            (
+                "UPDATE",
+                ("example.com", RECORDS),
+                "deployment-api-1",
+                false,
+            ),
+            (
+                "UPDATE",
+                ("example.com", "customresourcedefinitions"),
+                RECORDS_CRD,
+                false,
+            ),
+            (
+                "UPDATE",
+                ("apiextensions.k8s.io", RECORDS),
+                RECORDS_CRD,
+                false,
+            ),
+        ];
+        let policies = PolicySet::default();
+        let guard = LedgerGuard::default();
+        let now: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        for (operation, resource, name, judged) in cases {
+            let request = request(operation, resource, name);
+            let facts = RequestFacts::new(&request);
+            let what = format!("{operation} {}/{} {name}", resource.0, resource.1);
+            assert_eq!(guards(facts.request()), judged, "guards: {what}");
+            assert_eq!(
+                judge(&policies, &guard, &facts, now).is_some(),
+                judged,
+                "judge: {what}"
+            );
+        }
+    }
+}
