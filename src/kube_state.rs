@@ -375,29 +375,64 @@ impl StoredReader {
     /// the read-back delays (refused by another webhook, or never made: a forged review), or
     /// cannot be read.
     pub async fn read_back(&self, write: &AdmittedWrite) -> Option<Option<DynamicObject>> {
-        let client = self.client.clone()?;
+        match self.read_back_outcome(write).await {
+            ReadBack::Stored(live) => Some(Some(live)),
+            ReadBack::Gone => Some(None),
+            ReadBack::NeverStored | ReadBack::Unreadable => None,
+        }
+    }
+
+    /// Reads `write`'s object back as [`read_back`](Self::read_back) does, telling a write the
+    /// API server never stored (every read showed the version it was made to) from one that
+    /// could not be read.
+    pub async fn read_back_outcome(&self, write: &AdmittedWrite) -> ReadBack {
+        let Some(client) = self.client.clone() else {
+            return ReadBack::Unreadable;
+        };
+        let mut last_read_answered = false;
         for delay in READ_BACK_DELAYS {
             tokio::time::sleep(delay).await;
             let live = match read_stored(client.clone(), &write.address, READ_BACK_TIMEOUT).await {
                 Ok(live) => live,
                 Err(ReadStoredError::Api(kube::Error::Api(status))) if status.code == 403 => {
                     tracing::warn!(resource = %write.address.plural, group = %write.address.group, "driftgate may not read this kind back (RBAC), so what a write of it claims is never confirmed and nothing is recorded of it after the answer; add the kind to the chart's rbac.readBack");
-                    return None;
+                    return ReadBack::Unreadable;
                 }
                 Err(error) => {
                     tracing::debug!(%error, object = %write.address.name, "could not read a write back; retrying");
+                    last_read_answered = false;
                     continue;
                 }
             };
             match write.landed(live.as_ref()) {
-                Landed::NotYet => continue,
-                Landed::Gone => return Some(None),
-                Landed::Object(_) => return Some(live),
+                Landed::NotYet => last_read_answered = true,
+                Landed::Gone => return ReadBack::Gone,
+                Landed::Object(_) => {
+                    return live.map_or(ReadBack::Gone, ReadBack::Stored);
+                }
             }
         }
-        tracing::debug!(object = %write.address.name, "an admitted write was not stored (refused elsewhere, or never made): nothing is recorded of it");
-        None
+        if last_read_answered {
+            tracing::debug!(object = %write.address.name, "an admitted write was not stored (refused elsewhere, or never made)");
+            ReadBack::NeverStored
+        } else {
+            ReadBack::Unreadable
+        }
     }
+}
+
+/// What the API server shows of an admitted write after it was answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReadBack {
+    /// Stored at a newer version than the write was made to.
+    Stored(DynamicObject),
+    /// Gone, replaced (another uid) or, for a delete, being deleted.
+    Gone,
+    /// Still at the version the write was made to on the last read, seconds after the answer:
+    /// refused after driftgate admitted it, or never made (a forged review).
+    NeverStored,
+    /// Could not be read (no cluster, no RBAC, or the last read failed): nothing is known.
+    Unreadable,
 }
 
 /// Every resource the API server serves, by group and plural name: its kind and whether it has

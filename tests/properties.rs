@@ -139,6 +139,7 @@ fn record_with(path: &str, value: &Value) -> BackportRequirement {
                     digest: digest(Some(value)),
                     value: Some(value.clone()),
                 }],
+                landed: None,
             }],
         },
     )

@@ -522,6 +522,7 @@ mod tests {
                         digest: digest(Some(&json!(5))),
                         value: None,
                     }],
+                    landed: None,
                 }],
             },
         );

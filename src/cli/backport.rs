@@ -18,7 +18,7 @@ use crate::backport::{BackportPlan, RepoFile, Target, Wanted, plan};
 use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::CliError;
 use crate::fieldpath::FieldPath;
-use crate::ledger::evidence::{ABSENT, digest, latest_fields, owns, value_at};
+use crate::ledger::evidence::{ABSENT, digest, latest_changes, owns, value_at};
 use crate::ledger::record::{BackportRequirement, RecordedObject};
 use crate::timefmt::human_utc;
 
@@ -270,7 +270,7 @@ fn wanted_fields(
     live: &Value,
     controller_manager: &str,
 ) -> (Vec<Wanted>, Vec<crate::backport::Skipped>) {
-    let latest = latest_fields(&record.spec, &object.uid);
+    let latest = latest_changes(&record.spec, &object.uid);
     let mut wanted = Vec::new();
     let mut skipped = Vec::new();
     let skip = |field: &str, why: String| crate::backport::Skipped {
@@ -278,7 +278,8 @@ fn wanted_fields(
         why,
     };
     for path_text in paths {
-        let (Some(field), Ok(path)) = (latest.get(path_text.as_str()), FieldPath::parse(path_text))
+        let (Some((field, change)), Ok(path)) =
+            (latest.get(path_text.as_str()), FieldPath::parse(path_text))
         else {
             continue;
         };
@@ -294,9 +295,16 @@ fn wanted_fields(
             continue;
         }
         let live_value = value_at(live, &path);
+        // A recorded value is written only when driftgate read the object back carrying it: a
+        // change not yet confirmed is only what a review claimed (anyone who reaches the
+        // webhook's port can POST one), and the API server is the truth.
         let value = match (&field.value, live_value) {
-            (Some(value), _) => value.clone(),
-            (None, Some(value)) if digest(Some(value)) == field.digest => value.clone(),
+            (Some(value), _) if change.landed.is_some() => value.clone(),
+            (_, Some(value)) if digest(Some(value)) == field.digest => value.clone(),
+            (Some(_), _) => {
+                skipped.push(skip(path_text, "driftgate never read this change back from the API server (only a review claimed it), and the live value is not the one recorded: write it by hand if it is right".into()));
+                continue;
+            }
             (None, _) => {
                 skipped.push(skip(path_text, "the record keeps no values (breakGlass.recordValues) and the live value is no longer the one recorded: write it by hand".into()));
                 continue;
@@ -789,5 +797,76 @@ mod tests {
                 assert_eq!(std::fs::read_to_string(file).unwrap(), MANIFEST);
             }
         }
+    }
+
+    /// Issue 24: a value recorded with `recordValues` is only what a review claimed until
+    /// driftgate read the object back carrying it. A forged change (never landed) whose value
+    /// the live object does not hold is not written; a landed one is, and so is the live value
+    /// when it is the recorded one.
+    #[test]
+    fn a_recorded_value_is_written_only_once_the_api_server_showed_it() {
+        use crate::ledger::record::{
+            BackportRequirementSpec, RecordScope, RecordedChange, RecordedField, RecordedWindow,
+        };
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use serde_json::json;
+        let at: Timestamp = "2026-12-02T10:00:00Z".parse().unwrap();
+        let object = RecordedObject {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "api".into(),
+            uid: "u-1".into(),
+        };
+        let record = |landed: Option<Time>| {
+            BackportRequirement::new(
+                "r",
+                BackportRequirementSpec {
+                    object: object.clone(),
+                    scope: RecordScope::Object,
+                    window: RecordedWindow {
+                        opener: Some("alice".into()),
+                        reason: None,
+                        opened_at: None,
+                        expires_at: Time(at),
+                        label_value: "20261202T1000Z".into(),
+                    },
+                    policy: "prod".into(),
+                    changes: vec![RecordedChange {
+                        time: Time(at),
+                        user: "alice".into(),
+                        operation: "UPDATE".into(),
+                        object: None,
+                        subresource: String::new(),
+                        request_uid: "forged".into(),
+                        resource_version: "7".into(),
+                        fields: vec![RecordedField {
+                            path: "spec.replicas".into(),
+                            digest: digest(Some(&json!(9))),
+                            value: Some(json!(9)),
+                        }],
+                        landed,
+                    }],
+                },
+            )
+        };
+        let live = |replicas: u32| json!({"spec": {"replicas": replicas}, "metadata": {}});
+        let paths = vec!["spec.replicas".to_owned()];
+        let written = |record: &BackportRequirement, live: &Value| {
+            let (wanted, skipped) =
+                wanted_fields(record, &object, &paths, live, "kustomize-controller");
+            (
+                wanted.iter().map(|w| w.value.clone()).collect::<Vec<_>>(),
+                skipped.iter().map(|s| s.why.clone()).collect::<Vec<_>>(),
+            )
+        };
+
+        let (wanted, skipped) = written(&record(None), &live(5));
+        assert!(wanted.is_empty(), "{wanted:?}");
+        assert!(
+            skipped[0].contains("driftgate never read this change back from the API server"),
+            "{skipped:?}"
+        );
+        assert_eq!(written(&record(Some(Time(at))), &live(5)).0, [json!(9)]);
+        assert_eq!(written(&record(None), &live(9)).0, [json!(9)]);
     }
 }

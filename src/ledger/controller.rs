@@ -417,6 +417,7 @@ mod tests {
                 digest: digest(Some(&json!(5))),
                 value: None,
             }],
+            landed: None,
         });
         record.status = Some(BackportStatus {
             phase: Phase::AwaitingBackport,

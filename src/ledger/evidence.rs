@@ -7,7 +7,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::fieldpath::FieldPath;
-use crate::ledger::record::{BackportRequirementSpec, RecordedField};
+use crate::ledger::record::{BackportRequirementSpec, RecordedChange, RecordedField};
 
 pub const ABSENT: &str = "absent";
 
@@ -57,6 +57,17 @@ pub fn latest_fields<'a>(
     spec: &'a BackportRequirementSpec,
     object_uid: &str,
 ) -> BTreeMap<&'a str, &'a RecordedField> {
+    latest_changes(spec, object_uid)
+        .into_iter()
+        .map(|(path, (field, _))| (path, field))
+        .collect()
+}
+
+/// [`latest_fields`] with the change that recorded each.
+pub fn latest_changes<'a>(
+    spec: &'a BackportRequirementSpec,
+    object_uid: &str,
+) -> BTreeMap<&'a str, (&'a RecordedField, &'a RecordedChange)> {
     let mut latest = BTreeMap::new();
     for change in &spec.changes {
         let uid = change
@@ -67,7 +78,7 @@ pub fn latest_fields<'a>(
             continue;
         }
         for field in &change.fields {
-            latest.insert(field.path.as_str(), field);
+            latest.insert(field.path.as_str(), (field, change));
         }
     }
     latest
@@ -211,6 +222,7 @@ mod tests {
                         value: None,
                     })
                     .collect(),
+                landed: None,
             }],
         }
     }

@@ -1,10 +1,11 @@
 //! The backport ledger: durable records of break-glass windows and the changes made in them.
 //!
 //! Pure: `record` (the CRD), `phase` (phases and transitions), `plan` (what one decision
-//! writes), `controller` (a controller's write judged), `upkeep` (expiry, retention, gauges),
+//! writes), `claims` (what was recorded on a review's word, confirmed or withdrawn), `controller` (a controller's write judged), `upkeep` (expiry, retention, gauges),
 //! `evidence` and `guard`. I/O: `service` (the cache, the tasks, the plans applied), `writes`
 //! (the API writes with their retries) and `identity`.
 
+pub mod claims;
 pub mod controller;
 pub mod evidence;
 pub mod guard;

@@ -23,6 +23,7 @@ impl Phase {
             Phase::Resolved => "Resolved",
             Phase::Expired => "Expired",
             Phase::Resumed => "Resumed",
+            Phase::Withdrawn => "Withdrawn",
         }
     }
 }
@@ -97,7 +98,10 @@ pub fn suspension_ended(record: &BackportRequirement, now: Timestamp) -> bool {
 
 /// Whether a record is settled: nothing more happens to it but its deletion after retention.
 pub fn is_settled(phase: Phase) -> bool {
-    matches!(phase, Phase::Backported | Phase::Resolved | Phase::Resumed)
+    matches!(
+        phase,
+        Phase::Backported | Phase::Resolved | Phase::Resumed | Phase::Withdrawn
+    )
 }
 
 /// Whether a record settled (Backported, Resolved or Resumed) at least `retention` before `now`.
@@ -216,6 +220,12 @@ impl PhaseChange {
             human_utc(record.spec.window.expires_at.0)
         );
         PhaseChange::new(Phase::Expired, "Expired", message)
+    }
+
+    /// The write the record was created for was never stored (`message` says what the API
+    /// server showed).
+    pub fn withdrawn(message: String) -> PhaseChange {
+        PhaseChange::new(Phase::Withdrawn, "NeverStored", message)
     }
 
     /// `user` resumed the suspension.

@@ -690,6 +690,7 @@ fn recorded_change(
                 .unwrap_or_default(),
         },
         fields,
+        landed: None,
     }
 }
 
@@ -1038,6 +1039,7 @@ spec:
                     digest: digest(Some(&json!(5))),
                     value: Some(json!(5)),
                 }],
+                landed: None,
             }
         );
         // The server's one-pass reading records the same change.
@@ -1232,6 +1234,7 @@ spec:
             request_uid: request_uid.into(),
             resource_version: resource_version.into(),
             fields: Vec::new(),
+            landed: None,
         }
     }
 

@@ -158,6 +158,12 @@ pub struct RecordedChange {
     pub resource_version: String,
     #[serde(default)]
     pub fields: Vec<RecordedField>,
+    /// When driftgate read the object back from the API server carrying this change. Absent,
+    /// the change is only what a review claimed (recorded before the answer, as every
+    /// break-glass change is): `driftgate backport` writes no recorded value of it, and a
+    /// change the API server never stored is withdrawn from the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landed: Option<Time>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -195,6 +201,9 @@ pub enum Phase {
     Expired,
     /// A suspension was resumed (by whom and when: `status.resumedBy`, `status.resumedAt`).
     Resumed,
+    /// The write the record was created for was never stored by the API server: only a review
+    /// claimed it (refused after driftgate admitted it, or forged). Nothing awaits backport.
+    Withdrawn,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]

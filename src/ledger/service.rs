@@ -17,6 +17,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::core::admission::Operation;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
@@ -25,7 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::{Decision, PolicyVerdict, Rule};
 use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, StoredReader};
+use crate::kube_state::{NamespaceCache, ReadBack, StoredReader};
+use crate::ledger::claims::{Claimed, Shown, claims_of};
 use crate::ledger::controller::{
     StoredWrite, WrittenObject, plan_controller_write, plan_stored_settlements,
 };
@@ -316,7 +318,7 @@ impl Ledger {
     /// Records one break-glass verdict within the write timeout; a refusal when it could not.
     async fn record(
         &self,
-        inner: &Connected,
+        inner: &Arc<Connected>,
         facts: &RequestFacts<'_>,
         decision: &Decision,
         verdict: &PolicyVerdict,
@@ -417,7 +419,7 @@ impl Connected {
 
     /// Lists the records of the verdict's window and writes what recording it takes.
     async fn record(
-        &self,
+        self: &Arc<Self>,
         facts: &RequestFacts<'_>,
         decision: &Decision,
         verdict: &PolicyVerdict,
@@ -437,10 +439,59 @@ impl Connected {
             .await
             .map_err(|e| e.to_string())?;
         let plan = plan_recording(&key, facts, decision, verdict, rules, &listed, now);
+        let claims = claims_of(
+            &plan.write,
+            facts.request().operation() == Operation::Delete,
+        );
         self.writer
             .record(&key.namespace, plan, now)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        let selector = key.label_selector();
+        self.settle_claims_once_read_back(facts, key.namespace, selector, claims);
+        Ok(())
+    }
+
+    /// What was just recorded on the review's word is confirmed (or withdrawn) by the object
+    /// the API server stores, read back in the background once the write has been answered.
+    fn settle_claims_once_read_back(
+        self: &Arc<Self>,
+        facts: &RequestFacts<'_>,
+        namespace: String,
+        selector: String,
+        claims: Vec<Claimed>,
+    ) {
+        if claims.is_empty() {
+            return;
+        }
+        let Some(write) = AdmittedWrite::of(facts) else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            let read_back = this.reader.read_back_outcome(&write).await;
+            let stored;
+            let shown = match &read_back {
+                ReadBack::Stored(object) => match serde_json::to_value(object) {
+                    Ok(value) => {
+                        stored = value;
+                        Shown::Stored(&stored)
+                    }
+                    Err(_) => return,
+                },
+                ReadBack::Gone => Shown::Gone,
+                ReadBack::NeverStored => Shown::NeverStored,
+                ReadBack::Unreadable => return,
+            };
+            let now = Timestamp::now();
+            if let Err(error) = this
+                .writer
+                .settle_claims(&namespace, &selector, &claims, shown, now)
+                .await
+            {
+                tracing::warn!(%error, object = %write.address.name, "could not confirm a recorded break-glass change against the object stored; it stays a claim");
+            }
+        });
     }
 
     /// Writes what `verdict` calls for once the API server shows the change it records (a

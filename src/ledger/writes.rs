@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 
 use crate::events::EventSink;
+use crate::ledger::claims::{ClaimWrite, Claimed, Shown, plan_claims};
 use crate::ledger::controller::{DryRunMark, SettleStep, Settlement, settle_step};
 use crate::ledger::phase::{
     PhaseChange, dry_run_matched, has_transitions, phase_of, status_patch, transitioned,
@@ -333,6 +334,60 @@ impl RecordWriter {
             self.events.publish(expiry.event.clone());
         }
         Ok(written)
+    }
+
+    /// Settles the claims of one write against the records of its window's object (listed
+    /// by `selector` in `namespace`) as [`plan_claims`] says, given what the API server showed.
+    /// Each write is conditioned (a status write on the record's resourceVersion, a change's
+    /// on the change still being at its index): on a conflict the records are listed again
+    /// and the plan asked again, since another replica may have made the same step.
+    pub async fn settle_claims(
+        &self,
+        namespace: &str,
+        selector: &str,
+        claims: &[Claimed],
+        shown: Shown<'_>,
+        now: Timestamp,
+    ) -> Result<(), kube::Error> {
+        let api = self.api(namespace);
+        'attempts: for _ in 0..3 {
+            let listed = self.list(namespace, selector).await?;
+            for write in plan_claims(&listed, claims, shown, now) {
+                let record = write.record().name_any();
+                let written = match (&write, write.change_patch()) {
+                    (ClaimWrite::WithdrawRecord { record, change }, _) => self
+                        .transition(record, change, now)
+                        .await
+                        .map(|written| written.is_some()),
+                    (_, Some(patch)) => match api
+                        .patch(&record, &PatchParams::default(), &Patch::<()>::Json(patch))
+                        .await
+                    {
+                        Ok(_) => Ok(true),
+                        // The test failed (the change moved) or the record changed meanwhile.
+                        Err(kube::Error::Api(status)) if matches!(status.code, 409 | 422) => {
+                            Ok(false)
+                        }
+                        Err(error) => Err(error),
+                    },
+                    (_, None) => Ok(true),
+                };
+                if !written? {
+                    continue 'attempts;
+                }
+                match &write {
+                    ClaimWrite::Landed { .. } => {}
+                    ClaimWrite::WithdrawChange { .. } => {
+                        tracing::warn!(%record, %namespace, "a break-glass change recorded from a review was never stored by the API server (refused after driftgate admitted it, or a forged review): withdrawn from its record")
+                    }
+                    ClaimWrite::WithdrawRecord { .. } => {
+                        tracing::warn!(%record, %namespace, "the write a backport record was created for was never stored by the API server (refused after driftgate admitted it, or a forged review): the record is Withdrawn")
+                    }
+                }
+            }
+            return Ok(());
+        }
+        Ok(())
     }
 
     /// Deletes a settled record past its retention, conditioned on the version planned from.
