@@ -16,7 +16,7 @@ use crate::fieldpath::FieldPath;
 use crate::ledger::evidence::{digest, value_at};
 use crate::ledger::phase::{PhaseChange, is_settled, phase_of};
 use crate::ledger::plan::{AppendTo, RecordWrite};
-use crate::ledger::record::{BackportRequirement, RecordedChange, RecordedField};
+use crate::ledger::record::{BackportRequirement, RecordedChange};
 
 /// What one write recorded before its answer, to be confirmed by the object stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,38 +24,45 @@ pub enum Claimed {
     /// A change appended to a record, named by its request uid.
     Change {
         request_uid: String,
-        /// Each recorded field's path and the digest of its new value.
-        fields: Vec<(String, String)>,
+        fields: Vec<ClaimedField>,
         /// A DELETE: the object gone is the write stored.
         deleted: bool,
     },
     /// A record created for the write (a window opened, a suspension, a window found under a
-    /// change), named.
-    Record { name: String },
+    /// change), named, with the fields the write changed.
+    Record {
+        name: String,
+        fields: Vec<ClaimedField>,
+    },
+}
+
+/// One recorded field of a claimed change: its path, and the digests of its value before the
+/// write (as the review's old object had it) and after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimedField {
+    pub path: String,
+    pub before: String,
+    pub after: String,
 }
 
 /// The claims a recording plan makes: the changes it appends and the records it creates. A
 /// close, an extension or a renewal is not confirmed here (`tests/SECURITY.md` says why each
 /// is harmless or confirmed elsewhere).
-pub fn claims_of(write: &RecordWrite<'_>, deleted: bool) -> Vec<Claimed> {
+pub fn claims_of(write: &RecordWrite<'_>, fields: &[ClaimedField], deleted: bool) -> Vec<Claimed> {
+    let record = |name: String| Claimed::Record {
+        name,
+        fields: fields.to_vec(),
+    };
     match write {
-        RecordWrite::Create(new) => vec![Claimed::Record {
-            name: new.record.name_any(),
-        }],
+        RecordWrite::Create(new) => vec![record(new.record.name_any())],
         RecordWrite::Append { to, change } => {
             let mut claims = vec![Claimed::Change {
                 request_uid: change.request_uid.clone(),
-                fields: change
-                    .fields
-                    .iter()
-                    .map(|f: &RecordedField| (f.path.clone(), f.digest.clone()))
-                    .collect(),
+                fields: fields.to_vec(),
                 deleted,
             }];
             if let AppendTo::New(new) = to {
-                claims.push(Claimed::Record {
-                    name: new.record.name_any(),
-                });
+                claims.push(record(new.record.name_any()));
             }
             claims
         }
@@ -64,6 +71,29 @@ pub fn claims_of(write: &RecordWrite<'_>, deleted: bool) -> Vec<Claimed> {
         | RecordWrite::UpdateWindow { .. }
         | RecordWrite::Renew { .. } => Vec::new(),
     }
+}
+
+/// The fields `changed` (paths as driftgate writes them) before and after a write, from the
+/// review's objects as JSON.
+pub fn claimed_fields(
+    changed: &[String],
+    old: Option<&Value>,
+    new: Option<&Value>,
+) -> Vec<ClaimedField> {
+    let at = |object: Option<&Value>, path: &Option<FieldPath>| {
+        digest(object.zip(path.as_ref()).and_then(|(o, p)| value_at(o, p)))
+    };
+    changed
+        .iter()
+        .map(|path_text| {
+            let path = FieldPath::parse(path_text).ok();
+            ClaimedField {
+                path: path_text.clone(),
+                before: at(old, &path),
+                after: at(new, &path),
+            }
+        })
+        .collect()
 }
 
 /// What the API server showed of the write, read back after the answer.
@@ -136,18 +166,43 @@ impl ClaimWrite<'_> {
     }
 }
 
-/// Whether the stored object carries every recorded field of `fields` as recorded.
-fn carries(stored: &Value, fields: &[(String, String)]) -> bool {
-    fields.iter().all(|(path, recorded)| {
-        FieldPath::parse(path).is_ok_and(|path| digest(value_at(stored, &path)) == *recorded)
-    })
+/// The digest of each claimed field's path as `stored` holds it.
+fn stored_digests(stored: &Value, fields: &[ClaimedField]) -> Vec<String> {
+    fields
+        .iter()
+        .map(|f| {
+            digest(
+                FieldPath::parse(&f.path)
+                    .ok()
+                    .and_then(|p| value_at(stored, &p)),
+            )
+        })
+        .collect()
+}
+
+/// Whether the stored object carries every claimed field as recorded.
+fn carries(stored: &Value, fields: &[ClaimedField]) -> bool {
+    stored_digests(stored, fields)
+        .iter()
+        .zip(fields)
+        .all(|(held, f)| *held == f.after)
+}
+
+/// Whether the stored object still holds every claimed field as it was before the write, and
+/// at least one of them differs from the claimed value: the write changed nothing the API
+/// server kept (other writes, a controller's status among them, may have moved the version).
+fn holds_the_old_values(stored: &Value, fields: &[ClaimedField]) -> bool {
+    let held = stored_digests(stored, fields);
+    held.iter().zip(fields).all(|(held, f)| *held == f.before)
+        && fields.iter().any(|f| f.before != f.after)
 }
 
 /// The writes that settle `claims` given what the API server showed, against `listed`, the
 /// records of the window's object as listed after the answer. A change the stored object
-/// carries is marked landed; one never stored (or, but for a delete, whose object is gone) is
-/// withdrawn, as is a record created for it with no landed change. A stored object that holds
-/// other values (a later write raced it) settles nothing: the change stays a claim, which
+/// carries is marked landed; one never stored (the version unchanged, the object stored with
+/// every claimed field as it was before, or, but for a delete, the object gone) is withdrawn,
+/// as is a record created for it with no landed change. A stored object that holds third
+/// values (a later write raced it) settles nothing: the change stays a claim, which
 /// `driftgate backport` does not write into Git.
 pub fn plan_claims<'a>(
     listed: &'a [BackportRequirement],
@@ -157,21 +212,21 @@ pub fn plan_claims<'a>(
 ) -> Vec<ClaimWrite<'a>> {
     let mut writes = Vec::new();
     let mut withdrawn_records = Vec::new();
+    let deleted = claims
+        .iter()
+        .any(|c| matches!(c, Claimed::Change { deleted: true, .. }));
     for claim in claims {
-        let Claimed::Record { name } = claim else {
+        let Claimed::Record { name, fields } = claim else {
             continue;
         };
         let Some(record) = listed.iter().find(|r| r.name_any() == *name) else {
             continue;
         };
+        // A delete's record is a window found under it: gone is the delete stored.
         let never_stored = match shown {
             Shown::NeverStored => true,
-            // A record is created for an update or a create; a delete's record is a window
-            // found under it, whose change is judged below.
-            Shown::Gone => !claims
-                .iter()
-                .any(|c| matches!(c, Claimed::Change { deleted: true, .. })),
-            Shown::Stored(_) => false,
+            Shown::Gone => !deleted,
+            Shown::Stored(stored) => !deleted && holds_the_old_values(stored, fields),
         };
         let any_landed = record.spec.changes.iter().any(|c| c.landed.is_some());
         if never_stored && !any_landed && !is_settled(phase_of(record)) {
@@ -205,7 +260,7 @@ pub fn plan_claims<'a>(
         let never_stored = match shown {
             Shown::NeverStored => true,
             Shown::Gone => !deleted,
-            Shown::Stored(_) => false,
+            Shown::Stored(stored) => !deleted && holds_the_old_values(stored, fields),
         };
         if landed {
             writes.push(ClaimWrite::Landed {
@@ -253,7 +308,7 @@ mod tests {
 
     use super::*;
     use crate::ledger::record::{
-        BackportRequirementSpec, BackportStatus, Phase, RecordScope, RecordedObject,
+        BackportRequirementSpec, BackportStatus, Phase, RecordScope, RecordedField, RecordedObject,
         RecordedWindow, Transition,
     };
 
@@ -317,10 +372,20 @@ mod tests {
         record
     }
 
-    fn claimed_change(uid: &str, path: &str, value: &Value, deleted: bool) -> Claimed {
+    /// `spec.replicas` from 3 to `value`.
+    fn replicas_to(value: &Value) -> Vec<ClaimedField> {
+        claimed_fields(
+            &["spec.replicas".to_owned()],
+            Some(&deployment(3)),
+            Some(&json!({"spec": {"replicas": value}})),
+        )
+    }
+
+    /// A claimed change of `spec.replicas` from 3 to `value`.
+    fn claimed_change(uid: &str, value: &Value, deleted: bool) -> Claimed {
         Claimed::Change {
             request_uid: uid.into(),
-            fields: vec![(path.into(), digest(Some(value)))],
+            fields: replicas_to(value),
             deleted,
         }
     }
@@ -342,7 +407,7 @@ mod tests {
         let stored = deployment(5);
         let writes = plan_claims(
             &listed,
-            &[claimed_change("b", "spec.replicas", &json!(5), false)],
+            &[claimed_change("b", &json!(5), false)],
             Shown::Stored(&stored),
             now(),
         );
@@ -367,7 +432,7 @@ mod tests {
             vec![change("a", "spec.replicas", &json!(5))],
             Phase::Open,
         )];
-        let claims = [claimed_change("a", "spec.replicas", &json!(5), false)];
+        let claims = [claimed_change("a", &json!(5), false)];
         for shown in [Shown::NeverStored, Shown::Gone] {
             let writes = plan_claims(&listed, &claims, shown, now());
             assert_eq!(
@@ -382,7 +447,14 @@ mod tests {
             let patch = serde_json::to_value(writes[0].change_patch().unwrap()).unwrap();
             assert_eq!(patch[1], json!({"op": "remove", "path": "/spec/changes/0"}));
         }
-        // Another write stored 4 before this read: neither landed nor withdrawn.
+        // Stored at a newer version (a controller wrote status) with the old value: never
+        // stored either.
+        let unchanged = deployment(3);
+        assert!(matches!(
+            plan_claims(&listed, &claims, Shown::Stored(&unchanged), now())[..],
+            [ClaimWrite::WithdrawChange { index: 0, .. }]
+        ));
+        // Another write stored a third value: neither landed nor withdrawn.
         let raced = deployment(4);
         assert_eq!(
             plan_claims(&listed, &claims, Shown::Stored(&raced), now()),
@@ -422,9 +494,10 @@ mod tests {
             Phase::Open,
         )];
         let claims = [
-            claimed_change("a", "spec.replicas", &json!(5), false),
+            claimed_change("a", &json!(5), false),
             Claimed::Record {
                 name: "found".into(),
+                fields: replicas_to(&json!(5)),
             },
         ];
         let writes = plan_claims(&listed, &claims, Shown::NeverStored, now());
@@ -449,7 +522,10 @@ mod tests {
     fn a_record_with_a_landed_change_or_settled_is_never_withdrawn() {
         let mut landed = change("a", "spec.replicas", &json!(5));
         landed.landed = Some(Time(now()));
-        let claims = [Claimed::Record { name: "r".into() }];
+        let claims = [Claimed::Record {
+            name: "r".into(),
+            fields: replicas_to(&json!(5)),
+        }];
         let with_landed = [record("r", vec![landed], Phase::Open)];
         assert_eq!(
             plan_claims(&with_landed, &claims, Shown::NeverStored, now()),
@@ -478,7 +554,7 @@ mod tests {
             assert_eq!(
                 plan_claims(
                     &listed,
-                    &[claimed_change(claim, "spec.replicas", &json!(5), false)],
+                    &[claimed_change(claim, &json!(5), false)],
                     Shown::Stored(&stored),
                     now()
                 ),

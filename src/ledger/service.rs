@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::decision::{Decision, PolicyVerdict, Rule};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, ReadBack, StoredReader};
-use crate::ledger::claims::{Claimed, Shown, claims_of};
+use crate::ledger::claims::{Claimed, Shown, claimed_fields, claims_of};
 use crate::ledger::controller::{
     StoredWrite, WrittenObject, plan_controller_write, plan_stored_settlements,
 };
@@ -41,7 +41,7 @@ use crate::ledger::upkeep::{is_managed, plan_expiry, plan_retention, record_gaug
 use crate::ledger::writes::RecordWriter;
 use crate::metrics::Metrics;
 use crate::policy::{BreakGlassRules, PolicySet};
-use crate::request::{AdmittedWrite, Landed, RequestFacts};
+use crate::request::{AdmittedWrite, Landed, RequestFacts, ReviewObject};
 
 /// How often the expiry task looks at the records by default (`serve --expiry-check-interval`).
 /// Expiry is noticed within this time.
@@ -439,8 +439,16 @@ impl Connected {
             .await
             .map_err(|e| e.to_string())?;
         let plan = plan_recording(&key, facts, decision, verdict, rules, &listed, now);
+        let as_json =
+            |o: Option<ReviewObject<'_>>| o.and_then(|o| serde_json::to_value(o.whole()).ok());
+        let fields = claimed_fields(
+            &decision.record.changed_fields,
+            as_json(facts.old_object()).as_ref(),
+            as_json(facts.object()).as_ref(),
+        );
         let claims = claims_of(
             &plan.write,
+            &fields,
             facts.request().operation() == Operation::Delete,
         );
         self.writer

@@ -3,6 +3,7 @@
 //! (needs Go; the first run builds them, which takes many minutes), with `driftgate serve`
 //! registered as its validating webhook.
 
+mod claims;
 mod client_auth;
 mod faults;
 mod harness;
