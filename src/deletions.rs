@@ -2,7 +2,7 @@
 //! deletes everything stops at the policy's `deletions.controllerLimit`. Pure: the clock is
 //! passed in; the server keeps one tally and feeds it each admitted delete.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use jiff::Timestamp;
 use kube::core::DynamicObject;
@@ -21,15 +21,20 @@ pub type RecentDeletes = BTreeMap<String, Vec<Timestamp>>;
 #[derive(Debug, Default)]
 pub struct DeletionTally {
     by_namespace: BTreeMap<String, BTreeMap<String, VecDeque<Timestamp>>>,
-    /// The uids of deletes waiting to be seen gone (without client authentication): each is
-    /// removed when its wait ends, so this holds only the deletes in flight.
-    awaited: BTreeSet<String>,
+    /// The deletes waiting to be seen gone (without client authentication), by their object's
+    /// uid, with when they were reviewed: each is removed when its wait ends, so this holds
+    /// only the deletes in flight.
+    awaited: BTreeMap<String, (Vec<CountedDelete>, Timestamp)>,
 }
 
 impl DeletionTally {
-    /// The recent deletes in `namespace`, for a decision about a delete there.
+    /// The recent deletes in `namespace`, for a decision about a delete there: those counted
+    /// and those still awaited. An awaited delete counts while it is awaited: a controller's
+    /// burst of deletes is reviewed faster than the first of them can be seen gone, and would
+    /// otherwise pass the limit whole.
     pub fn recent(&self, namespace: &str) -> RecentDeletes {
-        self.by_namespace
+        let mut recent: RecentDeletes = self
+            .by_namespace
             .get(namespace)
             .map(|policies| {
                 policies
@@ -37,7 +42,13 @@ impl DeletionTally {
                     .map(|(policy, times)| (policy.clone(), times.iter().copied().collect()))
                     .collect()
             })
-            .unwrap_or_default()
+            .unwrap_or_default();
+        for (deletes, at) in self.awaited.values() {
+            for delete in deletes.iter().filter(|d| d.namespace == namespace) {
+                recent.entry(delete.policy.clone()).or_default().push(*at);
+            }
+        }
+        recent
     }
 
     /// Counts the deletes `decision` admitted for the controllers of policies with a limit,
@@ -59,18 +70,24 @@ impl DeletionTally {
         }
     }
 
-    /// Starts waiting for the delete of the object `uid` to be seen gone; false when a wait for
-    /// it is under way already, so that an object deleted once is counted once however many
-    /// reviews (a forger's beside the API server's) name it.
-    pub fn await_gone(&mut self, uid: &str) -> bool {
-        self.awaited.insert(uid.to_owned())
+    /// Starts waiting for the delete of the object `uid`, reviewed at `at`, to be seen gone;
+    /// false when a wait for it is under way already, so that an object deleted once is counted
+    /// once however many reviews (a forger's beside the API server's) name it.
+    pub fn await_gone(&mut self, uid: &str, deletes: Vec<CountedDelete>, at: Timestamp) -> bool {
+        if self.awaited.contains_key(uid) {
+            return false;
+        }
+        self.awaited.insert(uid.to_owned(), (deletes, at));
+        true
     }
 
-    /// Ends the wait for the delete of `uid`, counting `deletes` at `at` when the object was
-    /// seen gone (`gone`).
-    pub fn end_wait(&mut self, uid: &str, gone: bool, deletes: &[CountedDelete], at: Timestamp) {
-        if self.awaited.remove(uid) && gone {
-            self.count_all(deletes, at);
+    /// Ends the wait for the delete of `uid`: counted (at its review's time) when its object was
+    /// seen gone, forgotten otherwise.
+    pub fn end_wait(&mut self, uid: &str, gone: bool) {
+        if let Some((deletes, at)) = self.awaited.remove(uid)
+            && gone
+        {
+            self.count_all(&deletes, at);
         }
     }
 
@@ -238,26 +255,35 @@ mod tests {
     }
 
     #[test]
-    fn an_object_deleted_once_is_counted_once_however_many_reviews_name_it() {
+    fn an_awaited_delete_counts_until_its_wait_ends_and_then_only_if_gone() {
         let minute = jiff::SignedDuration::from_mins(1);
-        let deletes = [CountedDelete {
-            namespace: "prod-a".into(),
-            policy: "production".into(),
-            per: minute,
-        }];
+        let deletes = |namespace: &str| {
+            vec![CountedDelete {
+                namespace: namespace.into(),
+                policy: "production".into(),
+                per: minute,
+            }]
+        };
         let mut tally = DeletionTally::default();
-        assert!(tally.await_gone("uid-1"));
+        tally.count("prod-a", "production", minute, at(0));
+        assert!(tally.await_gone("uid-1", deletes("prod-a"), at(1)));
         // A second review of the same object while the first waits: no second wait.
-        assert!(!tally.await_gone("uid-1"));
-        assert!(tally.await_gone("uid-2"));
-        tally.end_wait("uid-1", true, &deletes, at(1));
-        // Only the wait that was started ends with a count.
-        tally.end_wait("uid-1", true, &deletes, at(2));
-        // Not seen gone: nothing counted, and the wait is over.
-        tally.end_wait("uid-2", false, &deletes, at(3));
-        assert_eq!(tally.recent("prod-a")["production"], [at(1)]);
+        assert!(!tally.await_gone("uid-1", deletes("prod-a"), at(2)));
+        assert!(tally.await_gone("uid-2", deletes("prod-a"), at(3)));
+        assert!(tally.await_gone("uid-3", deletes("prod-b"), at(3)));
+        // Awaited, they count: a burst is judged before the first of it reads back gone.
+        assert_eq!(tally.recent("prod-a")["production"], [at(0), at(1), at(3)]);
+        assert_eq!(tally.recent("prod-b")["production"], [at(3)]);
+        // Seen gone: counted at its review's time, once.
+        tally.end_wait("uid-1", true);
+        tally.end_wait("uid-1", true);
+        // Not seen gone (a forged review of an object that stays): forgotten.
+        tally.end_wait("uid-2", false);
+        tally.end_wait("uid-3", false);
+        assert_eq!(tally.recent("prod-a")["production"], [at(0), at(1)]);
+        assert!(tally.recent("prod-b").is_empty());
         assert!(tally.awaited.is_empty());
         // Once a wait is over, a new review of the object may wait again.
-        assert!(tally.await_gone("uid-2"));
+        assert!(tally.await_gone("uid-2", deletes("prod-a"), at(4)));
     }
 }

@@ -795,8 +795,10 @@ const DELETE_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// controller's write for the silence gauge: at once when the caller is the authenticated API
 /// server. Otherwise the review is a claim: the delete counts only if its object was there, as
 /// the review names it, when the review was answered (the API server reviews a DELETE before
-/// it deletes), and once the API server then shows it gone. A forged review of an object that
-/// does not exist would otherwise read back gone at once, fill the tally and stop a real prune.
+/// it deletes); it then counts while it is awaited (a burst is reviewed faster than its first
+/// delete can be seen gone), for good once the API server shows it gone, and is forgotten if it
+/// never goes. A forged review of an object that does not exist would otherwise read back gone
+/// at once, fill the tally and stop a real prune.
 async fn count_deletes(
     state: &AppState,
     facts: &RequestFacts<'_>,
@@ -846,7 +848,7 @@ async fn count_deletes(
         && tally
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .await_gone(&write.uid);
+            .await_gone(&write.uid, deletes, now);
     if !counted && writers.is_empty() {
         return;
     }
@@ -861,7 +863,7 @@ async fn count_deletes(
             tally
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .end_wait(&write.uid, gone, &deletes, now);
+                .end_wait(&write.uid, gone);
         }
         if gone && !writers.is_empty() {
             silence.observe_stored(&policies.load(), writers, Timestamp::now());
