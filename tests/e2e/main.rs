@@ -5,6 +5,7 @@
 
 mod client_auth;
 mod faults;
+mod forgeries;
 mod harness;
 mod ledger;
 mod plugin;
