@@ -19,9 +19,7 @@ use crate::blast_radius::{GateSelectorArgs, KeeperInputs, spawn_selector_keeper}
 use crate::certs::runtime::{RuntimeCertArgs, RuntimeCerts};
 use crate::error::{Error, Result};
 use crate::events::EventSink;
-use crate::kube_state::{
-    NamespaceCache, ParentLookup, ResourceCatalog, StoredReader, client_config, client_for,
-};
+use crate::kube_state::{NamespaceCache, ParentLookup, ResourceCatalog, client_config, client_for};
 use crate::leader::{LeaderArgs, Leadership};
 use crate::ledger::guard::LedgerGuard;
 use crate::ledger::service::{Ledger, Upkeep};
@@ -723,7 +721,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     .with_cascades(cascades)
     .with_body_budget(args.max_body_bytes_in_flight)
     .with_silence_after(args.controller_silence_after)
-    .with_read_back(StoredReader::new(client.clone()), caller_authenticated);
+    .with_read_back(client.clone(), caller_authenticated);
     if args.policy_reports {
         state = state.with_denials(denials);
     }

@@ -14,7 +14,6 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use driftgate::decision::{Decision, DecisionInput, decide};
 use driftgate::events::EventSink;
-use driftgate::kube_state::StoredReader;
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;
@@ -70,7 +69,7 @@ fn harness_with(caller_authenticated: bool) -> Harness {
         .with_silence_after(Duration::from_secs(30 * 60))
         // The API server's reviews, authenticated by its client certificate: each one counts.
         // (Unauthenticated, a write counts only as read back from the API server.)
-        .with_read_back(StoredReader::new(None), caller_authenticated)
+        .with_read_back(None, caller_authenticated)
         .with_clock(Arc::new(move || {
             Timestamp::from_second(now.load(Ordering::Relaxed)).unwrap()
         })),

@@ -111,6 +111,9 @@ pub struct AppState {
     pub caller_authenticated: bool,
     /// Reads admitted writes back, to confirm what a review claimed.
     pub stored: StoredReader,
+    /// Reads the object of a controller's delete while it is reviewed (without client
+    /// authentication), for [`count_deletes`]; None without a cluster.
+    pub api: Option<kube::Client>,
 }
 
 impl AppState {
@@ -146,6 +149,7 @@ impl AppState {
             denials: None,
             caller_authenticated: false,
             stored: StoredReader::new(None),
+            api: None,
         }
     }
 
@@ -200,10 +204,15 @@ impl AppState {
         self
     }
 
-    /// Reads admitted writes back with `stored`; `caller_authenticated` when every caller is
-    /// the API server, verified by its client certificate.
-    pub fn with_read_back(mut self, stored: StoredReader, caller_authenticated: bool) -> Self {
-        self.stored = stored;
+    /// Reads what reviews claim from the API server through `client`; `caller_authenticated`
+    /// when every caller is the API server, verified by its client certificate.
+    pub fn with_read_back(
+        mut self,
+        client: Option<kube::Client>,
+        caller_authenticated: bool,
+    ) -> Self {
+        self.stored = StoredReader::new(client.clone());
+        self.api = client;
         self.caller_authenticated = caller_authenticated;
         self
     }
@@ -592,8 +601,9 @@ fn remember(state: &AppState, policies: &PolicySet, facts: &RequestFacts<'_>, de
 
 /// A controller's write, claimed by a review that may not come from the API server, moves its
 /// last write only as the API server shows it: read back (at most every few seconds per
-/// controller), the time of the controller's own managedFields entry, or the object gone.
-/// Dry runs and refused writes leave nothing stored, so they move nothing.
+/// controller), the time of the controller's own managedFields entry. Dry runs and refused
+/// writes leave nothing stored, so they move nothing; deletes are confirmed by
+/// [`count_deletes`], which reads their object before the answer.
 fn confirm_controller_write(
     state: &AppState,
     policies: &PolicySet,
@@ -601,7 +611,7 @@ fn confirm_controller_write(
     decision: &Decision,
     now: Timestamp,
 ) {
-    if !decision.allowed {
+    if !decision.allowed || facts.request().operation() == Operation::Delete {
         return;
     }
     let writers = crate::silence::tracked_writers(policies, decision);
@@ -615,15 +625,13 @@ fn confirm_controller_write(
     let (reader, silence) = (state.stored.clone(), state.silence.clone());
     let policies = state.policies.clone();
     tokio::spawn(async move {
-        let written_at = match reader.read_back(&write).await {
-            None => return,
-            Some(None) => Timestamp::now(),
-            Some(Some(live)) => {
-                let Some(at) = manager.as_deref().and_then(|m| entry_time(&live, m)) else {
-                    return;
-                };
-                at
-            }
+        // Gone is no evidence of a create or an update: a forged review naming an object that
+        // does not exist, or with another uid, reads back gone at once.
+        let Some(Some(live)) = reader.read_back(&write).await else {
+            return;
+        };
+        let Some(written_at) = manager.as_deref().and_then(|m| entry_time(&live, m)) else {
+            return;
         };
         silence.observe_stored(&policies.load(), writers, written_at);
     });
@@ -773,16 +781,25 @@ async fn review(
         return decision;
     }
     // Every review passes here: the lock is taken for deletes only.
-    if facts.request().operation() == Operation::Delete {
-        count_deletes(state, facts, &decision, policies, now);
+    if facts.request().operation() == Operation::Delete && decision.allowed {
+        count_deletes(state, facts, &decision, policies, now).await;
     }
     decision
 }
 
-/// Counts a controller's admitted deletes for `deletions.controllerLimit`: at once when the
-/// caller is the authenticated API server, else once the API server shows the object gone (a
-/// forged review could otherwise fill the tally and stop a real prune).
-fn count_deletes(
+/// How long the read of a delete's object may hold up its answer (without client
+/// authentication): well within the webhook's timeout, and an answer still comes if it fails.
+const DELETE_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Counts a controller's admitted delete for `deletions.controllerLimit`, and takes it as the
+/// controller's write for the silence gauge: at once when the caller is the authenticated API
+/// server. Otherwise the review is a claim: the delete counts only if its object was there, as
+/// the review names it, when the review was answered (the API server reviews a DELETE before
+/// it deletes); it then counts while it is awaited (a burst is reviewed faster than its first
+/// delete can be seen gone), for good once the API server shows it gone, and is forgotten if it
+/// never goes. A forged review of an object that does not exist would otherwise read back gone
+/// at once, fill the tally and stop a real prune.
+async fn count_deletes(
     state: &AppState,
     facts: &RequestFacts<'_>,
     decision: &Decision,
@@ -790,27 +807,66 @@ fn count_deletes(
     now: Timestamp,
 ) {
     let deletes = crate::deletions::counted_deletes(facts, decision, policies);
-    if deletes.is_empty() {
-        return;
-    }
     if state.caller_authenticated {
-        state
-            .deletions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .count_all(&deletes, now);
-        return;
-    }
-    let Some(write) = AdmittedWrite::of(facts) else {
-        return;
-    };
-    let (reader, tally) = (state.stored.clone(), state.deletions.clone());
-    tokio::spawn(async move {
-        if let Some(None) = reader.read_back(&write).await {
-            tally
+        if !deletes.is_empty() {
+            state
+                .deletions
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .count_all(&deletes, now);
+        }
+        return;
+    }
+    // The read is paid only for deletes something counts: the tally, or a controller's
+    // silence due for a confirmation.
+    let mut writers = crate::silence::tracked_writers(policies, decision);
+    if writers.is_empty() || !state.silence.should_confirm(&writers, now) {
+        writers.clear();
+    }
+    if deletes.is_empty() && writers.is_empty() {
+        return;
+    }
+    let (Some(write), Some(client)) = (AdmittedWrite::of(facts), state.api.clone()) else {
+        return;
+    };
+    let stored = match crate::kube_state::read_stored(client, &write.address, DELETE_READ_TIMEOUT)
+        .await
+    {
+        Ok(stored) => stored,
+        Err(error) => {
+            tracing::debug!(%error, object = %write.address.name, "could not read the object of a controller's delete: the delete is not counted");
+            return;
+        }
+    };
+    if !crate::deletions::existed_when_reviewed(&write, stored.as_ref()) {
+        tracing::info!(object = %write.address.name, uid = %write.uid, "a delete was reviewed of an object that is not there as the review names it (forged, or deleted already): it is not counted");
+        return;
+    }
+    // One wait per object: several reviews naming it (forged beside the API server's) count once.
+    let tally = state.deletions.clone();
+    let counted = !deletes.is_empty()
+        && tally
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .await_gone(&write.uid, deletes, now);
+    if !counted && writers.is_empty() {
+        return;
+    }
+    let (reader, silence, policies) = (
+        state.stored.clone(),
+        state.silence.clone(),
+        state.policies.clone(),
+    );
+    tokio::spawn(async move {
+        let gone = matches!(reader.read_back(&write).await, Some(None));
+        if counted {
+            tally
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .end_wait(&write.uid, gone);
+        }
+        if gone && !writers.is_empty() {
+            silence.observe_stored(&policies.load(), writers, Timestamp::now());
         }
     });
 }

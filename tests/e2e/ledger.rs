@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::harness::forge;
 use crate::harness::proxy::{Mode, Proxy};
 use crate::harness::{
     ADMIN, ALICE, DRIFTGATE, Driftgate, FLUX, KubectlOutput, control_plane, repo_path,
@@ -217,7 +218,12 @@ spec:
     }
 
     /// Waits for the namespace's record to reach `phase`, and returns it.
-    fn wait_for_phase(&self, phase: &str, timeout: Duration, driftgates: &[&Driftgate]) -> Value {
+    pub(crate) fn wait_for_phase(
+        &self,
+        phase: &str,
+        timeout: Duration,
+        driftgates: &[&Driftgate],
+    ) -> Value {
         wait_for(
             &format!("the record in {} to be {phase}", self.ns),
             timeout,
@@ -237,7 +243,7 @@ spec:
 
     /// Waits until the namespace's record is `AwaitingBackport`, at most
     /// [`EXPIRY_NOTICED_WITHIN`] after its window ended, and returns it.
-    fn wait_for_expiry(&self, driftgates: &[&Driftgate]) -> Value {
+    pub(crate) fn wait_for_expiry(&self, driftgates: &[&Driftgate]) -> Value {
         let left = until_expiry(&self.record());
         self.wait_for_phase("AwaitingBackport", left + EXPIRY_NOTICED_WITHIN, driftgates)
     }
@@ -976,54 +982,24 @@ fn forged_flux_reviews_settle_nothing_and_the_real_apply_does() {
         "time": "2026-12-02T00:00:00Z", "fieldsType": "FieldsV1",
         "fieldsV1": {"f:spec": {"f:replicas": {}}},
     }]);
-    let ca = control_plane().dir().join("ledger-forged-ca.pem");
-    std::fs::write(&ca, driftgate.ca_pem()).expect("the CA is written");
-    let forge = |uid: &str, dry_run: bool| {
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
-                "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
-                "name": "api", "namespace": scene.ns, "operation": "UPDATE",
-                "userInfo": {
-                    "username": FLUX.user,
-                    "groups": ["system:serviceaccounts", "system:serviceaccounts:flux-system", "system:authenticated"],
-                },
-                "object": claimed, "oldObject": live, "dryRun": dry_run,
-                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "PatchOptions", "fieldManager": "kustomize-controller", "force": true},
-            },
-        });
-        let out = Command::new("curl")
-            .args(["-sS", "--cacert"])
-            .arg(&ca)
-            .args([
-                "-H",
-                "Content-Type: application/json",
-                "--data-binary",
-                "@-",
-            ])
-            .arg(driftgate.webhook_url())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut child| {
-                use std::io::Write;
-                child
-                    .stdin
-                    .take()
-                    .unwrap()
-                    .write_all(review.to_string().as_bytes())?;
-                child.wait_with_output()
-            })
-            .expect("curl runs");
-        let answer: Value = serde_json::from_slice(&out.stdout).expect("an AdmissionReview answer");
-        assert_eq!(answer["response"]["allowed"], true, "{answer:#}");
+    let forge_apply = |dry_run: bool| {
+        let mut request = forge::request(
+            forge::DEPLOYMENT,
+            "UPDATE",
+            &scene.ns,
+            "api",
+            FLUX,
+            (claimed.clone(), live.clone()),
+            forge::apply_options("kustomize-controller"),
+        );
+        request["dryRun"] = json!(dry_run);
+        let answer = forge::forge(&driftgate, request);
+        assert_eq!(answer["allowed"], true, "{answer:#}");
     };
-    forge("forged-apply", false);
-    forge("forged-dry-run-1", true);
+    forge_apply(false);
+    forge_apply(true);
     std::thread::sleep(Duration::from_millis(1100));
-    forge("forged-dry-run-2", true);
+    forge_apply(true);
     // Longer than driftgate reads a write back (about 6 s), and several expiry ticks.
     std::thread::sleep(Duration::from_secs(8));
     let record = scene.record();

@@ -6,6 +6,7 @@
 mod claims;
 mod client_auth;
 mod faults;
+mod forgeries;
 mod harness;
 mod ledger;
 mod plugin;

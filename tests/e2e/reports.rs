@@ -5,8 +5,8 @@
 //! First without the PolicyReport CRD: it writes nothing, says why once, and keeps serving.
 //! Then, with a record awaiting backport, a denial and an open window in the namespace, the
 //! test installs the CRD (tests/fixtures/crds/, the upstream schema, wgpolicyk8s.io/v1alpha2)
-//! and the namespace's PolicyReport shows exactly those, results and summary. Nothing else in
-//! the suite uses the wgpolicyk8s.io group, so installing its CRD changes no other test.
+//! and the namespace's PolicyReport shows exactly those, results and summary. Only forgeries.rs
+//! also uses the wgpolicyk8s.io group, and removes its CRD again under the same lock.
 
 use std::time::Duration;
 
@@ -56,10 +56,14 @@ fn phases(scene: &Scene) -> Vec<String> {
 
 #[test]
 fn the_namespace_policy_report_shows_a_denial_an_open_window_and_a_pending_backport() {
+    // forgeries.rs installs the CRD too, and removes it before it lets go.
+    let _crd = crate::forgeries::POLICY_REPORT_CRD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let crd_installed = control_plane()
         .kubectl(ADMIN, &["get", "crd", CRD])
         .success();
-    assert!(!crd_installed, "no other test installs {CRD}");
+    assert!(!crd_installed, "no other test leaves {CRD} installed");
     let scene = Scene::new(NS, &[]);
     // The cluster's deployment controller writes the Deployment's status here; listed among
     // the policy's Kubernetes controllers, so that the only denial is the test's own.

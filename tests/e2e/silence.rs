@@ -33,7 +33,7 @@ fn unix_now() -> f64 {
 }
 
 /// The gauge's value for `policy`'s controller flux, if the series exists.
-fn flux_last_write(driftgate: &Driftgate, policy: &str) -> Option<f64> {
+pub(crate) fn flux_last_write(driftgate: &Driftgate, policy: &str) -> Option<f64> {
     let series = format!("{GAUGE}{{policy=\"{policy}\",controller=\"flux\"}} ");
     driftgate
         .metrics()
@@ -139,7 +139,7 @@ fn wait_for<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T
 }
 
 /// Bob's refusal, and whether it says that flux may be down.
-fn bob_told_flux_may_be_down(ns: &str, value: &str) -> (bool, String) {
+pub(crate) fn bob_told_flux_may_be_down(ns: &str, value: &str) -> (bool, String) {
     let refused = bob_annotates(ns, value);
     let says = refused.stderr.contains(&format!(
         "flux has not written in policy \"{ns}\"'s namespaces for"
@@ -229,7 +229,7 @@ fn the_real_flux_suspended_crosses_the_threshold_and_resumed_is_seen_again() {
 
 /// The record (Lease in driftgate's namespace) of `policy`'s flux: its renewTime as Unix
 /// seconds and its leaseDurationSeconds, once it exists.
-fn flux_record(policy: &str) -> Option<(f64, i64)> {
+pub(crate) fn flux_record(policy: &str) -> Option<(f64, i64)> {
     let selector = format!(
         "driftgate.dev/record=controller-silence,driftgate.dev/policy={policy},driftgate.dev/controller=flux"
     );
@@ -292,7 +292,7 @@ items:
 }
 
 /// Gauge values are milliseconds, records microseconds.
-fn same_time(a: f64, b: f64) -> bool {
+pub(crate) fn same_time(a: f64, b: f64) -> bool {
     (a - b).abs() < 0.002
 }
 

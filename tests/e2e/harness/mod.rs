@@ -13,6 +13,7 @@ pub mod chart;
 pub mod control_plane;
 pub mod driftgate;
 pub mod flux;
+pub mod forge;
 pub mod pki;
 pub mod process;
 pub mod proxy;
