@@ -6,71 +6,38 @@
 //! with `recordValues`) never reaches `driftgate backport`; a forged window opened on an object
 //! gets a record that becomes `Withdrawn`. Each outcome read back from the API server.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{ADMIN, Driftgate, FLUX, control_plane};
+use crate::harness::forge::{CONFIG_MAP, DEPLOYMENT, Resource, forge, patch_options, request};
+use crate::harness::{ADMIN, ALICE, Driftgate, FLUX, control_plane};
 use crate::ledger::{Scene, TICK, wait_for};
 
 /// Longer than driftgate reads a write back (about 6 s), with room for a loaded machine.
 const READ_BACK_WITHIN: Duration = Duration::from_secs(30);
 
-/// POSTs `review` to `driftgate`'s webhook with curl, as anyone who reaches the port can (no
-/// client certificate), and returns the answer.
-fn post_review(driftgate: &Driftgate, name: &str, review: &Value) -> Value {
-    let ca = control_plane().dir().join(format!("{name}-ca.pem"));
-    std::fs::write(&ca, driftgate.ca_pem()).expect("the CA is written");
-    let mut child = Command::new("curl")
-        .args(["-sS", "--cacert"])
-        .arg(&ca)
-        .args([
-            "-H",
-            "Content-Type: application/json",
-            "--data-binary",
-            "@-",
-        ])
-        .arg(driftgate.webhook_url())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("curl runs");
-    {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .expect("curl's stdin")
-            .write_all(review.to_string().as_bytes())
-            .expect("the review is sent");
-    }
-    let out = child.wait_with_output().expect("curl ends");
-    serde_json::from_slice(&out.stdout).expect("an AdmissionReview answer")
-}
-
-/// A review of alice's UPDATE of `old` into `new`, as the API server would send it.
-fn alice_update(
-    uid: &str,
-    resource: (&str, &str, &str),
-    kind: &str,
+/// alice's forged UPDATE of `old` into `new`, as the API server would send it; the request uid.
+fn forge_alices_update(
+    driftgate: &Driftgate,
+    resource: Resource,
     old: &Value,
     new: &Value,
-) -> Value {
-    let (group, version, plural) = resource;
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": plural},
-            "name": old["metadata"]["name"], "namespace": old["metadata"]["namespace"],
-            "operation": "UPDATE",
-            "userInfo": {"username": "alice", "groups": ["sre-oncall", "system:authenticated"]},
-            "object": new, "oldObject": old, "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions", "fieldManager": "kubectl-edit"},
-        },
-    })
+) -> String {
+    let mut forged = request(
+        resource,
+        "UPDATE",
+        old["metadata"]["namespace"].as_str().unwrap_or_default(),
+        old["metadata"]["name"].as_str().unwrap_or_default(),
+        ALICE,
+        (new.clone(), old.clone()),
+        patch_options("kubectl-patch"),
+    );
+    let uid = forged["uid"].as_str().unwrap_or_default().to_owned();
+    forged["options"]["kind"] = json!("UpdateOptions");
+    let answer = forge(driftgate, forged);
+    assert_eq!(answer["allowed"], true, "{answer:#}");
+    uid
 }
 
 fn get(kind_name: &str, ns: &str) -> Value {
@@ -110,18 +77,10 @@ fn a_forged_break_glass_change_is_withdrawn_and_alices_real_one_lands() {
     let live = get("deployment/api", &scene.ns);
     let mut claimed = live.clone();
     claimed["spec"]["replicas"] = json!(9);
-    let review = alice_update(
-        "forged-change",
-        ("apps", "v1", "deployments"),
-        "Deployment",
-        &live,
-        &claimed,
-    );
-    let answer = post_review(&driftgate, "ledger-claims", &review);
-    assert_eq!(answer["response"]["allowed"], true, "{answer:#}");
+    let forged = forge_alices_update(&driftgate, DEPLOYMENT, &live, &claimed);
     let appended = changes(&scene.record());
     assert!(
-        appended.iter().any(|c| c["requestUid"] == "forged-change"),
+        appended.iter().any(|c| c["requestUid"] == forged.as_str()),
         "recorded before the answer: {appended:#?}"
     );
     let record = wait_for("the forged change withdrawn", READ_BACK_WITHIN, dg, || {
@@ -154,15 +113,7 @@ fn a_forged_break_glass_change_is_withdrawn_and_alices_real_one_lands() {
     opened["metadata"]["labels"] = json!({"driftgate.dev/break-glass": expiry});
     opened["metadata"]["annotations"] =
         json!({"driftgate.dev/break-glass-reason": "INC-24: a window nobody opened"});
-    let review = alice_update(
-        "forged-open",
-        ("", "v1", "configmaps"),
-        "ConfigMap",
-        &live,
-        &opened,
-    );
-    let answer = post_review(&driftgate, "ledger-claims", &review);
-    assert_eq!(answer["response"]["allowed"], true, "{answer:#}");
+    forge_alices_update(&driftgate, CONFIG_MAP, &live, &opened);
     let withdrawn = wait_for(
         "the forged window's record Withdrawn",
         READ_BACK_WITHIN,
