@@ -33,6 +33,13 @@ pub enum Error {
         path: PathBuf,
         source: kube::config::KubeconfigError,
     },
+    #[error("--context {context}: {source}")]
+    KubeContext {
+        context: String,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("--dev serves the example policy {}, which is not here: run it from a driftgate checkout, or pass --policy FILE", path.display())]
+    DevPolicyMissing { path: PathBuf },
     #[error("no cluster configuration found ({source}); pass --kubeconfig")]
     NoClusterConfig {
         source: kube::config::InferConfigError,

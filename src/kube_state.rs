@@ -735,20 +735,33 @@ pub fn catalog_from_discovery(lists: &[APIGroupDiscoveryList]) -> Catalog {
 
 /// The cluster configuration from `--kubeconfig FILE`, or inferred (in-cluster, then
 /// `$KUBECONFIG`, then `~/.kube/config`), with errors that say which.
-pub async fn client_config(kubeconfig: Option<&std::path::Path>) -> crate::Result<kube::Config> {
+pub async fn client_config(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> crate::Result<kube::Config> {
     use crate::Error;
-    match kubeconfig {
-        Some(path) => {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    match (kubeconfig, context) {
+        (Some(path), _) => {
             let bad = |source| Error::Kubeconfig {
                 path: path.to_path_buf(),
                 source,
             };
             let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(bad)?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                 .await
                 .map_err(bad)
         }
-        None => kube::Config::infer()
+        (None, Some(context)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|source| Error::KubeContext {
+                context: context.to_owned(),
+                source,
+            }),
+        (None, None) => kube::Config::infer()
             .await
             .map_err(|source| Error::NoClusterConfig { source }),
     }

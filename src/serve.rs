@@ -49,8 +49,9 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 32;
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Development defaults: certificates in certs-dev/ (generated when missing),
-    /// policies/example.yaml, 127.0.0.1:8443 and 127.0.0.1:8080, a cluster only if a kubeconfig
-    /// is found.
+    /// policies/example.yaml, 127.0.0.1:8443 and 127.0.0.1:8080, and no cluster unless
+    /// --kubeconfig or --context names one (never the current kube context by accident: a
+    /// local try must not watch, record or post Events in a real cluster).
     #[arg(long)]
     pub dev: bool,
     /// Policy file or directory (watched for changes).
@@ -77,6 +78,9 @@ pub struct ServeArgs {
     /// Kubeconfig to use; default: in-cluster config, then $KUBECONFIG or ~/.kube/config.
     #[arg(long, value_name = "FILE", conflicts_with = "no_kube")]
     pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: the current one).
+    #[arg(long, value_name = "NAME", conflicts_with = "no_kube")]
+    pub context: Option<String>,
     /// Run without a cluster: no namespace labels (namespace windows stay closed), no parent
     /// lookups, Events written to the log.
     #[arg(long)]
@@ -396,9 +400,15 @@ impl ServeArgs {
                 self.admin_addr.unwrap_or(([0, 0, 0, 0], 8080).into()),
             )
         } else if self.dev {
+            let policy = self.policy.clone().unwrap_or_else(|| DEV_POLICY.into());
+            // Checked before certificates are made: run outside a checkout, --dev would serve
+            // nothing and make certs-dev/ wherever it was started.
+            if self.policy.is_none() && !policy.exists() {
+                return Err(Error::DevPolicyMissing { path: policy });
+            }
             let certs = crate::certs::ensure_dev_certs(std::path::Path::new(DEV_CERT_DIR))?;
             (
-                self.policy.clone().unwrap_or_else(|| DEV_POLICY.into()),
+                policy,
                 TlsSource::Files(TlsFiles {
                     cert: self.tls_cert.clone().unwrap_or(certs.cert),
                     key: self.tls_key.clone().unwrap_or(certs.key),
@@ -431,12 +441,22 @@ impl ServeArgs {
     }
 }
 
-/// A kube client per the flags; with `--dev`, only when a kubeconfig can be found.
+/// A kube client per the flags; with `--dev`, only when `--kubeconfig` or `--context` names a
+/// cluster.
 async fn kube_client(args: &ServeArgs) -> Result<Option<kube::Client>> {
     if args.no_kube {
         return Ok(None);
     }
-    let config = match (client_config(args.kubeconfig.as_deref()).await, args.dev) {
+    if args.dev && args.kubeconfig.is_none() && args.context.is_none() {
+        tracing::info!(
+            "--dev: no cluster (pass --kubeconfig or --context to use one); Events go to the log, namespace windows stay closed"
+        );
+        return Ok(None);
+    }
+    let config = match (
+        client_config(args.kubeconfig.as_deref(), args.context.as_deref()).await,
+        args.dev,
+    ) {
         (Ok(config), _) => config,
         (Err(error), true) => {
             tracing::info!(%error, "--dev without a cluster: Events go to the log, namespace windows stay closed");

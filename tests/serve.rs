@@ -363,6 +363,95 @@ async fn serve_dev_runs_from_a_fresh_checkout_and_says_how_to_call_it() {
     assert!(!allowed(&answer));
 }
 
+/// Issue 25: `serve --dev` is a local try. With a kubeconfig in reach (here one whose current
+/// context names a cluster on a closed port), it still uses no cluster unless told to
+/// (--kubeconfig or --context): it never watched, recorded or posted Events in whatever cluster
+/// the current context happened to name.
+#[test]
+fn serve_dev_touches_no_cluster_unless_one_is_named() {
+    let dir = std::env::temp_dir().join(format!("driftgate-dev-nokube-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("policies")).unwrap();
+    std::fs::create_dir_all(dir.join(".kube")).unwrap();
+    std::fs::copy("policies/example.yaml", dir.join("policies/example.yaml")).unwrap();
+    let closed = free_port();
+    std::fs::write(
+        dir.join(".kube/config"),
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: prod\nclusters:\n- name: prod\n  cluster: {{server: 'https://127.0.0.1:{closed}'}}\ncontexts:\n- name: prod\n  context: {{cluster: prod, user: u}}\nusers:\n- name: u\n  user: {{token: t}}\n"
+        ),
+    )
+    .unwrap();
+    let serve = |extra: &[&str]| {
+        let (port, admin_port) = (free_port(), free_port());
+        Command::new(BIN)
+            .args(["serve", "--dev", "--shutdown-delay", "0s"])
+            .args(["--addr", &format!("127.0.0.1:{port}")])
+            .args(["--admin-addr", &format!("127.0.0.1:{admin_port}")])
+            .args(extra)
+            .current_dir(&dir)
+            .env("HOME", &dir)
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // The first log lines until "driftgate serving" (or the end), then the process stopped.
+    let serving_line = |mut child: std::process::Child| {
+        let mut lines = Vec::new();
+        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+            let line = line.unwrap();
+            let done = line.contains("driftgate serving");
+            lines.push(line);
+            if done {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        lines.join("\n")
+    };
+    let log = serving_line(serve(&[]));
+    assert!(log.contains("cluster=false"), "{log}");
+    assert!(log.contains("--dev: no cluster"), "{log}");
+    // Named: the context is used (its cluster is on a closed port, so what follows fails, but
+    // it was asked for).
+    let log = serving_line(serve(&["--context", "prod"]));
+    assert!(!log.contains("--dev: no cluster"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 25: run outside a checkout, `serve --dev` has no policy to serve: it says so, makes
+/// no certificates there, and does not print the curl banner.
+#[test]
+fn serve_dev_outside_a_checkout_says_the_policy_is_missing() {
+    let dir = std::env::temp_dir().join(format!("driftgate-dev-elsewhere-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--dev"])
+        .current_dir(&dir)
+        .env("HOME", &dir)
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success());
+    assert!(!stdout.contains("curl"), "{stdout}");
+    assert!(
+        stderr.contains("--dev serves the example policy policies/example.yaml, which is not here: run it from a driftgate checkout, or pass --policy FILE"),
+        "{stderr}"
+    );
+    assert!(!dir.join("certs-dev").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn an_idle_kept_alive_connection_outlives_the_header_timeout() {
     // The API server pools connections and reuses them after idle gaps: a connection idle for
