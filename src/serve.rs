@@ -85,6 +85,11 @@ pub struct ServeArgs {
     /// lookups, Events written to the log.
     #[arg(long)]
     pub no_kube: bool,
+    /// Serve every policy in Audit, whatever its `mode` says: nothing is refused, and what
+    /// would be is reported (WouldDeny Events and counts, PolicyReports). The chart sets it
+    /// unless `enforcement: Enforce`, so that a first install observes before it enforces.
+    #[arg(long)]
+    pub audit_only: bool,
     /// Also read policies from GatePolicy objects (driftgate.dev/v1alpha1, cluster-scoped),
     /// beside --policy, and write their status. Needs a cluster.
     #[arg(long, conflicts_with = "no_kube")]
@@ -543,7 +548,12 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     let policies = Arc::new(ArcSwap::from_pointee(PolicySet::default()));
     let policy_status = Arc::new(PolicyStatus::default());
     // The files' set joined with the GatePolicy objects' (none without --gatepolicies).
-    let sources = Arc::new(PolicySources::new(policies.clone()));
+    let sources = Arc::new(PolicySources::new(policies.clone(), args.audit_only));
+    if args.audit_only {
+        tracing::info!(
+            "--audit-only: every policy is served in Audit; nothing is refused, what would be is reported"
+        );
+    }
     let seen = load_at_start(
         settings.policy.clone(),
         sources.as_ref(),
@@ -842,7 +852,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
             };
         }
     };
-    tracing::info!(webhook = %bound, admin = %settings.admin_addr, policy = %settings.policy.display(), cluster = client.is_some(), caller_authenticated = client_auth.is_some(), "driftgate serving");
+    tracing::info!(webhook = %bound, admin = %settings.admin_addr, policy = %settings.policy.display(), cluster = client.is_some(), caller_authenticated = client_auth.is_some(), audit_only = args.audit_only, "driftgate serving");
     log_client_auth(client_auth.as_deref());
     if args.dev {
         let fixture = "tests/fixtures/kubectl-edit.json";

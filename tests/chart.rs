@@ -615,11 +615,12 @@ fn the_deployment_runs_restricted_with_probes_on_the_admin_port() {
 
     let args = strings(&container["args"]);
     assert_eq!(
-        args[..5],
+        args[..6],
         [
             "serve",
             "--policy",
             "/etc/driftgate/policies",
+            "--audit-only",
             "--tls-secret",
             "driftgate-system/driftgate-certs",
         ]
@@ -853,8 +854,11 @@ fn helm_test_expects_a_dry_run_write_in_a_guarded_namespace_to_be_denied() {
     ] {
         assert!(script.contains(part), "{part} is not in {script}");
     }
-    // Admitted, or refused by something else than driftgate: the test fails.
-    assert_eq!(script.matches("exit 1").count(), 2, "{script}");
+    // Admitted, or refused by something else than driftgate: the test fails; in Audit (the
+    // default), no audit warning fails it.
+    assert_eq!(script.matches("exit 1").count(), 3, "{script}");
+    assert_eq!(env["AUDIT"], "driftgate audit (policy");
+    assert!(script.contains("0:*\"$AUDIT\"*) echo \"PASS"), "{script}");
     // As restricted as driftgate's own pod.
     let deployment = render(&[], &[]);
     assert_eq!(
@@ -1085,6 +1089,50 @@ fn rbac_grants_exactly_what_driftgate_calls() {
         .collect();
     assert_eq!(expected.len(), 8, "{expected:?}");
     assert_eq!(added, expected);
+}
+
+/// Issue 25: a first install observes before it enforces. By default every policy is served
+/// in Audit (`--audit-only`), the helm test expects driftgate's audit warning, and the notes say
+/// where to look and how to switch; `enforcement: Enforce` serves the policies as written.
+#[test]
+fn a_first_install_audits_until_enforcement_is_enforce() {
+    let flag = "--audit-only";
+    let default = render(&[], &[]);
+    assert!(strings(&default.container()["args"]).contains(&flag));
+    let enforce = render(&[], &["enforcement=Enforce"]);
+    assert!(!strings(&enforce.container()["args"]).contains(&flag));
+    let test_env = |sets: &[&str]| {
+        render_tests(&[&["helmTest.namespace=payments"], sets].concat())
+            .one("Pod")["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "AUDIT")
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(test_env(&[]), Some(json!("driftgate audit (policy")));
+    assert_eq!(test_env(&["enforcement=Enforce"]), Some(json!("")));
+    let bad = Command::new(helm())
+        .args(["template", "t"])
+        .arg(chart())
+        .args(["--set", "enforcement=enforce"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("enforcement"),
+        "{}",
+        text(&bad.stderr)
+    );
+    let notes = std::fs::read_to_string(chart().join("templates/NOTES.txt")).unwrap();
+    for words in [
+        "It is installed in Audit",
+        "reason=WouldDeny",
+        "kubectl get policyreports -A",
+        "--set enforcement=Enforce",
+    ] {
+        assert!(notes.contains(words), "NOTES.txt says {words:?}");
+    }
 }
 
 #[test]

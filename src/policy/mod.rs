@@ -477,6 +477,15 @@ impl PolicySet {
         }
     }
 
+    /// Every policy served in Audit, whatever its mode says (`serve --audit-only`): a first
+    /// install observes what it would refuse before it refuses anything.
+    pub fn audit_only(mut self) -> PolicySet {
+        for policy in &mut self.policies {
+            policy.mode = PolicyMode::Audit;
+        }
+        self
+    }
+
     pub fn into_policies(self) -> Vec<GatePolicy> {
         self.policies
     }

@@ -30,6 +30,8 @@ use crate::server::reload::FilePolicies;
 /// that two sources swapping at once never publish a stale half.
 #[derive(Debug)]
 pub struct PolicySources {
+    /// Serve every policy in Audit (`serve --audit-only`).
+    audit_only: bool,
     files: ArcSwap<PolicySet>,
     gatepolicies: ArcSwap<Vec<GatePolicy>>,
     active: Arc<ArcSwap<PolicySet>>,
@@ -37,8 +39,9 @@ pub struct PolicySources {
 }
 
 impl PolicySources {
-    pub fn new(active: Arc<ArcSwap<PolicySet>>) -> PolicySources {
+    pub fn new(active: Arc<ArcSwap<PolicySet>>, audit_only: bool) -> PolicySources {
         PolicySources {
+            audit_only,
             files: ArcSwap::from_pointee(PolicySet::clone(&active.load())),
             gatepolicies: ArcSwap::from_pointee(Vec::new()),
             active,
@@ -59,7 +62,12 @@ impl PolicySources {
         let _publishing = self.publishing.lock().unwrap_or_else(|e| e.into_inner());
         swap();
         let union = PolicySet::union(&self.files.load(), &self.gatepolicies.load());
-        self.active.store(Arc::new(union));
+        let active = if self.audit_only {
+            union.audit_only()
+        } else {
+            union
+        };
+        self.active.store(Arc::new(active));
     }
 }
 
@@ -238,6 +246,7 @@ async fn write_statuses(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::PolicyMode;
 
     fn set(source: &str, text: &str) -> PolicySet {
         PolicySet::from_yaml(source, text).unwrap()
@@ -261,7 +270,7 @@ mod tests {
     #[test]
     fn each_source_swaps_its_half_and_the_union_is_published() {
         let active = Arc::new(ArcSwap::from_pointee(PolicySet::default()));
-        let sources = PolicySources::new(active.clone());
+        let sources = PolicySources::new(active.clone(), false);
         sources.store_files(set("files.yaml", &policy("files-a")));
         assert_eq!(names(&active), ["files-a"]);
         let objects = set("gatepolicy/team-b", &policy("team-b")).into_policies();
@@ -272,6 +281,26 @@ mod tests {
         assert_eq!(names(&active), ["files-c", "team-b"]);
         sources.store_gatepolicies(Vec::new());
         assert_eq!(names(&active), ["files-c"]);
+    }
+
+    /// `serve --audit-only`: both sources' policies are served in Audit, whatever their mode;
+    /// without it, as written.
+    #[test]
+    fn audit_only_serves_every_source_in_audit() {
+        let modes = |audit_only: bool| {
+            let active = Arc::new(ArcSwap::from_pointee(PolicySet::default()));
+            let sources = PolicySources::new(active.clone(), audit_only);
+            sources.store_files(set("files.yaml", &policy("files-a")));
+            sources.store_gatepolicies(set("gatepolicy/b", &policy("team-b")).into_policies());
+            active
+                .load()
+                .policies()
+                .iter()
+                .map(|p| p.mode)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(modes(false), [PolicyMode::Enforce, PolicyMode::Enforce]);
+        assert_eq!(modes(true), [PolicyMode::Audit, PolicyMode::Audit]);
     }
 
     #[test]
