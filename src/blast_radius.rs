@@ -123,6 +123,10 @@ pub enum HoldReason {
     #[error("this replica does not hold the leader Lease; the leader writes the selector")]
     NotLeading,
     #[error(
+        "this replica is not serving reviews yet; the gate stays as the chart renders it (matching no namespace until driftgate first writes it), so an install that never runs blocks nothing"
+    )]
+    NotServing,
+    #[error(
         "the policy source is refused ({0}); the selector written for the last valid policy stays until the policy is fixed"
     )]
     PolicyRefused(String),
@@ -146,6 +150,10 @@ pub enum HoldReason {
 /// The inputs of one [`plan`].
 pub struct PlanInputs<'a> {
     pub leading: bool,
+    /// This replica's webhook port is serving reviews: only then is the gate armed, so that a
+    /// pod that never starts (an image that cannot be pulled) or crash-loops before it serves
+    /// blocks nothing.
+    pub serving: bool,
     /// The policy source's problems, when its current content is refused.
     pub policy_problems: Option<String>,
     pub policies: &'a PolicySet,
@@ -159,6 +167,9 @@ pub struct PlanInputs<'a> {
 pub fn plan(inputs: &PlanInputs<'_>) -> Step {
     if !inputs.leading {
         return Step::Hold(HoldReason::NotLeading);
+    }
+    if !inputs.serving {
+        return Step::Hold(HoldReason::NotServing);
     }
     if let Some(problems) = &inputs.policy_problems {
         return Step::Hold(HoldReason::PolicyRefused(problems.replace('\n', "; ")));
@@ -264,6 +275,8 @@ pub struct KeeperInputs {
     pub policy_status: Arc<PolicyStatus>,
     pub namespaces: NamespaceCache,
     pub leading: watch::Receiver<bool>,
+    /// True once the webhook port serves reviews.
+    pub serving: watch::Receiver<bool>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -286,6 +299,7 @@ async fn keep_selector(client: kube::Client, inputs: KeeperInputs, shutdown: Can
         policy_status,
         namespaces,
         mut leading,
+        mut serving,
         metrics,
     } = inputs;
     let api = Api::<ValidatingWebhookConfiguration>::all(client);
@@ -305,6 +319,7 @@ async fn keep_selector(client: kube::Client, inputs: KeeperInputs, shutdown: Can
     // The election's channel closes only when its task ends (having published false first);
     // the last value stays readable.
     let mut leader_open = true;
+    let mut serving_open = true;
     let mut ticker = tokio::time::interval(RECHECK_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -316,6 +331,7 @@ async fn keep_selector(client: kube::Client, inputs: KeeperInputs, shutdown: Can
                 None => return,
             },
             changed = leading.changed(), if leader_open => leader_open = changed.is_ok(),
+            changed = serving.changed(), if serving_open => serving_open = changed.is_ok(),
             () = notified(namespace_changes.as_deref()) => {}
             _ = ticker.tick() => {}
         }
@@ -323,6 +339,7 @@ async fn keep_selector(client: kube::Client, inputs: KeeperInputs, shutdown: Can
         let policies = policies.load();
         let step = plan(&PlanInputs {
             leading: *leading.borrow(),
+            serving: *serving.borrow(),
             policy_problems: policy_status.problems(),
             policies: &policies,
             namespaces: snapshot.as_deref(),
@@ -515,6 +532,7 @@ spec:
     ) -> Step {
         plan(&PlanInputs {
             leading,
+            serving: true,
             policy_problems: problems.map(str::to_owned),
             policies: &policies(),
             namespaces,
@@ -641,6 +659,25 @@ spec:
                 excluded: 0
             }
         );
+    }
+
+    /// Issue 25: the gate is armed only by a replica that serves. Before that the chart's
+    /// selector (matching no namespace) stays, so an install whose pod never runs, or
+    /// crash-loops before its port serves, blocks nothing.
+    #[test]
+    fn nothing_is_written_before_this_replica_serves() {
+        let cluster = cluster();
+        let live = live(Some(base()));
+        let step = plan(&PlanInputs {
+            leading: true,
+            serving: false,
+            policy_problems: None,
+            policies: &policies(),
+            namespaces: Some(&cluster),
+            live: Some(&live),
+            gate: &gate(),
+        });
+        assert_eq!(step, Step::Hold(HoldReason::NotServing));
     }
 
     #[test]

@@ -700,6 +700,8 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     if let (None, Some(client)) = (&args.ledger.service_account, &client) {
         tasks.push(ledger.learn_writer(client.clone(), shutdown.clone()));
     }
+    // The gate is armed only once the webhook port serves (blast_radius::HoldReason::NotServing).
+    let (serving, serving_seen) = tokio::sync::watch::channel(false);
     if let (Some(client), Some(gate)) = (&client, args.gate_selector.gate_webhook()) {
         let inputs = KeeperInputs {
             gate,
@@ -707,6 +709,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
             policy_status: policy_status.clone(),
             namespaces: namespaces.clone(),
             leading: leading.clone(),
+            serving: serving_seen,
             metrics: metrics.clone(),
         };
         tasks.push(spawn_selector_keeper(
@@ -853,6 +856,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
         }
     };
     tracing::info!(webhook = %bound, admin = %settings.admin_addr, policy = %settings.policy.display(), cluster = client.is_some(), caller_authenticated = client_auth.is_some(), audit_only = args.audit_only, "driftgate serving");
+    let _ = serving.send(true);
     log_client_auth(client_auth.as_deref());
     if args.dev {
         let fixture = "tests/fixtures/kubectl-edit.json";

@@ -1200,13 +1200,24 @@ fn driftgate_adds_its_exclusion_to_exactly_the_selector_the_chart_renders() {
         );
         let base: Value = serde_json::from_str(&flag("--gate-base-namespace-selector").unwrap())
             .expect("the base selector is JSON");
-        assert_eq!(base, gate["namespaceSelector"], "{files:?} {sets:?}");
+        // The chart renders the gate unarmed: the base plus an expression no namespace matches
+        // (issue 25: an install whose pods never serve blocks nothing); driftgate's leader
+        // writes the base plus its exclusion once it serves.
+        let mut unarmed = base.clone();
+        unarmed["matchExpressions"]
+            .as_array_mut()
+            .expect("the base has the static exclusion")
+            .push(json!({"key": "kubernetes.io/metadata.name", "operator": "DoesNotExist"}));
+        assert_eq!(unarmed, gate["namespaceSelector"], "{files:?} {sets:?}");
         assert_eq!(flag("--leader-lease").as_deref(), Some("driftgate-leader"));
         assert_eq!(flag("--leader-lease-namespace").as_deref(), Some(NAMESPACE));
     }
     let off = render(&[], &["webhook.excludeUnguardedNamespaces=false"]);
     let args = strings(&off.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]);
     assert!(!args.contains(&"--gate-webhook-configuration"), "{args:?}");
+    // Without the keeper nobody would arm it: the gate is rendered armed, the base alone.
+    let selector = &off.one("ValidatingWebhookConfiguration")["webhooks"][0]["namespaceSelector"];
+    assert!(!selector.to_string().contains("DoesNotExist"), "{selector}");
 }
 
 /// `driftgate policy check` on every file of the rendered policy ConfigMap.
@@ -2790,7 +2801,7 @@ fn runbook_commands(readme: &str) -> Vec<Vec<String>> {
 }
 
 #[test]
-fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_restores_the_gate() {
+fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_renders_the_gate_unarmed() {
     // The README's own names: release driftgate in driftgate-system, the example policy's
     // `payments`. The harness already applied driftgate's RBAC (rbac.create=false) and the CRD
     // (left out of this copy of the chart: the upgrade test's release owns it).
@@ -2816,7 +2827,33 @@ fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_restores_t
     let dir = scratch_dir("chart-runbook-chart");
     let copy = chart_copy(&dir);
     std::fs::remove_dir_all(copy.join("files/crds")).unwrap();
-    let flags = ledger_flags(NAMESPACE, &[]);
+    let mut flags = ledger_flags(NAMESPACE, &[]);
+    // The chart's keeper flags: the gate is rendered unarmed and this driftgate, serving and
+    // leading, arms it (its Lease where the harness's RBAC lets driftgate keep one).
+    let rendered = strings(&render_in(NAMESPACE, &[], &[]).container()["args"])
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect::<Vec<_>>();
+    let base = rendered
+        .windows(2)
+        .find(|pair| pair[0] == "--gate-base-namespace-selector")
+        .map(|pair| pair[1].clone())
+        .expect("the chart passes the base selector");
+    flags.extend(
+        [
+            "--gate-webhook-configuration",
+            RELEASE,
+            "--gate-base-namespace-selector",
+            &base,
+            "--leader-lease",
+            "driftgate-leader",
+            "--leader-lease-namespace",
+            harness::chart::NAMESPACE,
+            "--leader-lease-duration",
+            "4s",
+        ]
+        .map(str::to_owned),
+    );
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let driftgate =
         harness::Driftgate::start("runbook", &repo().join("policies/example.yaml"), &flags);
@@ -2880,19 +2917,46 @@ fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_restores_t
     };
 
     helm("install");
-    let out = write();
+    // Installed unarmed; the serving leader arms it within a second or so.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let out = loop {
+        let out = write();
+        if !out.success() || std::time::Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
     assert!(
         !out.success()
             && out
                 .stderr
                 .contains("admission webhook \"gate.driftgate.dev\" denied the request"),
-        "{out:?}"
+        "{out:?}\ndriftgate's log:\n{}",
+        driftgate.log_tail(30)
     );
     // driftgate down: the gate fails closed.
     drop(driftgate);
     gate_refuses_while_down();
 
-    // Each step of the runbook unblocks the namespace; helm upgrade puts the gate back whole.
+    // Each step of the runbook unblocks the namespace; helm upgrade puts the webhooks back
+    // whole, with the gate as the chart renders it: unarmed (matching no namespace) until a
+    // replica serves again and arms it, so that with driftgate still down it blocks nothing.
+    let unarmed = || {
+        let out = control_plane
+            .kubectl(
+                harness::ADMIN,
+                &[
+                    "get",
+                    "validatingwebhookconfiguration",
+                    RELEASE,
+                    "-o",
+                    "jsonpath={.webhooks[0].namespaceSelector.matchExpressions[*].operator}",
+                ],
+            )
+            .ok();
+        out.stdout.split_whitespace().any(|op| op == "DoesNotExist")
+    };
+    assert!(!unarmed(), "the gate was armed by the leader");
     for step in [narrow, fail_open, remove_gate] {
         kubectl(step);
         let out = write();
@@ -2904,7 +2968,9 @@ fn the_recovery_runbook_unblocks_a_guarded_namespace_and_helm_upgrade_restores_t
             "after kubectl {}",
             step.join(" ")
         );
-        gate_refuses_while_down();
+        assert!(unarmed(), "after kubectl {}", step.join(" "));
+        let out = write();
+        assert!(out.success(), "after kubectl {}: {out:?}", step.join(" "));
     }
     // Removing the gate left the records and GatePolicy webhooks alone.
     kubectl(remove_gate);

@@ -80,6 +80,20 @@ pub fn webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
     configuration_with(name, url, ca_pem, "gate.driftgate.dev")
 }
 
+/// [`webhook_configuration`] as the chart installs it with the selector keeper on
+/// (`webhook.excludeUnguardedNamespaces`, the default): unarmed, matching no namespace until a
+/// driftgate that serves writes its selector. The other functions render it with the keeper
+/// off, as the tests that register driftgates without a keeper need.
+pub fn installed_webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
+    configuration_with_sets(
+        name,
+        url,
+        ca_pem,
+        "gate.driftgate.dev",
+        &["webhook.excludeUnguardedNamespaces=true".to_owned()],
+    )
+}
+
 /// The chart's ValidatingWebhookConfiguration with only its records webhook
 /// (`records.driftgate.dev`: backport records in every namespace, and their CRD).
 pub fn records_webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> Value {
@@ -128,6 +142,8 @@ fn configuration_with_sets(
         format!("webhook.caBundle={}", BASE64_STANDARD.encode(ca_pem)),
         // Renders every webhook; the one asked for is kept.
         "gatePolicies.enabled=true".to_owned(),
+        // No keeper writes these tests' selectors: the gate armed as the chart's base.
+        "webhook.excludeUnguardedNamespaces=false".to_owned(),
     ];
     all.extend_from_slice(sets);
     let objects = render(&all);

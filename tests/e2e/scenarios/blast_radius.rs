@@ -647,3 +647,129 @@ fn get_kustomization_suspend(name: &str) -> Value {
     serde_json::from_str::<Value>(&out.stdout).expect("kubectl prints JSON")["spec"]["suspend"]
         .clone()
 }
+
+/// Issue 25, section 3: an install that never serves blocks nothing. The chart renders the gate
+/// unarmed (`kubernetes.io/metadata.name DoesNotExist`: the API server labels every namespace
+/// with its name, so none matches), with failurePolicy Fail, here pointed at a port nothing
+/// listens on, as when the image cannot be pulled: bob's writes in a guarded and an unguarded
+/// namespace and a namespace deletion succeed, where the same configuration armed refuses them.
+/// Once a driftgate serves and leads, it arms the gate (measured from the configuration's apply
+/// to bob's first refusal), and re-arms it after a reset to the chart's selector, as `helm
+/// upgrade` of a changed selector makes (the gap measured: while it lasts the gate is open).
+#[tokio::test]
+async fn a_gate_no_driftgate_ever_served_blocks_nothing_and_is_armed_once_one_serves() {
+    install_crypto_provider();
+    const CONFIGURATION: &str = "driftgate-e2e-unarmed";
+    /// This test's namespaces alone are in its configuration's selector.
+    const LABEL: &str = "blast.driftgate.dev/unarmed-e2e";
+    const POLICY: &str = "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata:\n  name: unarmed\nspec:\n  namespaces:\n    include: [\"unarmed-prod-*\"]\n  resources:\n    include: [\"core/ConfigMap\"]\n  controllers:\n    - name: flux\n      usernames: [\"system:serviceaccount:flux-system:kustomize-controller\"]\n";
+    for name in ["unarmed-prod-a", "unarmed-dev-a", "unarmed-dev-doomed"] {
+        let manifest = format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels: {{{LABEL}: \"true\"}}\n"
+        );
+        assert!(control_plane().apply(ADMIN, &manifest).success());
+    }
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // The chart's gate as installed, narrowed to this test's namespaces by one more label.
+    let installed = |url: &str, ca_pem: &[u8]| {
+        let mut configuration =
+            crate::harness::chart::installed_webhook_configuration(CONFIGURATION, url, ca_pem);
+        let selector = &mut configuration["webhooks"][0]["namespaceSelector"];
+        let expressions = selector["matchExpressions"].as_array().cloned().unwrap();
+        assert_eq!(
+            expressions.last(),
+            Some(&json!({"key": "kubernetes.io/metadata.name", "operator": "DoesNotExist"})),
+            "the chart renders the gate unarmed: {selector}"
+        );
+        selector["matchLabels"] = json!({LABEL: "true"});
+        configuration
+    };
+    let apply = |configuration: &Value| {
+        let out = control_plane().apply(ADMIN, &configuration.to_string());
+        assert!(out.success(), "{}", out.stderr);
+    };
+    let unreachable = installed(
+        &format!("https://127.0.0.1:{closed}/validate"),
+        control_plane().ca_pem(),
+    );
+    apply(&unreachable);
+    // Give the API server's webhook cache its moment (it is watched, not polled).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for namespace in ["unarmed-prod-a", "unarmed-dev-a"] {
+        let out = bob_creates(namespace, "while-unarmed");
+        assert!(out.success(), "{namespace}: {}", out.stderr);
+    }
+    let deleted = kubectl(
+        ADMIN,
+        &["delete", "namespace", "unarmed-dev-doomed", "--wait=false"],
+    );
+    assert!(deleted.success(), "{}", deleted.stderr);
+    // The same configuration armed (the unarmed expression taken out) refuses: failurePolicy
+    // Fail, nothing answering.
+    let mut armed = unreachable.clone();
+    armed["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+        .as_array_mut()
+        .unwrap()
+        .pop();
+    apply(&armed);
+    let refused = eventually("the armed gate refuses with nothing answering", || async {
+        let out = bob_creates("unarmed-dev-a", "while-armed");
+        (!out.success()).then_some(out.stderr)
+    })
+    .await;
+    assert!(refused.contains("failed calling webhook"), "{refused}");
+
+    // A driftgate that serves and leads arms the gate from the chart's selector.
+    let dir = std::env::temp_dir().join(format!("driftgate-e2e-unarmed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("unarmed.yaml");
+    write_policy(&policy, POLICY);
+    let mut base = armed["webhooks"][0]["namespaceSelector"].clone();
+    base["matchLabels"] = json!({LABEL: "true"});
+    let base_flag = base.to_string();
+    let driftgate = Driftgate::start_as(
+        "unarmed",
+        &policy,
+        ADMIN,
+        &[
+            "--gate-webhook-configuration",
+            CONFIGURATION,
+            "--gate-base-namespace-selector",
+            &base_flag,
+            "--leader-lease",
+            "driftgate-e2e-unarmed-leader",
+            "--leader-lease-namespace",
+            LEASE_NAMESPACE,
+            "--leader-lease-duration",
+            "4s",
+        ],
+    );
+    let served = installed(&driftgate.webhook_url(), driftgate.ca_pem());
+    let mut gaps = Vec::new();
+    for round in ["install", "reset (helm upgrade)"] {
+        let applied = Instant::now();
+        apply(&served);
+        let message = eventually("the gate is armed and driftgate refuses bob", || async {
+            let out = bob_creates("unarmed-prod-a", "armed");
+            (!out.success()).then_some(out.stderr)
+        })
+        .await;
+        gaps.push(applied.elapsed().as_secs_f64());
+        assert!(message.contains("NotPermitted"), "{round}: {message}");
+        let out = bob_creates("unarmed-dev-a", "unguarded");
+        assert!(out.success(), "{round}: {}", out.stderr);
+    }
+    eprintln!(
+        "unarmed gate: armed {:.2}s after the install's apply, re-armed {:.2}s after a reset",
+        gaps[0], gaps[1]
+    );
+    let _ = kubectl(
+        ADMIN,
+        &["delete", "validatingwebhookconfiguration", CONFIGURATION],
+    );
+    drop(driftgate);
+}
