@@ -3961,16 +3961,13 @@ fn the_example_policy_guards_argo_cd_s_objects_as_objects() {
             json!({"sync": {"revision": revision, "prune": true}, "initiatedBy": {"automated": true}}),
         )
     };
-    let refresh = |app: Value| {
-        with(app, &["metadata", "annotations", REFRESH], json!("normal"))
-    };
+    let refresh = |app: Value| with(app, &["metadata", "annotations", REFRESH], json!("normal"));
     // Argo CD's Application and AppProject CRDs have no status subresource.
     let application_case = |name, req: Req, allowed, rule| {
         case(name, req.application(), allowed, rule).without_status_subresource()
     };
-    let app_of_apps = |old: Value, new: Value| {
-        Req::update(CONTROLLER, old, new).fm(Some("argocd-controller"))
-    };
+    let app_of_apps =
+        |old: Value, new: Value| Req::update(CONTROLLER, old, new).fm(Some("argocd-controller"));
     let cases = vec![
         application_case(
             "bob patches the Application's targetRevision",
