@@ -11,8 +11,9 @@
 //! application-controller (whose status and `operation` writes that window does not hold)
 //! syncs the commit she named.
 //!
-//! A capture webhook keeps the two reviews of the Kustomization the API server sends for bob
-//! and alice, compared with `tests/fixtures/gitops-kustomization-images-*.json` on what driftgate
+//! A capture webhook keeps the two reviews of the Kustomization (and of the Application) the API
+//! server sends for bob and alice, compared with `tests/fixtures/gitops-kustomization-images-*.json`
+//! (and `gitops-application-target-revision-*.json`) on what driftgate
 //! decides by (`DRIFTGATE_WRITE_FIXTURES=1` rewrites them), so that the example policy's test
 //! suite decides reviews of a real patch.
 
@@ -277,6 +278,30 @@ fn get_json_opt(target: &str, namespace: &str) -> Option<Value> {
 /// controller of `production`'s).
 const ARGO_NAME: &str = "argocd-gitops-e2e";
 const ARGO_REASON: &str = "INC-2425: roll the settings back to the last good commit";
+/// The capture webhook's namespaceSelector, set on argocd for the Argo CD test.
+const ARGO_CAPTURE_LABEL: (&str, &str) = ("driftgate-e2e-capture-gitops-argocd", "yes");
+
+/// The first review the capture webhook kept of `user` patching the Application's
+/// `targetRevision` to `revision`.
+fn captured_target_revision(capture: &CaptureWebhook, user: &str, revision: &str) -> Value {
+    let reviews = capture.reviews();
+    reviews
+        .iter()
+        .find(|r| {
+            let request = &r["request"];
+            request["userInfo"]["username"] == user
+                && request["name"] == ARGO_NAME
+                && request["kind"]["kind"] == "Application"
+                && request["object"]["spec"]["source"]["targetRevision"] == revision
+        })
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "no patch of {ARGO_NAME}'s targetRevision by {user} was captured ({} reviews)",
+                reviews.len()
+            )
+        })
+}
 
 fn patch_target_revision(who: Identity, revision: &str) -> KubectlOutput {
     let patch = json!({"spec": {"source": {"targetRevision": revision}}});
@@ -322,6 +347,23 @@ async fn an_application_is_changed_only_under_a_window_and_the_real_argo_cd_sync
             ["targetRevision"]
             .clone()
     };
+
+    kubectl(
+        ADMIN,
+        &[
+            "label",
+            "namespace",
+            ARGOCD_NAMESPACE,
+            &format!("{}={}", ARGO_CAPTURE_LABEL.0, ARGO_CAPTURE_LABEL.1),
+            "--overwrite",
+        ],
+    )
+    .ok();
+    let capture = CaptureWebhook::register(
+        "driftgate-e2e-capture-gitops-argocd",
+        ARGO_CAPTURE_LABEL,
+        ARGOCD_NAMESPACE,
+    );
 
     // bob's patch would have Argo CD sync the first commit as its own write: refused.
     let refused = patch_target_revision(BOB, &first);
@@ -423,4 +465,17 @@ async fn an_application_is_changed_only_under_a_window_and_the_real_argo_cd_sync
         delegated() > delegated_before,
         "the application-controller's writes under the window were not admitted as the delegation"
     );
+
+    let picked = [
+        (
+            "gitops-application-target-revision-by-bob.json".to_owned(),
+            fixture_of(&captured_target_revision(&capture, BOB.user, &first)),
+        ),
+        (
+            "gitops-application-target-revision-under-window.json".to_owned(),
+            fixture_of(&captured_target_revision(&capture, ALICE.user, &first)),
+        ),
+    ];
+    drop(capture);
+    compare_or_write(&picked, "The API server", REFRESH);
 }
