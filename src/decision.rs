@@ -888,6 +888,37 @@ pub fn needs_parent(policies: &PolicySet, decision: &Decision) -> bool {
     })
 }
 
+/// The delegation that admits an UPDATE: one of the writer's whose `fields` cover every
+/// change (there is at least one), through one of its subresources. Never a change to the
+/// break-glass label or reason, which only the break-glass rules judge (rule 6).
+fn delegated(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+    if !facts.is_update() {
+        return None;
+    }
+    let changes = facts.changes();
+    if changes.is_empty() {
+        return None;
+    }
+    if let Some(rules) = policy.break_glass.as_ref()
+        && changes.iter().any(|path| is_break_glass_path(path, rules))
+    {
+        return None;
+    }
+    let delegation = policy.delegations.iter().find(|delegation| {
+        delegation.identity.matches(facts.user)
+            && delegation
+                .subresources
+                .iter()
+                .any(|s| s == facts.subresource)
+            && changes
+                .iter()
+                .all(|path| delegation.fields.iter().any(|f| f.covers(path)))
+    })?;
+    let mut outcome = RuleOutcome::admit(Rule::Delegation);
+    outcome.matched = Some(delegation.name.clone());
+    Some(outcome)
+}
+
 /// Whether the controller a verdict matched is one that windows hold.
 fn held(policies: &PolicySet, verdict: &PolicyVerdict) -> bool {
     policies
@@ -1106,6 +1137,13 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
                     outcome.window = Some(window.clone());
                     return Some(outcome);
                 }
+                // A window holds the controller off what Git declares, not off the fields the
+                // policy delegates to the same identity: Argo CD's application-controller
+                // writes an Application's status and `operation` through the object itself,
+                // and held off them it would never sync the emergency change.
+                if let Some(outcome) = delegated(policy, facts) {
+                    return Some(outcome);
+                }
                 let words = RefusalWords {
                     subject: format!(
                         "Controller {} ({who}) may not {} {} while {} holds it",
@@ -1132,34 +1170,10 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
         return Some(outcome);
     }
 
-    // 4. Delegations: named identities limited to named fields, never the break-glass label
-    //    or reason, which only the break-glass rules judge (rule 6).
-    let touches_break_glass = rules.is_some_and(|rules| {
-        facts
-            .changes()
-            .iter()
-            .any(|path| is_break_glass_path(path, rules))
-    });
+    // 4. Delegations: named identities limited to named fields.
     if facts.is_update() {
-        for delegation in policy.delegations.iter().filter(|_| !touches_break_glass) {
-            if !delegation.identity.matches(user)
-                || !delegation
-                    .subresources
-                    .iter()
-                    .any(|s| s == facts.subresource)
-            {
-                continue;
-            }
-            let changes = facts.changes();
-            if !changes.is_empty()
-                && changes
-                    .iter()
-                    .all(|path| delegation.fields.iter().any(|f| f.covers(path)))
-            {
-                let mut outcome = RuleOutcome::admit(Rule::Delegation);
-                outcome.matched = Some(delegation.name.clone());
-                return Some(outcome);
-            }
+        if let Some(outcome) = delegated(policy, facts) {
+            return Some(outcome);
         }
         // 5. Nothing that matters changed.
         if facts.changes().is_empty() {

@@ -984,6 +984,8 @@ fn rbac_grants_exactly_what_driftgate_calls() {
             "source.toolkit.fluxcd.io/buckets:get",
             "source.toolkit.fluxcd.io/helmcharts:get",
             "argoproj.io/applications:get",
+            "argoproj.io/applicationsets:get",
+            "argoproj.io/appprojects:get",
             "argoproj.io/rollouts:get",
         ]
         .into_iter()

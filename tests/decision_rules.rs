@@ -3894,3 +3894,326 @@ fn the_example_policy_guards_the_gitops_objects_as_objects() {
     }
     check(&policies, cases, None);
 }
+
+/// `object` with `spec.source.targetRevision` set.
+fn at_revision(mut object: Value, revision: &str) -> Value {
+    object["spec"]["source"]["targetRevision"] = json!(revision);
+    object
+}
+
+impl Req {
+    fn application_set(mut self) -> Self {
+        self.kind = ("argoproj.io", "ApplicationSet");
+        self.resource = ("argoproj.io", "applicationsets");
+        self.namespace = "argocd";
+        self.name = "shops";
+        self
+    }
+
+    fn app_project(mut self) -> Self {
+        self.kind = ("argoproj.io", "AppProject");
+        self.resource = ("argoproj.io", "appprojects");
+        self.namespace = "argocd";
+        self.name = "default";
+        self
+    }
+}
+
+/// Issue 24, section 3, its Argo CD half: the example policy's `gitops-argocd` guards Argo CD's
+/// Applications, ApplicationSets and AppProjects in argocd as objects. Argo CD applies them
+/// from Git (an app-of-apps Application, field manager argocd-controller; an ApplicationSet),
+/// a person changes one only under a window on it, and the application-controller's own
+/// writes of an Application's status and `operation` (through the object: the CRD has no
+/// status subresource, and they name no field manager) are never held by that window, or
+/// Argo CD could not sync what the window changed.
+#[test]
+fn the_example_policy_guards_argo_cd_s_objects_as_objects() {
+    const CONTROLLER: &str = "system:serviceaccount:argocd:argocd-application-controller";
+    const APPLICATIONSET: &str = "system:serviceaccount:argocd:argocd-applicationset-controller";
+    const SERVER: &str = "system:serviceaccount:argocd:argocd-server";
+    const REFRESH: &str = "argocd.argoproj.io/refresh";
+    let none = || json!({});
+    let open = || json!({LABEL: "20261130T1000Z"});
+    let why = || json!({REASON: "INC-24: roll the shop back"});
+    let healing = || json!({"automated": {"prune": true, "selfHeal": true}});
+    let running = || at_revision(application(healing(), none(), none()), "main");
+    let windowed = || at_revision(application(healing(), open(), why()), "main");
+    let rolled_back = |app: Value| at_revision(app, "v1.4.2");
+    let with = |mut app: Value, path: &[&str], value: Value| {
+        let mut at = &mut app;
+        for key in &path[..path.len() - 1] {
+            at = &mut at[*key];
+        }
+        at[path[path.len() - 1]] = value;
+        app
+    };
+    let synced = |app: Value| {
+        with(
+            app,
+            &["status"],
+            json!({"sync": {"status": "Synced", "revision": "4f2a"}, "health": {"status": "Healthy"}}),
+        )
+    };
+    let operation = |app: Value, revision: &str| {
+        with(
+            app,
+            &["operation"],
+            json!({"sync": {"revision": revision, "prune": true}, "initiatedBy": {"automated": true}}),
+        )
+    };
+    let refresh = |app: Value| with(app, &["metadata", "annotations", REFRESH], json!("normal"));
+    // Argo CD's Application and AppProject CRDs have no status subresource.
+    let application_case = |name, req: Req, allowed, rule| {
+        case(name, req.application(), allowed, rule).without_status_subresource()
+    };
+    let app_of_apps =
+        |old: Value, new: Value| Req::update(CONTROLLER, old, new).fm(Some("argocd-controller"));
+    let cases = vec![
+        application_case(
+            "bob patches the Application's targetRevision",
+            Req::update("bob", running(), rolled_back(running())),
+            false,
+            Rule::NotPermitted,
+        )
+        .says("bob may not update Application argocd/shop: only its controllers (argocd, argocd-applicationset) write here (policy \"gitops-argocd\", rule NotPermitted). Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): driftgate break-glass open applications.argoproj.io/shop -n argocd --for 1h"),
+        application_case(
+            "bob adds ignoreDifferences (Argo CD would then leave his drift in place)",
+            Req::update(
+                "bob",
+                running(),
+                with(running(), &["spec", "ignoreDifferences"],
+                    json!([{"group": "apps", "kind": "Deployment", "jsonPointers": ["/spec/replicas"]}])),
+            ),
+            false,
+            Rule::NotPermitted,
+        ),
+        application_case(
+            "alice may not either, without a window",
+            Req::update("alice", running(), rolled_back(running())),
+            false,
+            Rule::NotPermitted,
+        ),
+        application_case(
+            "alice under a window on the Application",
+            Req::update("alice", windowed(), rolled_back(windowed())),
+            true,
+            Rule::BreakGlassWindow,
+        )
+        .says("backport it to Git"),
+        application_case(
+            "alice once the window expired",
+            Req::update("alice", windowed(), rolled_back(windowed())),
+            false,
+            Rule::WindowExpired,
+        )
+        .at("2026-11-30T10:30:00Z"),
+        application_case(
+            "bob deletes the Application (its prune would empty its namespace)",
+            Req::delete("bob", running()),
+            false,
+            Rule::NotPermitted,
+        ),
+        application_case(
+            "the app-of-apps applies the Application from Git",
+            app_of_apps(running(), rolled_back(running())),
+            true,
+            Rule::Controller,
+        ),
+        application_case(
+            "the app-of-apps creates an Application from Git",
+            Req {
+                old: None,
+                ..app_of_apps(Value::Null, running()).op("CREATE")
+            },
+            true,
+            Rule::Controller,
+        ),
+        application_case(
+            "the app-of-apps is held off the Application while a window is open on it",
+            app_of_apps(rolled_back(windowed()), windowed()),
+            false,
+            Rule::ControllerHeld,
+        ),
+        application_case(
+            "the application-controller writes the status",
+            Req::update(CONTROLLER, running(), synced(running())).fm(None),
+            true,
+            Rule::Controller,
+        ),
+        application_case(
+            "... and under a window: a delegated field, not Git's",
+            Req::update(CONTROLLER, rolled_back(windowed()), synced(rolled_back(windowed())))
+                .fm(None),
+            true,
+            Rule::Delegation,
+        ),
+        application_case(
+            "its automated sync starts an operation under the window",
+            Req::update(
+                CONTROLLER,
+                rolled_back(windowed()),
+                operation(rolled_back(windowed()), "v1.4.2"),
+            )
+            .fm(None),
+            true,
+            Rule::Delegation,
+        ),
+        application_case(
+            "it removes the refresh annotation it acted on, under the window",
+            Req::update(CONTROLLER, refresh(windowed()), windowed()).fm(None),
+            true,
+            Rule::Delegation,
+        ),
+        application_case(
+            "its spec writes stay held (no field manager: normalizing the spec)",
+            Req::update(
+                CONTROLLER,
+                rolled_back(windowed()),
+                with(rolled_back(windowed()), &["spec", "project"], json!("platform")),
+            )
+            .fm(None),
+            false,
+            Rule::ControllerHeld,
+        ),
+        application_case(
+            "bob writes as the app-of-apps' field manager",
+            Req::update("bob", running(), rolled_back(running())).fm(Some("argocd-controller")),
+            false,
+            Rule::FieldManagerSpoofing,
+        ),
+        application_case(
+            "argocd-server starts a sync (argocd app sync)",
+            Req::update(
+                SERVER,
+                with(synced(running()), &["status", "operationState"], json!({"phase": "Succeeded"})),
+                operation(synced(running()), "main"),
+            )
+            .fm(None),
+            true,
+            Rule::Delegation,
+        ),
+        application_case(
+            "argocd-server may not change the targetRevision (argocd app set)",
+            Req::update(SERVER, running(), rolled_back(running())).fm(None),
+            false,
+            Rule::NotPermitted,
+        ),
+        application_case(
+            "bob may not start a sync of another revision himself",
+            Req::update("bob", running(), operation(running(), "v1.4.2")),
+            false,
+            Rule::NotPermitted,
+        ),
+        application_case(
+            "bob asks Argo CD to refresh (kubectl annotate)",
+            Req::update("bob", running(), refresh(running())).fm(Some("kubectl-annotate")),
+            true,
+            Rule::Delegation,
+        ),
+        application_case(
+            "the applicationset-controller updates a generated Application",
+            Req::update(APPLICATIONSET, running(), rolled_back(running())).fm(None),
+            true,
+            Rule::Controller,
+        ),
+        application_case(
+            "the applicationset-controller is held off it while a window is open on it",
+            Req::update(APPLICATIONSET, rolled_back(windowed()), windowed()).fm(None),
+            false,
+            Rule::ControllerHeld,
+        ),
+        // Suspending is judged by the suspension rules, once (by gitops-argocd alone).
+        application_case(
+            "alice turns automated sync off without an expiry",
+            Req::update(
+                "alice",
+                running(),
+                at_revision(application(json!({"automated": {"enabled": false}}), none(), none()), "main"),
+            ),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("(policy \"gitops-argocd\", rule SuspensionRefused)"),
+        application_case(
+            "alice suspends with driftgate suspend",
+            Req::update(
+                "alice",
+                running(),
+                at_revision(
+                    application(healing(), open(),
+                        json!({REASON: "INC-24: hold", "argocd.argoproj.io/skip-reconcile": "true"})),
+                    "main",
+                ),
+            ),
+            true,
+            Rule::Suspended,
+        ),
+        application_case(
+            "bob resumes with driftgate resume",
+            Req::update(
+                "bob",
+                at_revision(
+                    application(healing(), open(),
+                        json!({REASON: "INC-24: hold", "argocd.argoproj.io/skip-reconcile": "true"})),
+                    "main",
+                ),
+                running(),
+            ),
+            true,
+            Rule::Resumed,
+        ),
+        case(
+            "bob changes an ApplicationSet's generators",
+            Req::update(
+                "bob",
+                json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
+                    "metadata": {"name": "shops", "namespace": "argocd", "uid": "s-1"},
+                    "spec": {"generators": [{"list": {"elements": [{"env": "prod"}]}}]}}),
+                json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
+                    "metadata": {"name": "shops", "namespace": "argocd", "uid": "s-1"},
+                    "spec": {"generators": [{"list": {"elements": [{"env": "prod-eu"}]}}]}}),
+            )
+            .application_set(),
+            false,
+            Rule::NotPermitted,
+        ),
+        case(
+            "bob widens an AppProject's destinations",
+            Req::update(
+                "bob",
+                json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+                    "metadata": {"name": "default", "namespace": "argocd", "uid": "p-1"},
+                    "spec": {"destinations": [{"namespace": "shop", "server": "*"}]}}),
+                json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+                    "metadata": {"name": "default", "namespace": "argocd", "uid": "p-1"},
+                    "spec": {"destinations": [{"namespace": "*", "server": "*"}]}}),
+            )
+            .app_project(),
+            false,
+            Rule::NotPermitted,
+        )
+        .without_status_subresource(),
+        case(
+            "Argo CD's own settings in argocd are not guarded",
+            Req::update("bob", plain(), edited()).ns("argocd"),
+            true,
+            Rule::OutOfScope,
+        ),
+    ];
+    let policies = example_policies();
+    for case in &cases {
+        let decision = decided(&policies, case, None);
+        assert!(
+            decision.record.verdicts.len() <= 1,
+            "{}: judged by {:?}",
+            case.name,
+            decision
+                .record
+                .verdicts
+                .iter()
+                .map(|v| &v.policy)
+                .collect::<Vec<_>>()
+        );
+    }
+    check(&policies, cases, None);
+}

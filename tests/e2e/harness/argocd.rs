@@ -122,7 +122,8 @@ impl ArgoCd {
     /// Application `name` syncing repository `name`'s `app/` into `namespace` of the cluster
     /// Argo CD runs in, automatically, pruning what leaves Git and undoing drift (selfHeal).
     /// `apply` says how: client-side apply, Argo CD's default, or server-side apply (the
-    /// `ServerSideApply=true` sync option).
+    /// `ServerSideApply=true` sync option). Applied as an app-of-apps Application applies it
+    /// from Git ([`apply_as_argocd`]): the example policy's `gitops-argocd` refuses anyone else.
     pub fn application(&self, name: &str, namespace: &str, apply: ArgoApply) {
         self.assert_running();
         let repo = url(&self.repository(name));
@@ -130,10 +131,8 @@ impl ArgoCd {
             ArgoApply::ClientSide => "[]",
             ArgoApply::ServerSide => "[ServerSideApply=true]",
         };
-        control_plane().apply(
-            ADMIN,
-            &format!(
-                r#"apiVersion: argoproj.io/v1alpha1
+        apply_as_argocd(&format!(
+            r#"apiVersion: argoproj.io/v1alpha1
 kind: Application
 metadata:
   name: {name}
@@ -153,8 +152,7 @@ spec:
       selfHeal: true
     syncOptions: {sync_options}
 "#
-            ),
-        );
+        ));
     }
 
     /// Asks the controller to look at Git now rather than at its next resync, as the
@@ -196,7 +194,7 @@ spec:
 
 /// Argo CD's CRDs, its namespace, the settings its components read at start (argocd-cm,
 /// argocd-rbac-cm and argocd-secret, which they find by the `part-of: argocd` label), the
-/// `default` AppProject (which argocd-server would create) and the controller's account.
+/// controller's account, and the `default` AppProject (which argocd-server would create).
 fn install(crds: &Path) {
     let plane = control_plane();
     plane
@@ -226,6 +224,52 @@ fn install(crds: &Path) {
         std::thread::sleep(Duration::from_millis(200));
     }
     plane.apply(ADMIN, &settings());
+    // The `default` AppProject, which argocd-server creates at its first start (before
+    // driftgate, in a cluster): applied from Git here, as the shared driftgate may serve already.
+    apply_as_argocd(&format!(
+        r#"apiVersion: argoproj.io/v1alpha1
+kind: AppProject
+metadata:
+  name: default
+  namespace: {ARGOCD_NAMESPACE}
+spec:
+  sourceRepos: ["*"]
+  destinations: [{{namespace: "*", server: "*"}}]
+  clusterResourceWhitelist: [{{group: "*", kind: "*"}}]
+"#
+    ));
+}
+
+/// `kubectl apply --server-side` of `manifest` as an app-of-apps Application applies Argo CD's
+/// objects from Git: as the application-controller ([`ARGOCD`], through a client certificate
+/// of its username, which its ServiceAccount's RBAC binding matches), with its field manager
+/// `argocd-controller`. The RBAC binding may take a moment to reach the authorizer after
+/// [`install`] made it, so a refusal by RBAC is retried for a few seconds.
+pub fn apply_as_argocd(manifest: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = control_plane().kubectl_with_stdin(
+            ARGOCD,
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=argocd-controller",
+                "-f",
+                "-",
+            ],
+            Some(manifest),
+        );
+        if out.success() {
+            return;
+        }
+        let by_rbac = out.stderr.contains("forbidden") && !out.stderr.contains("driftgate");
+        if !by_rbac || std::time::Instant::now() > deadline {
+            out.ok();
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 fn settings() -> String {
@@ -257,16 +301,6 @@ metadata:
   labels: {{app.kubernetes.io/name: argocd-secret, app.kubernetes.io/part-of: argocd}}
 stringData:
   server.secretkey: "{secret_key}"
----
-apiVersion: argoproj.io/v1alpha1
-kind: AppProject
-metadata:
-  name: default
-  namespace: {ARGOCD_NAMESPACE}
-spec:
-  sourceRepos: ["*"]
-  destinations: [{{namespace: "*", server: "*"}}]
-  clusterResourceWhitelist: [{{group: "*", kind: "*"}}]
 ---
 apiVersion: v1
 kind: ServiceAccount

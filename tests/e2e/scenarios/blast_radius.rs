@@ -447,8 +447,8 @@ async fn with_the_example_policy_the_keeper_keeps_flux_system_and_bob_s_suspensi
         ADMIN,
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: blast-example-dev\n",
     );
-    // argocd, where only the suspension rules judge (the example's `gitops` guards objects in
-    // flux-system alone): the namespace the keeper once left out with nothing else keeping it.
+    // argocd, where the example's `gitops-argocd` judges suspensions of any object and guards
+    // Argo CD's own kinds: the namespace the keeper once left out with nothing else keeping it.
     control_plane().apply(
         ADMIN,
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: argocd\n",
@@ -555,13 +555,14 @@ async fn with_the_example_policy_the_keeper_keeps_flux_system_and_bob_s_suspensi
         "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: {KUSTOMIZATION}\n  namespace: flux-system\n  labels: {{{}: \"{}\"}}\nspec:\n  interval: 1h\n  prune: true\n  path: ./\n  sourceRef: {{kind: ExternalArtifact, name: {KUSTOMIZATION}}}\n",
         OBJECT_LABEL.0, OBJECT_LABEL.1
     ));
-    let refused_here = || {
+    // Suspensions in flux-system are the example's `gitops`'s, in argocd its `gitops-argocd`'s.
+    let refused_here = |policy: &str| {
         driftgate.counter(
             "driftgate_admission_reviews_total",
             &[
                 r#"decision="denied""#,
                 r#"rule="SuspensionRefused""#,
-                r#"policy="gitops""#,
+                &format!(r#"policy="{policy}""#),
             ],
         )
     };
@@ -574,7 +575,7 @@ async fn with_the_example_policy_the_keeper_keeps_flux_system_and_bob_s_suspensi
             OBJECT_LABEL.0, OBJECT_LABEL.1
         ),
     );
-    let before = refused_here();
+    let before = refused_here("gitops-argocd");
     let skip = kubectl(
         BOB,
         &[
@@ -592,12 +593,12 @@ async fn with_the_example_policy_the_keeper_keeps_flux_system_and_bob_s_suspensi
         "SuspensionRefused",
     );
     assert_eq!(
-        refused_here(),
+        refused_here("gitops-argocd"),
         before + 1.0,
         "the keeper's driftgate reviewed and refused bob's suspension in argocd; its log:\n{}",
         driftgate.log_tail(20)
     );
-    let before = refused_here();
+    let before = refused_here("gitops");
     let suspend = kubectl(
         BOB,
         &[
@@ -617,7 +618,7 @@ async fn with_the_example_policy_the_keeper_keeps_flux_system_and_bob_s_suspensi
         "SuspensionRefused",
     );
     assert_eq!(
-        refused_here(),
+        refused_here("gitops"),
         before + 1.0,
         "the keeper's driftgate reviewed and refused bob's suspension; its log:\n{}",
         driftgate.log_tail(20)

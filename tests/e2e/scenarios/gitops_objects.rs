@@ -5,8 +5,15 @@
 //! for backport, and the real kustomize-controller applies the new image into the guarded
 //! namespace.
 //!
-//! A capture webhook keeps the two reviews of the Kustomization the API server sends for bob
-//! and alice, compared with `tests/fixtures/gitops-kustomization-images-*.json` on what driftgate
+//! Argo CD's half: the example policy's `gitops-argocd` refuses bob's patch of an Application's
+//! `targetRevision`, which would make the real Argo CD sync another commit as its own write;
+//! alice's, under a window on the Application, is admitted and recorded, and the real
+//! application-controller (whose status and `operation` writes that window does not hold)
+//! syncs the commit she named.
+//!
+//! A capture webhook keeps the two reviews of the Kustomization (and of the Application) the API
+//! server sends for bob and alice, compared with `tests/fixtures/gitops-kustomization-images-*.json`
+//! (and `gitops-application-target-revision-*.json`) on what driftgate
 //! decides by (`DRIFTGATE_WRITE_FIXTURES=1` rewrites them), so that the example policy's test
 //! suite decides reviews of a real patch.
 
@@ -14,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::harness::argocd::{ARGOCD_NAMESPACE, ArgoApply, argocd};
 use crate::harness::capture::CaptureWebhook;
 use crate::harness::flux::{FLUX_NAMESPACE, flux};
 use crate::harness::review_fixtures::{compare_or_write, normalise};
@@ -22,6 +30,7 @@ use crate::harness::{
     install_crypto_provider, shared,
 };
 
+use super::suspensions::{argo_revision, wait_argo_state};
 use super::{IMAGE, assert_denied, get_json, kubectl, records, wait_for_event};
 
 /// The Kustomization and its source.
@@ -262,4 +271,211 @@ fn get_json_opt(target: &str, namespace: &str) -> Option<Value> {
     );
     (out.success() && !out.stdout.trim().is_empty())
         .then(|| serde_json::from_str(&out.stdout).expect("kubectl prints JSON"))
+}
+
+/// The Application of [`an_application_is_changed_only_under_a_window_and_the_real_argo_cd_syncs_it`],
+/// its Git repository and the namespace it syncs into (outside every policy: Argo CD is no
+/// controller of `production`'s).
+const ARGO_NAME: &str = "argocd-gitops-e2e";
+const ARGO_REASON: &str = "INC-2425: roll the settings back to the last good commit";
+/// The capture webhook's namespaceSelector, set on argocd for the Argo CD test.
+const ARGO_CAPTURE_LABEL: (&str, &str) = ("driftgate-e2e-capture-gitops-argocd", "yes");
+
+/// The first review the capture webhook kept of `user` patching the Application's
+/// `targetRevision` to `revision`.
+fn captured_target_revision(capture: &CaptureWebhook, user: &str, revision: &str) -> Value {
+    let reviews = capture.reviews();
+    reviews
+        .iter()
+        .find(|r| {
+            let request = &r["request"];
+            request["userInfo"]["username"] == user
+                && request["name"] == ARGO_NAME
+                && request["kind"]["kind"] == "Application"
+                && request["object"]["spec"]["source"]["targetRevision"] == revision
+        })
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "no patch of {ARGO_NAME}'s targetRevision by {user} was captured ({} reviews)",
+                reviews.len()
+            )
+        })
+}
+
+fn patch_target_revision(who: Identity, revision: &str) -> KubectlOutput {
+    let patch = json!({"spec": {"source": {"targetRevision": revision}}});
+    kubectl(
+        who,
+        &[
+            "patch",
+            "application",
+            ARGO_NAME,
+            "-n",
+            ARGOCD_NAMESPACE,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn an_application_is_changed_only_under_a_window_and_the_real_argo_cd_syncs_it() {
+    install_crypto_provider();
+    shared();
+    // Two commits: the Application follows `main` to the second.
+    let first = argocd().publish(ARGO_NAME, &argo_revision(ARGO_NAME, "info"));
+    argocd().application(ARGO_NAME, ARGO_NAME, ArgoApply::ClientSide);
+    wait_argo_state(
+        ARGO_NAME,
+        &format!("{first} Succeeded Synced {first}"),
+        Duration::from_secs(180),
+    )
+    .await;
+    let second = argocd().publish(ARGO_NAME, &argo_revision(ARGO_NAME, "debug"));
+    wait_argo_state(
+        ARGO_NAME,
+        &format!("{second} Succeeded Synced {second}"),
+        Duration::from_secs(60),
+    )
+    .await;
+    let settings = || get_json("configmap/settings", ARGO_NAME)["data"]["LOG_LEVEL"].clone();
+    assert_eq!(settings(), "debug");
+    let target_revision = || {
+        get_json(&format!("application/{ARGO_NAME}"), ARGOCD_NAMESPACE)["spec"]["source"]
+            ["targetRevision"]
+            .clone()
+    };
+
+    kubectl(
+        ADMIN,
+        &[
+            "label",
+            "namespace",
+            ARGOCD_NAMESPACE,
+            &format!("{}={}", ARGO_CAPTURE_LABEL.0, ARGO_CAPTURE_LABEL.1),
+            "--overwrite",
+        ],
+    )
+    .ok();
+    let capture = CaptureWebhook::register(
+        "driftgate-e2e-capture-gitops-argocd",
+        ARGO_CAPTURE_LABEL,
+        ARGOCD_NAMESPACE,
+    );
+
+    // bob's patch would have Argo CD sync the first commit as its own write: refused.
+    let refused = patch_target_revision(BOB, &first);
+    assert_denied(
+        &refused,
+        &format!(
+            "bob may not update Application {ARGOCD_NAMESPACE}/{ARGO_NAME}: only its controllers (argocd, argocd-applicationset) write here (policy \"gitops-argocd\", rule NotPermitted)"
+        ),
+        "NotPermitted",
+    );
+    let open_command = format!(
+        "driftgate break-glass open applications.argoproj.io/{ARGO_NAME} -n {ARGOCD_NAMESPACE} --for 1h"
+    );
+    assert!(
+        refused.stderr.contains(&open_command),
+        "{open_command}: {}",
+        refused.stderr
+    );
+    assert_eq!(target_revision(), "main", "bob's targetRevision was stored");
+    wait_for_event(
+        ARGOCD_NAMESPACE,
+        "WriteDenied",
+        "Application",
+        ARGO_NAME,
+        "bob may not update Application",
+    )
+    .await;
+
+    // alice opens a window on the Application and points it at the first commit: admitted,
+    // with the warning to backport, and recorded.
+    driftgate_cli(
+        ALICE,
+        &[
+            "break-glass",
+            "open",
+            &format!("application/{ARGO_NAME}"),
+            "-n",
+            ARGOCD_NAMESPACE,
+            "--for",
+            "1h",
+            "--reason",
+            ARGO_REASON,
+        ],
+    )
+    .ok();
+    let delegated = || {
+        shared().counter(
+            "driftgate_admission_reviews_total",
+            &[r#"rule="Delegation""#, r#"policy="gitops-argocd""#],
+        )
+    };
+    let delegated_before = delegated();
+    let admitted = patch_target_revision(ALICE, &first);
+    assert!(admitted.success(), "{}", admitted.stderr);
+    assert!(
+        admitted
+            .stderr
+            .contains("backport it to Git before the window closes"),
+        "{}",
+        admitted.stderr
+    );
+    assert_eq!(target_revision(), first.as_str());
+    let record = super::eventually("the record of alice's change", || async {
+        records(ARGOCD_NAMESPACE).await.into_iter().find(|r| {
+            r.spec.object.kind == "Application"
+                && r.spec.object.name == ARGO_NAME
+                && r.spec.changes.iter().any(|c| {
+                    c.fields
+                        .iter()
+                        .any(|f| f.path == "spec.source.targetRevision")
+                })
+        })
+    })
+    .await;
+    assert_eq!(
+        (
+            record.spec.window.opener.as_deref(),
+            record.spec.window.reason.as_deref()
+        ),
+        (Some(ALICE.user), Some(ARGO_REASON)),
+        "{record:?}"
+    );
+
+    // The real Argo CD syncs what the Application now says: its status and `operation`
+    // writes go through the window, which holds only writes of what Git declares.
+    let patched = Instant::now();
+    wait_argo_state(
+        ARGO_NAME,
+        &format!("{first} Succeeded Synced {first}"),
+        Duration::from_secs(60),
+    )
+    .await;
+    eprintln!(
+        "the real Argo CD synced the commit alice's window named in {:.1} s",
+        patched.elapsed().as_secs_f64()
+    );
+    assert_eq!(settings(), "info");
+    assert!(
+        delegated() > delegated_before,
+        "the application-controller's writes under the window were not admitted as the delegation"
+    );
+
+    let picked = [
+        (
+            "gitops-application-target-revision-by-bob.json".to_owned(),
+            fixture_of(&captured_target_revision(&capture, BOB.user, &first)),
+        ),
+        (
+            "gitops-application-target-revision-under-window.json".to_owned(),
+            fixture_of(&captured_target_revision(&capture, ALICE.user, &first)),
+        ),
+    ];
+    drop(capture);
+    compare_or_write(&picked, "The API server", REFRESH);
 }

@@ -775,7 +775,7 @@ async fn each_spelling_flux_honours_stops_the_real_flux_and_is_judged_a_suspensi
 /// Git for [`argo_cd_3_stops_automated_sync_on_enabled_false_and_driftgate_judges_it_a_suspension`]:
 /// its namespace (outside every policy: Argo CD is no controller of the example policy's) and a
 /// ConfigMap.
-fn argo_revision(namespace: &str, log_level: &str) -> String {
+pub(super) fn argo_revision(namespace: &str, log_level: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {namespace}\ndata:\n  LOG_LEVEL: {log_level}\n"
     )
@@ -802,7 +802,7 @@ fn argo_state(name: &str) -> String {
         .to_owned()
 }
 
-async fn wait_argo_state(name: &str, want: &str, within: Duration) {
+pub(super) async fn wait_argo_state(name: &str, want: &str, within: Duration) {
     let start = Instant::now();
     while argo_state(name) != want {
         assert!(

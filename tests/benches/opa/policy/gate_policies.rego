@@ -1,5 +1,5 @@
-# policies/example.yaml, translated by hand into data for driftgate.rego (but for its `gitops`
-# policy, which no load review reaches: see ../differences.json). Defaults that
+# policies/example.yaml, translated by hand into data for driftgate.rego (but for its `gitops` and
+# `gitops-argocd` policies, which no load review reaches: see ../differences.json). Defaults that
 # driftgate fills in (operations, subresources, delegation subresources, break-glass label and
 # reason annotation, requireReason, holdController) are spelled out here, since Rego has no
 # policy loader to apply them. Keep the order sorted by name: driftgate decides policies in
