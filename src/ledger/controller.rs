@@ -707,6 +707,44 @@ mod tests {
         assert_eq!(judged(2, true, 60), ControllerPlan::default());
     }
 
+    /// Only what the controller manages is evidence, in its reviews too: a dry run carrying the
+    /// recorded replicas where Flux's own managedFields entry does not own `spec.replicas` (the
+    /// HPA's, say) proves nothing about Git and is not remembered.
+    #[test]
+    fn a_dry_run_carrying_a_value_the_controller_does_not_manage_is_not_remembered() {
+        let mut request = update(FLUX, "Deployment", "dep-uid", 5);
+        request.dry_run = true;
+        request.options = Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+            json!({"fieldManager": "kustomize-controller"}),
+        ));
+        let owning = |fields: Value| {
+            let mut request = request.clone();
+            let object = request.object.as_mut().unwrap();
+            object.metadata.managed_fields = Some(vec![
+                serde_json::from_value(json!({
+                    "manager": "kustomize-controller", "operation": "Apply", "apiVersion": "apps/v1",
+                    "time": "2026-11-30T10:04:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields,
+                }))
+                .unwrap(),
+            ]);
+            let decision = decision(&request, Rule::Controller, None);
+            let policies = policies();
+            let records = [awaiting("2026-11-30T10:00:00Z")];
+            plan_controller_write(
+                &RequestFacts::new(&request),
+                &decision.record.object.kind,
+                &decision.record.verdicts[0],
+                rules(&policies),
+                &records,
+                at("2026-11-30T10:05:00Z"),
+            )
+        };
+        let unmanaged = owning(json!({"f:spec": {"f:template": {}}}));
+        assert_eq!(unmanaged, ControllerPlan::default());
+        let managed = owning(json!({"f:spec": {"f:replicas": {}}}));
+        assert_eq!(managed.dry_run_marks.len(), 1, "{managed:?}");
+    }
+
     #[test]
     fn a_second_dry_run_carrying_the_values_confirms_the_backport_with_its_own_words() {
         let plan = judged_against(marked("dep-uid", at("2026-11-30T10:00:05Z")), 5, true, 5);
