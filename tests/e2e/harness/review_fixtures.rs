@@ -170,12 +170,13 @@ fn differences(
         .collect()
 }
 
-/// Every policy in `policy_file` has a controller `controller` that accepts the identity the
-/// reviews came from and lists the field manager they sent (`field_manager`) literally, not
-/// merely through a glob: the policy names what `sender` really sends.
+/// Every policy in `policy_file` but those named in `other_tools` (which guard another GitOps
+/// tool's objects, and name only its controllers) has a controller `controller` that accepts
+/// the identity the reviews came from and lists the field manager they sent (`field_manager`)
+/// literally, not merely through a glob: the policy names what `sender` really sends.
 pub fn assert_controller_named(
     policy_file: &str,
-    controller: &str,
+    (controller, other_tools): (&str, &[&str]),
     field_manager: &str,
     reviews: &[Value],
     sender: &str,
@@ -185,7 +186,11 @@ pub fn assert_controller_named(
         let user: UserInfo = serde_json::from_value(review["request"]["userInfo"].clone())
             .expect("userInfo is a UserInfo");
         let sent = review["request"]["options"]["fieldManager"].as_str();
-        for policy in policies.policies() {
+        let policies = policies
+            .policies()
+            .iter()
+            .filter(|p| !other_tools.contains(&p.name.as_str()));
+        for policy in policies {
             let named = policy
                 .controllers
                 .iter()

@@ -217,7 +217,13 @@ async fn run(capture: &Capture) {
     .collect();
     compare_or_write(&picked, "Argo CD", REFRESH);
     let reviews: Vec<Value> = picked.into_iter().map(|(_, review)| review).collect();
-    assert_controller_named(POLICY, "argocd", ARGOCD_FIELD_MANAGER, &reviews, "Argo CD");
+    assert_controller_named(
+        POLICY,
+        ("argocd", &[]),
+        ARGOCD_FIELD_MANAGER,
+        &reviews,
+        "Argo CD",
+    );
 }
 
 /// The first review of `operation` on a `kind`; the UPDATE is the Deployment's with 3 replicas
