@@ -123,7 +123,7 @@ async fn a_follower_writes_no_status_until_it_leads() {
     let shutdown = CancellationToken::new();
     let watch = GatePolicyWatch {
         client: control_plane().client(DRIFTGATE).await,
-        sources: Arc::new(PolicySources::new(active.clone())),
+        sources: Arc::new(PolicySources::new(active.clone(), false)),
         health: Arc::new(GatePolicyHealth::default()),
         metrics: Arc::new(Metrics::new()),
         leader,
