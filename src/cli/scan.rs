@@ -340,11 +340,23 @@ pub fn render_report(report: &ScanReport, args: &OutputArgs) -> String {
             names.dedup();
             names.iter().map(|n| format!("{n}\n")).collect()
         }
-        OutputFormat::Table | OutputFormat::Wide => render(
-            &rows(report),
-            args,
-            "No drift: every field is the controllers', a delegation's or Kubernetes' own.",
-        ),
+        OutputFormat::Table | OutputFormat::Wide => {
+            let namespaces: Vec<&str> = report
+                .scanned
+                .iter()
+                .map(|s| s.namespace.as_str())
+                .collect();
+            // Where it looked, as kubectl's "No resources found in shop namespace."
+            let searched = match namespaces.as_slice() {
+                [] => "in no namespace (the policy guards none)".to_owned(),
+                [one] => format!("in {one} namespace"),
+                many => format!("in namespaces {}", many.join(", ")),
+            };
+            let empty = format!(
+                "No drift {searched}: every field is the controllers', a delegation's or Kubernetes' own."
+            );
+            render(&rows(report), args, &empty)
+        }
     }
 }
 
@@ -621,7 +633,18 @@ mod tests {
         };
         assert_eq!(
             render_report(&empty, &args(OutputFormat::Table)),
-            "No drift: every field is the controllers', a delegation's or Kubernetes' own.\n"
+            "No drift in no namespace (the policy guards none): every field is the controllers', a delegation's or Kubernetes' own.\n"
+        );
+        let one = ScanReport {
+            drift: false,
+            scanned: report().scanned,
+            objects: Vec::new(),
+        };
+        assert!(
+            render_report(&one, &args(OutputFormat::Table))
+                .starts_with("No drift in shop namespace: "),
+            "{}",
+            render_report(&one, &args(OutputFormat::Table))
         );
         assert!(render_report(&empty, &args(OutputFormat::Json)).contains("\"drift\": false"));
     }
