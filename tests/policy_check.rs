@@ -310,3 +310,53 @@ fn dash_checks_the_policies_on_standard_input() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_quoted_string_where_a_boolean_belongs_is_refused_not_read_as_yaml_1_1() {
+    let dir = scratch_dir("quoted-bool");
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/example.yaml"),
+    )
+    .unwrap();
+    assert!(example.contains("    holdController: true\n"));
+    assert!(example.contains("      heldByWindows: false\n"));
+    // Each quoted spelling, in a plain bool field and in a Spanned one, is refused at its line.
+    for (from, to, field) in [
+        (
+            "    holdController: true\n",
+            "    holdController: \"no\"\n",
+            "spec.breakGlass.holdController: \"no\"",
+        ),
+        (
+            "    holdController: true\n",
+            "    holdController: 'true'\n",
+            "spec.breakGlass.holdController: \"true\"",
+        ),
+        (
+            "      heldByWindows: false\n",
+            "      heldByWindows: \"false\"\n",
+            "spec.controllers[1].heldByWindows: \"false\"",
+        ),
+    ] {
+        let text = example.replacen(from, to, 1);
+        let line = text[..text.find(to).unwrap()].lines().count() + 1;
+        let file = write(dir.path(), "quoted.yaml", &text);
+        let (code, stderr) = check(&[&file]);
+        assert_eq!(code, Some(1), "{to}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{}:{line}: {field} is a string, not a boolean; write true or false, unquoted",
+                file.display()
+            )),
+            "{to}: {stderr}"
+        );
+    }
+    // Unquoted, both spellings still read (YAML 1.1's `no` too, as Kubernetes reads it).
+    let unquoted = write(
+        dir.path(),
+        "unquoted.yaml",
+        &example.replacen("    holdController: true\n", "    holdController: yes\n", 1),
+    );
+    let (code, stderr) = check(&[&unquoted]);
+    assert_eq!(code, Some(0), "{stderr}");
+}

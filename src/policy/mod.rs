@@ -1214,7 +1214,7 @@ impl Checker<'_> {
                     .iter()
                     .map(|s| s.value.clone())
                     .collect(),
-                held_by_windows: spec.held_by_windows.as_ref().is_none_or(|h| h.value),
+                held_by_windows: spec.held_by_windows.as_ref().is_none_or(|h| h.value.0),
             });
         }
         out
@@ -1225,7 +1225,7 @@ impl Checker<'_> {
     fn held_by_windows_has_effect(
         &mut self,
         field: &str,
-        held: &Spanned<bool>,
+        held: &Spanned<document::Flag>,
         holds: Option<bool>,
     ) {
         let problem = match holds {
