@@ -731,3 +731,50 @@ async fn the_readmes_curl_commands_against_serve_dev_do_what_it_says() {
     let warning = answers[1]["warnings"][0].as_str().unwrap_or_default();
     assert!(warning.contains("backport"), "{warning}");
 }
+
+/// Issue 28: a refusal and its Event say who writes here in one wording, whether the policy has
+/// one controller (gitops: flux) or several (production: flux, kubernetes).
+#[tokio::test]
+async fn a_refusal_and_its_event_say_who_writes_here_in_the_same_words() {
+    install_crypto_provider();
+    let mut server = start_logging("one-wording", "info");
+    let mut messages = Vec::new();
+    for (name, writers) in [
+        (
+            "gitops-kustomization-images-by-bob.json",
+            "only its controllers (flux) write here",
+        ),
+        (
+            "kubectl-edit.json",
+            "only its controllers (flux, kubernetes) write here",
+        ),
+    ] {
+        let mut stream = connect(&server).await;
+        let (status, body) = send_review(&mut stream, &fixture(name)).await.unwrap();
+        assert_eq!(status, 200, "{name}");
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let message = answer["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            message.contains(&format!(": {writers} (policy ")),
+            "{message}"
+        );
+        messages.push((writers, message));
+    }
+    let stderr = server.stop_for_stderr();
+    for (writers, message) in messages {
+        // The Event's note (logged: no cluster) is the response's message, word for word.
+        let subject = message.split(": ").next().unwrap();
+        let event = stderr
+            .lines()
+            .find(|l| l.contains("Kubernetes Event") && l.contains(subject))
+            .unwrap_or_else(|| panic!("no Event for {subject:?} in:\n{stderr}"));
+        assert!(event.contains(writers), "{event}");
+        assert!(
+            event.contains(&message.replace('"', "\\\"")) || event.contains(&message),
+            "the Event's note is not the message {message:?}: {event}"
+        );
+    }
+}
