@@ -376,7 +376,7 @@ impl StoredReader {
     /// cannot be read.
     pub async fn read_back(&self, write: &AdmittedWrite) -> Option<Option<DynamicObject>> {
         match self.read_back_outcome(write).await {
-            ReadBack::Stored(live) => Some(Some(live)),
+            ReadBack::Stored(live) => Some(Some(*live)),
             ReadBack::Gone => Some(None),
             ReadBack::NeverStored | ReadBack::Unreadable => None,
         }
@@ -408,7 +408,7 @@ impl StoredReader {
                 Landed::NotYet => last_read_answered = true,
                 Landed::Gone => return ReadBack::Gone,
                 Landed::Object(_) => {
-                    return live.map_or(ReadBack::Gone, ReadBack::Stored);
+                    return live.map_or(ReadBack::Gone, |live| ReadBack::Stored(Box::new(live)));
                 }
             }
         }
@@ -424,8 +424,9 @@ impl StoredReader {
 /// What the API server shows of an admitted write after it was answered.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ReadBack {
-    /// Stored at a newer version than the write was made to.
-    Stored(DynamicObject),
+    /// Stored at a newer version than the write was made to (boxed: the other outcomes carry
+    /// nothing, and clippy's large_enum_variant would have every one the object's size).
+    Stored(Box<DynamicObject>),
     /// Gone, replaced (another uid) or, for a delete, being deleted.
     Gone,
     /// Still at the version the write was made to on the last read, seconds after the answer:
