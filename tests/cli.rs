@@ -949,6 +949,20 @@ fn break_glass_list_names_the_kinds_rbac_kept_it_from_and_the_namespace_searched
         "No break-glass windows in prod namespace.\n"
     );
     assert!(text(&out.stderr).contains(" in prod namespace (Kubernetes RBAC)"));
+    // -n before the subcommand is its namespace too.
+    let out = driftgate(&[
+        "break-glass",
+        "-n",
+        "prod",
+        "list",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "No break-glass windows in prod namespace.\n"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

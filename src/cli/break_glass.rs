@@ -23,6 +23,33 @@ use crate::timefmt::{WindowDuration, format_expiry, human_utc, parse_expiry};
 /// The field manager of break-glass label changes: never a controller's.
 pub const FIELD_MANAGER: &str = "driftgate-break-glass";
 
+/// `break-glass` and its subcommand. `-n` is taken before the subcommand too (`break-glass -n
+/// prod list`), as kubectl takes its flags anywhere; given in both places, the later wins.
+#[derive(Debug, Args)]
+pub struct BreakGlassArgs {
+    #[command(subcommand)]
+    pub command: BreakGlassCommand,
+    /// The namespace, for the subcommand that follows.
+    #[arg(short = 'n', long, value_name = "NS")]
+    pub namespace: Option<String>,
+}
+
+impl BreakGlassArgs {
+    /// The subcommand, with the `-n` given before it where it has none of its own.
+    pub fn into_command(self) -> BreakGlassCommand {
+        let mut command = self.command;
+        let own = match &mut command {
+            BreakGlassCommand::Open(args) => &mut args.target.namespace,
+            BreakGlassCommand::Close(args) => &mut args.namespace,
+            BreakGlassCommand::List(args) => &mut args.scope.namespace,
+        };
+        if own.is_none() {
+            own.clone_from(&self.namespace);
+        }
+        command
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum BreakGlassCommand {
     /// Open (or extend) a window: `open deployment/api -n prod --for 90m --reason "INC-1: ..."`,

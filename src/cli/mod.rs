@@ -50,8 +50,7 @@ pub enum Command {
     #[command(subcommand)]
     Policy(PolicyCommand),
     /// Open, close or list break-glass windows, with your own kubeconfig.
-    #[command(subcommand)]
-    BreakGlass(break_glass::BreakGlassCommand),
+    BreakGlass(break_glass::BreakGlassArgs),
     /// Suspend the GitOps controller's reconciliation of one object, as a break-glass window:
     /// `suspend kustomization/apps -n flux-system --for 1h --reason "INC-1: ..."`.
     Suspend(suspend::SuspendArgs),
@@ -91,9 +90,11 @@ impl Command {
     ) -> Result<(), error::CliError> {
         use break_glass::BreakGlassCommand;
         let connection = match self {
-            Command::BreakGlass(BreakGlassCommand::Open(args)) => &mut args.target.connection,
-            Command::BreakGlass(BreakGlassCommand::Close(args)) => &mut args.connection,
-            Command::BreakGlass(BreakGlassCommand::List(args)) => &mut args.connection,
+            Command::BreakGlass(args) => match &mut args.command {
+                BreakGlassCommand::Open(args) => &mut args.target.connection,
+                BreakGlassCommand::Close(args) => &mut args.connection,
+                BreakGlassCommand::List(args) => &mut args.connection,
+            },
             Command::Suspend(args) => &mut args.target.connection,
             Command::Resume(args) => &mut args.connection,
             Command::Backlog(args) => &mut args.connection,
@@ -178,7 +179,7 @@ pub fn run(mut cli: Cli) -> ExitCode {
         Command::Policy(PolicyCommand::Check { paths }) => policy::policy_check(&paths, &mut out),
         Command::Policy(PolicyCommand::Test { path }) => policy::policy_test(&path, &mut out),
         Command::Serve(args) => serve(args),
-        Command::BreakGlass(command) => break_glass(&command, program, &mut out),
+        Command::BreakGlass(args) => break_glass(&args.into_command(), program, &mut out),
         Command::Suspend(args) => run_cluster(
             program,
             "suspend",
