@@ -1193,3 +1193,38 @@ fn connection_flags_before_a_command_that_uses_no_cluster_are_refused() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_clean_scan_names_the_namespace_it_scanned() {
+    let dir = temp_dir("scan-empty");
+    let server = fake_with(|_, path| {
+        let name = path.split('?').next().unwrap_or(path);
+        Reply::Answer(match name.strip_prefix("/api/v1/namespaces/") {
+            Some(ns) if !ns.contains('/') => Answer::json(
+                200,
+                serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            ),
+            _ => Answer::json(
+                200,
+                serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []}),
+            ),
+        })
+    });
+    let kubeconfig = server.kubeconfig(&dir);
+    let out = driftgate(&[
+        "scan",
+        "--policy",
+        "policies/example.yaml",
+        "-n",
+        "prod-payments",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("No drift in prod-payments namespace: "),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
