@@ -930,6 +930,34 @@ fn break_glass_list_names_the_kinds_rbac_kept_it_from_and_the_namespace_searched
         "{requests:?}"
     );
 
+    // -o json|yaml: kubectl's List, empty items; -o name prints nothing.
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": []});
+    for format in ["json", "yaml"] {
+        let out = driftgate(&[
+            "break-glass",
+            "list",
+            "-o",
+            format,
+            "--kubeconfig",
+            kubeconfig,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let listed: Value = if format == "json" {
+            serde_json::from_slice(&out.stdout).unwrap()
+        } else {
+            serde_saphyr::from_str(&text(&out.stdout)).unwrap()
+        };
+        assert_eq!(listed, list, "{format}");
+    }
+    let out = driftgate(&[
+        "break-glass",
+        "list",
+        "-o",
+        "name",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert_eq!(text(&out.stdout), "");
     let out = driftgate(&["break-glass", "list", "-A", "--kubeconfig", kubeconfig]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
@@ -1006,6 +1034,21 @@ fn an_empty_backlog_names_the_namespace_searched() {
             text(&out.stderr)
         );
         assert_eq!(text(&out.stdout), expected, "{args:?}");
+    }
+    // -o json|yaml: kubectl's List, what backlog knows of the controllers beside its items.
+    for format in ["json", "yaml"] {
+        let out = driftgate(&["backlog", "-o", format, "--kubeconfig", kubeconfig]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let listed: Value = if format == "json" {
+            serde_json::from_slice(&out.stdout).unwrap()
+        } else {
+            serde_saphyr::from_str(&text(&out.stdout)).unwrap()
+        };
+        assert_eq!(
+            listed,
+            serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": [], "silentControllers": []}),
+            "{format}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -1225,6 +1268,27 @@ fn a_clean_scan_names_the_namespace_it_scanned() {
     assert!(
         stdout.starts_with("No drift in prod-payments namespace: "),
         "{stdout}"
+    );
+    let out = driftgate(&[
+        "scan",
+        "--policy",
+        "policies/example.yaml",
+        "-n",
+        "prod-payments",
+        "-o",
+        "json",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["apiVersion"], "v1", "{report}");
+    assert_eq!(report["kind"], "List", "{report}");
+    assert_eq!(report["items"], serde_json::json!([]), "{report}");
+    assert_eq!(report["drift"], false, "{report}");
+    assert_eq!(
+        report["scanned"][0]["namespace"], "prod-payments",
+        "{report}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

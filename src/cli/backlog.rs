@@ -348,11 +348,10 @@ fn unreadable_sentence(error: &CliError) -> String {
     )
 }
 
-/// `-o json|yaml`: the entries and what is known of the controllers.
+/// `-o json|yaml`: beside the entries (a List's items), what is known of the controllers.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct BacklogListing<'a> {
-    items: &'a [BacklogEntry],
     silent_controllers: &'a [SilentController],
     #[serde(skip_serializing_if = "Option::is_none")]
     silence_unreadable: Option<&'a str>,
@@ -372,17 +371,14 @@ pub fn render_backlog(
         Err(sentence) => (&[][..], Some(sentence.as_str())),
     };
     let listing = BacklogListing {
-        items: entries,
         silent_controllers: silent,
         silence_unreadable: unreadable,
     };
     match args.output {
-        OutputFormat::Json => {
-            let mut json = serde_json::to_string_pretty(&listing).expect("the backlog serializes");
-            json.push('\n');
-            json
+        OutputFormat::Json | OutputFormat::Yaml => {
+            crate::cli::output::KubeList::new(entries, listing)
+                .to_text(args.output == OutputFormat::Yaml)
         }
-        OutputFormat::Yaml => serde_saphyr::to_string(&listing).expect("the backlog serializes"),
         OutputFormat::Name => render(entries, args, ""),
         OutputFormat::Table | OutputFormat::Wide => {
             let lines: String = silent.iter().map(|s| format!("{}\n", s.message)).collect();

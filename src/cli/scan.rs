@@ -327,14 +327,24 @@ fn kind_words(resource: &ApiResource) -> String {
 }
 
 /// The report in `args`' format: the whole report for JSON and YAML, one row per finding else.
+/// What `-o json|yaml` says beside the objects: whether there is drift, and what was scanned.
+#[derive(Serialize)]
+struct ScanSummary<'a> {
+    drift: bool,
+    scanned: &'a [ScannedNamespace],
+}
+
 pub fn render_report(report: &ScanReport, args: &OutputArgs) -> String {
     match args.output {
-        OutputFormat::Json => {
-            let mut json = serde_json::to_string_pretty(report).expect("the report serializes");
-            json.push('\n');
-            json
-        }
-        OutputFormat::Yaml => serde_saphyr::to_string(report).expect("the report serializes"),
+        // kubectl's List of the objects with findings, the scan's summary beside them.
+        OutputFormat::Json | OutputFormat::Yaml => crate::cli::output::KubeList::new(
+            &report.objects,
+            ScanSummary {
+                drift: report.drift,
+                scanned: &report.scanned,
+            },
+        )
+        .to_text(args.output == OutputFormat::Yaml),
         OutputFormat::Name => {
             let mut names: Vec<String> = rows(report).iter().map(Row::qualified_name).collect();
             names.dedup();

@@ -314,11 +314,15 @@ fn kubectl_driftgate_speaks_kubectls_flags_formats_and_errors() {
     ]);
     assert_eq!(code, Some(0), "{stderr}");
     let json: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(json.as_array().map(Vec::len), Some(1), "{json}");
-    assert_eq!(json[0]["namespace"], ns_b);
-    assert_eq!(json[0]["kind"], "ConfigMap");
-    assert_eq!(json[0]["state"], "open");
-    assert_eq!(json[0]["reason"], reason);
+    // kubectl's List, as `kubectl get -o json` prints.
+    assert_eq!(json["apiVersion"], "v1", "{json}");
+    assert_eq!(json["kind"], "List", "{json}");
+    let items = &json["items"];
+    assert_eq!(items.as_array().map(Vec::len), Some(1), "{json}");
+    assert_eq!(items[0]["namespace"], ns_b);
+    assert_eq!(items[0]["kind"], "ConfigMap");
+    assert_eq!(items[0]["state"], "open");
+    assert_eq!(items[0]["reason"], reason);
     let (code, stdout, stderr) = run(&[
         "break-glass",
         "list",
