@@ -2014,18 +2014,24 @@ fn owner_suffix(policy: &GatePolicy) -> String {
     }
 }
 
-/// 8. The default: only the controller writes here.
+/// Who writes in a policy's namespaces, as every refusal and its Event say it: one wording for
+/// one controller or several (a policy's controllers include Kubernetes' own, which are no
+/// GitOps controller).
+pub fn only_writers(controllers: &[&str]) -> String {
+    match controllers {
+        [] => "no one writes here directly".to_owned(),
+        names => format!("only its controllers ({}) write here", names.join(", ")),
+    }
+}
+
+/// 8. The default: only the policy's controllers write here.
 fn not_permitted(
     policy: &GatePolicy,
     facts: &Facts<'_>,
     window: Option<&BreakGlassWindow>,
 ) -> RuleOutcome {
     let controllers: Vec<_> = policy.controllers.iter().map(|c| c.name.as_str()).collect();
-    let writers = match controllers.as_slice() {
-        [] => "no one writes here directly".to_owned(),
-        [one] => format!("only the GitOps controller ({one}) writes here"),
-        many => format!("only its controllers ({}) write here", many.join(", ")),
-    };
+    let writers = only_writers(&controllers);
     let how = match (&policy.break_glass, window) {
         (Some(rules), Some(window)) => format!(
             "{} is open, but only {} may use it. Change it in Git, or ask an opener",

@@ -8,6 +8,9 @@ use serde_json::Value;
 #[path = "common/binary.rs"]
 mod binary;
 use binary::driftgate;
+#[path = "common/fake_apiserver.rs"]
+mod fake_apiserver;
+use fake_apiserver::{Answer, FakeApiServer, Reply, discovery};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -286,34 +289,43 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
 }
 
 #[test]
-fn version_without_a_cluster_prints_the_client_and_a_note_and_exits_0() {
+fn version_without_a_cluster_prints_the_client_and_fails_as_kubectl_version() {
     let dir = temp_dir("version");
     let kubeconfig = dir.join("missing-kubeconfig");
     let kubeconfig = kubeconfig.to_str().unwrap();
     let out = driftgate(&["version", "--kubeconfig", kubeconfig]);
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    let stdout = text(&out.stdout);
-    let mut lines = stdout.lines();
-    assert!(
-        lines
-            .next()
-            .unwrap()
-            .starts_with(&format!("Client Version: {}", env!("CARGO_PKG_VERSION"))),
-        "{stdout}"
+    let stderr = text(&out.stderr);
+    // kubectl version prints the client's version and exits non-zero; the code is the table's.
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert_eq!(
+        text(&out.stdout),
+        format!("Client Version: {}\n", env!("CARGO_PKG_VERSION"))
     );
-    let note = lines.next().unwrap();
     assert!(
-        note.starts_with(
-            "Note: server version unavailable: cannot connect to a cluster: --kubeconfig"
-        ),
-        "{stdout}"
+        stderr.starts_with(&format!(
+            "driftgate version: --kubeconfig {kubeconfig}: cannot be read"
+        )),
+        "{stderr}"
     );
-    assert!(note.contains("missing-kubeconfig"), "{note}");
-    assert_eq!(lines.next(), None, "{stdout}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
+    let dead = dead_kubeconfig(&dir);
     for format in ["json", "yaml"] {
-        let out = driftgate(&["version", "--kubeconfig", kubeconfig, "-o", format]);
-        assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+        let out = driftgate(&[
+            "version",
+            "--kubeconfig",
+            dead.to_str().unwrap(),
+            "-o",
+            format,
+        ]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
+        assert!(
+            stderr.starts_with(
+                "driftgate version: cannot reach the API server at https://127.0.0.1:1 ("
+            ),
+            "{stderr}"
+        );
         let report: Value = if format == "json" {
             serde_json::from_slice(&out.stdout).unwrap()
         } else {
@@ -325,7 +337,7 @@ fn version_without_a_cluster_prints_the_client_and_a_note_and_exits_0() {
             report["serverNote"]
                 .as_str()
                 .unwrap()
-                .contains("cannot connect"),
+                .contains("cannot reach the API server"),
             "{report}"
         );
     }
@@ -821,4 +833,462 @@ fn scan_refuses_a_policy_that_does_not_load_before_connecting() {
         !stderr.contains("kubeconfig"),
         "the policy is read first: {stderr}"
     );
+}
+
+/// A fake API server that serves discovery and answers every other request with `rest`.
+fn fake_with(rest: impl Fn(&str, &str) -> Reply + Send + Sync + 'static) -> FakeApiServer {
+    FakeApiServer::start(move |method, path| match discovery(path) {
+        Some(answer) => Reply::Answer(answer),
+        None => rest(method, path),
+    })
+}
+
+/// An empty metadata list, as the API server answers `list` with the metadata Accept header.
+fn empty_list() -> Reply {
+    Reply::Answer(Answer::json(
+        200,
+        serde_json::json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+            "metadata": {"resourceVersion": "1"}, "items": []
+        }),
+    ))
+}
+
+#[test]
+fn break_glass_list_fails_when_the_api_server_fails_never_an_empty_listing() {
+    let dir = temp_dir("list-500");
+    let server = fake_with(|_, _| {
+        Reply::Answer(Answer::status(
+            500,
+            "InternalError",
+            "etcdserver: request timed out",
+        ))
+    });
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    // The connection flags before the command as after it, as kubectl's global flags.
+    for args in [
+        vec!["break-glass", "list", "--kubeconfig", kubeconfig],
+        vec!["--kubeconfig", kubeconfig, "break-glass", "list"],
+        vec![
+            "--kubeconfig",
+            kubeconfig,
+            "break-glass",
+            "list",
+            "-A",
+            "-o",
+            "json",
+        ],
+    ] {
+        let out = driftgate(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(
+                "driftgate break-glass: listing break-glass windows failed: the API server answered 500 InternalError: etcdserver: request timed out"
+            ),
+            "{args:?}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: {}", text(&out.stdout));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn break_glass_list_names_the_kinds_rbac_kept_it_from_and_the_namespace_searched() {
+    let dir = temp_dir("list-forbidden");
+    let server = fake_with(|_, path| {
+        if path.contains("/configmaps") {
+            Reply::Answer(Answer::status(
+                403,
+                "Forbidden",
+                "configmaps is forbidden: User \"carol\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"ctx-ns\"",
+            ))
+        } else {
+            empty_list()
+        }
+    });
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let out = driftgate(&["break-glass", "list", "--kubeconfig", kubeconfig]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        text(&out.stdout),
+        "No break-glass windows in ctx-ns namespace.\n"
+    );
+    assert_eq!(
+        stderr,
+        "Not searched: carol may not list configmaps in ctx-ns namespace (Kubernetes RBAC), so windows on objects of that kind are not shown.\n"
+    );
+    // Deployments were listed in the context's namespace: the listing looked where it says.
+    let requests = server.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("GET /apis/apps/v1/namespaces/ctx-ns/deployments?")),
+        "{requests:?}"
+    );
+
+    // -o json|yaml: kubectl's List, empty items; -o name prints nothing.
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": []});
+    for format in ["json", "yaml"] {
+        let out = driftgate(&[
+            "break-glass",
+            "list",
+            "-o",
+            format,
+            "--kubeconfig",
+            kubeconfig,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let listed: Value = if format == "json" {
+            serde_json::from_slice(&out.stdout).unwrap()
+        } else {
+            serde_saphyr::from_str(&text(&out.stdout)).unwrap()
+        };
+        assert_eq!(listed, list, "{format}");
+    }
+    let out = driftgate(&[
+        "break-glass",
+        "list",
+        "-o",
+        "name",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert_eq!(text(&out.stdout), "");
+    let out = driftgate(&["break-glass", "list", "-A", "--kubeconfig", kubeconfig]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "No break-glass windows in any namespace.\n"
+    );
+    let out = driftgate(&[
+        "break-glass",
+        "list",
+        "-n",
+        "prod",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert_eq!(
+        text(&out.stdout),
+        "No break-glass windows in prod namespace.\n"
+    );
+    assert!(text(&out.stderr).contains(" in prod namespace (Kubernetes RBAC)"));
+    // -n before the subcommand is its namespace too.
+    let out = driftgate(&[
+        "break-glass",
+        "-n",
+        "prod",
+        "list",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "No break-glass windows in prod namespace.\n"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_empty_backlog_names_the_namespace_searched() {
+    let dir = temp_dir("backlog-empty");
+    let server = fake_with(|_, path| {
+        Reply::Answer(if path.contains("/leases") {
+            Answer::json(
+                200,
+                serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": []}),
+            )
+        } else {
+            Answer::json(
+                200,
+                serde_json::json!({"apiVersion": "driftgate.dev/v1alpha1", "kind": "BackportRequirementList", "metadata": {}, "items": []}),
+            )
+        })
+    });
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    for (args, expected) in [
+        (
+            vec!["backlog"],
+            "Nothing to backport in ctx-ns namespace.\n",
+        ),
+        (
+            vec!["backlog", "-n", "prod"],
+            "Nothing to backport in prod namespace.\n",
+        ),
+        (
+            vec!["backlog", "-A"],
+            "Nothing to backport in any namespace.\n",
+        ),
+    ] {
+        let out = driftgate(&[&args[..], &["--kubeconfig", kubeconfig]].concat());
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), expected, "{args:?}");
+    }
+    // -o json|yaml: kubectl's List, what backlog knows of the controllers beside its items.
+    for format in ["json", "yaml"] {
+        let out = driftgate(&["backlog", "-o", format, "--kubeconfig", kubeconfig]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let listed: Value = if format == "json" {
+            serde_json::from_slice(&out.stdout).unwrap()
+        } else {
+            serde_saphyr::from_str(&text(&out.stdout)).unwrap()
+        };
+        assert_eq!(
+            listed,
+            serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": [], "silentControllers": []}),
+            "{format}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn backlog_resolve_and_link_act_in_the_namespace_given_before_them() {
+    let dir = temp_dir("backlog-n");
+    let server = fake_with(|method, path| {
+        Reply::Answer(if method == "POST" && path.contains("selfsubjectreviews") {
+            Answer::json(
+                201,
+                serde_json::json!({
+                    "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+                    "metadata": {}, "status": {"userInfo": {"username": "alice"}}
+                }),
+            )
+        } else {
+            Answer::status(
+                404,
+                "NotFound",
+                "backportrequirements.driftgate.dev \"deployment-api-1\" not found",
+            )
+        })
+    });
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let cases: [&[&str]; 3] = [
+        &[
+            "backlog",
+            "-n",
+            "other",
+            "resolve",
+            "deployment-api-1",
+            "--note",
+            "backported in gitops#412",
+        ],
+        &[
+            "backlog",
+            "-n",
+            "other",
+            "link",
+            "deployment-api-1",
+            "--url",
+            "https://git.example/gitops/pull/412",
+        ],
+        &[
+            "backlog",
+            "resolve",
+            "deployment-api-1",
+            "-n",
+            "other",
+            "--note",
+            "backported in gitops#412",
+        ],
+    ];
+    for args in cases {
+        let out = driftgate(&[args, &["--kubeconfig", kubeconfig]].concat());
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("\"deployment-api-1\" in namespace other"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let requests = server.requests();
+    assert!(
+        requests.iter().all(|r| !r.contains("/namespaces/ctx-ns/")),
+        "the context's namespace was used: {requests:?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.contains("/namespaces/other/backportrequirements/deployment-api-1")),
+        "{requests:?}"
+    );
+    // -A names no record's namespace: refused before connecting.
+    let out = driftgate(&[
+        "backlog",
+        "-A",
+        "resolve",
+        "x",
+        "--note",
+        "done in gitops#1",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("-A does not apply; give its namespace with -n"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn request_timeout_gives_up_on_a_silent_server_with_a_sentence() {
+    let dir = temp_dir("timeout");
+    let server = FakeApiServer::start(|_, _| Reply::Silence);
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    for (args, waited) in [
+        (
+            vec![
+                "backlog",
+                "--request-timeout",
+                "1s",
+                "--kubeconfig",
+                kubeconfig,
+            ],
+            "1s",
+        ),
+        // kubectl's forms: whole seconds, and the flag before the command.
+        (
+            vec![
+                "--request-timeout",
+                "1",
+                "--kubeconfig",
+                kubeconfig,
+                "backlog",
+            ],
+            "1s",
+        ),
+        (
+            vec![
+                "--kubeconfig",
+                kubeconfig,
+                "version",
+                "--request-timeout",
+                "500ms",
+            ],
+            "500ms",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let out = driftgate(&args);
+        let stderr = text(&out.stderr);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{args:?}"
+        );
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
+        let doing = if args.contains(&"version") {
+            "listing driftgate's Deployments"
+        } else {
+            "listing BackportRequirements"
+        };
+        assert!(
+            stderr.contains(&format!(
+                "{doing} failed: the API server at {} did not answer within --request-timeout {waited}; ",
+                server.url
+            )),
+            "{args:?}: {stderr}"
+        );
+    }
+    let out = driftgate(&[
+        "backlog",
+        "--request-timeout",
+        "soon",
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("\"soon\" is not a duration"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn connection_flags_before_a_command_that_uses_no_cluster_are_refused() {
+    let out = driftgate(&["--as", "alice", "policy", "check", "policies/example.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr)
+            .starts_with("driftgate: --as was given before policy, which uses no cluster"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = driftgate(&["--request-timeout", "5s", "serve", "--dev"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).starts_with(
+            "driftgate: --request-timeout was given before serve, which does not take it"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_clean_scan_names_the_namespace_it_scanned() {
+    let dir = temp_dir("scan-empty");
+    let server = fake_with(|_, path| {
+        let name = path.split('?').next().unwrap_or(path);
+        Reply::Answer(match name.strip_prefix("/api/v1/namespaces/") {
+            Some(ns) if !ns.contains('/') => Answer::json(
+                200,
+                serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            ),
+            _ => Answer::json(
+                200,
+                serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []}),
+            ),
+        })
+    });
+    let kubeconfig = server.kubeconfig(&dir);
+    let out = driftgate(&[
+        "scan",
+        "--policy",
+        "policies/example.yaml",
+        "-n",
+        "prod-payments",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("No drift in prod-payments namespace: "),
+        "{stdout}"
+    );
+    let out = driftgate(&[
+        "scan",
+        "--policy",
+        "policies/example.yaml",
+        "-n",
+        "prod-payments",
+        "-o",
+        "json",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["apiVersion"], "v1", "{report}");
+    assert_eq!(report["kind"], "List", "{report}");
+    assert_eq!(report["items"], serde_json::json!([]), "{report}");
+    assert_eq!(report["drift"], false, "{report}");
+    assert_eq!(
+        report["scanned"][0]["namespace"], "prod-payments",
+        "{report}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -953,7 +953,7 @@ fn cases() -> Vec<Case> {
             false,
             Rule::NotPermitted,
         )
-        .says("bob may not delete Deployment prod-payments/api: only the GitOps controller"),
+        .says("bob may not delete Deployment prod-payments/api: only its controllers ("),
         case(
             "alice deletes each object of a collection under a namespace window",
             Req::update("alice", plain(), Value::Null).collection(),
@@ -3718,7 +3718,7 @@ fn the_example_policy_guards_the_gitops_objects_as_objects() {
             false,
             Rule::NotPermitted,
         )
-        .says("bob may not update Kustomization flux-system/apps: only the GitOps controller (flux) writes here (policy \"gitops\", rule NotPermitted). Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): driftgate break-glass open kustomizations.kustomize.toolkit.fluxcd.io/apps -n flux-system --for 1h"),
+        .says("bob may not update Kustomization flux-system/apps: only its controllers (flux) write here (policy \"gitops\", rule NotPermitted). Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): driftgate break-glass open kustomizations.kustomize.toolkit.fluxcd.io/apps -n flux-system --for 1h"),
         case(
             "alice may not either, without a window",
             Req::update("alice", running(), with_images(running(), "2")).kustomization(),

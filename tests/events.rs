@@ -493,7 +493,7 @@ fn a_denied_write_reports_only_its_denials() {
     assert_eq!(event.reason, EventReason::WriteDenied);
     assert_eq!(
         event.note,
-        "alice may not update Deployment prod-payments/api: only the GitOps controller (flux) writes here \
+        "alice may not update Deployment prod-payments/api: only its controllers (flux) write here \
          (policy \"strict\", rule NotPermitted). Change it in Git."
     );
 }

@@ -192,3 +192,171 @@ fn serve_refuses_a_zero_timeout_and_a_lease_in_fractions_with_a_sentence() {
         assert!(stderr.contains(sentence), "{flag}: {stderr}");
     }
 }
+
+const SMALL: &str = "apiVersion: driftgate.dev/v1alpha1
+kind: GatePolicy
+metadata:
+  name: NAME
+spec:
+  namespaces: {include: [\"prod-*\"]}
+  controllers:
+    - name: flux
+      usernames: [\"system:serviceaccount:flux-system:kustomize-controller\"]
+  breakGlass:
+    maxDuration: 2h
+    openers: {groups: [\"sre-oncall\"]}
+";
+
+#[test]
+fn a_reused_name_is_reported_at_its_line_beside_the_files_other_problems() {
+    let dir = scratch_dir("duplicate-names");
+    let first = write(dir.path(), "a.yaml", &SMALL.replace("NAME", "shop"));
+    // The second file reuses the name in its second document, and its first document has
+    // another problem: both are reported.
+    let second = write(
+        dir.path(),
+        "b.yaml",
+        &format!(
+            "{}---\n{}",
+            SMALL.replace("NAME", "other").replace("2h", "4x"),
+            SMALL.replace("NAME", "shop")
+        ),
+    );
+    let (code, stderr) = check(&[&first, &second]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let second_name = second.display();
+    assert!(
+        stderr.contains(&format!(
+            "{second_name}:11: spec.breakGlass.maxDuration: \"4x\" is not a duration"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "{second_name}:17: metadata.name: policy name \"shop\" is already used at {}:4 (document 1); names must be unique (document 2, policy shop)",
+            first.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("2 problems found"), "{stderr}");
+    assert!(!stderr.contains(":0:"), "{stderr}");
+
+    // Within one file too.
+    let twice = write(
+        dir.path(),
+        "twice.yaml",
+        &format!(
+            "{}---\n{}",
+            SMALL.replace("NAME", "shop"),
+            SMALL.replace("NAME", "shop")
+        ),
+    );
+    let (code, stderr) = check(&[&twice]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "{}:17: metadata.name: policy name \"shop\" is already used at {}:4 (document 1)",
+            twice.display(),
+            twice.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn dash_checks_the_policies_on_standard_input() {
+    let run = |args: &[&str], stdin: &str| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_driftgate"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/example.yaml"),
+    )
+    .unwrap();
+    let out = run(&["policy", "check", "-"], &example);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("ok: 3 policies from 1 file: "),
+        "{stdout}"
+    );
+
+    // Problems on standard input are named so, with their lines; files beside it still count.
+    let out = run(
+        &["policy", "check", "policies/example.yaml", "-"],
+        &SMALL.replace("NAME", "production").replace("2h", "4x"),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("standard input:11: spec.breakGlass.maxDuration: \"4x\" is not a duration"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("standard input:4: metadata.name: policy name \"production\" is already used at policies/example.yaml:"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_quoted_string_where_a_boolean_belongs_is_refused_not_read_as_yaml_1_1() {
+    let dir = scratch_dir("quoted-bool");
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/example.yaml"),
+    )
+    .unwrap();
+    assert!(example.contains("    holdController: true\n"));
+    assert!(example.contains("      heldByWindows: false\n"));
+    // Each quoted spelling, in a plain bool field and in a Spanned one, is refused at its line.
+    for (from, to, field) in [
+        (
+            "    holdController: true\n",
+            "    holdController: \"no\"\n",
+            "spec.breakGlass.holdController: \"no\"",
+        ),
+        (
+            "    holdController: true\n",
+            "    holdController: 'true'\n",
+            "spec.breakGlass.holdController: \"true\"",
+        ),
+        (
+            "      heldByWindows: false\n",
+            "      heldByWindows: \"false\"\n",
+            "spec.controllers[1].heldByWindows: \"false\"",
+        ),
+    ] {
+        let text = example.replacen(from, to, 1);
+        let line = text[..text.find(to).unwrap()].lines().count() + 1;
+        let file = write(dir.path(), "quoted.yaml", &text);
+        let (code, stderr) = check(&[&file]);
+        assert_eq!(code, Some(1), "{to}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{}:{line}: {field} is a string, not a boolean; write true or false, unquoted",
+                file.display()
+            )),
+            "{to}: {stderr}"
+        );
+    }
+    // Unquoted, both spellings still read (YAML 1.1's `no` too, as Kubernetes reads it).
+    let unquoted = write(
+        dir.path(),
+        "unquoted.yaml",
+        &example.replacen("    holdController: true\n", "    holdController: yes\n", 1),
+    );
+    let (code, stderr) = check(&[&unquoted]);
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -653,3 +653,128 @@ async fn a_stalled_stderr_holds_no_review_and_its_dropped_lines_are_counted() {
     }
     assert!(dropped(&server.metrics()) > before);
 }
+
+/// The README's commands to try `serve --dev` (the block after "From a second terminal"), run
+/// as written against a real `serve --dev`, only the port and the CA's directory changed: the
+/// README says bob's edit is denied and alice's under a window admitted with a warning.
+#[tokio::test]
+async fn the_readmes_curl_commands_against_serve_dev_do_what_it_says() {
+    install_crypto_provider();
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    let block = readme
+        .split("From a second terminal:\n\n```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the README's block of commands for serve --dev");
+    // Commands as a shell reads them: continued lines joined, comments left out.
+    let commands: Vec<String> = block
+        .replace("\\\n", " ")
+        .replace("|\n", "| ")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(commands.len(), 2, "{block}");
+
+    let dir = std::env::temp_dir().join(format!("driftgate-readme-curl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("policies")).unwrap();
+    std::fs::copy("policies/example.yaml", dir.join("policies/example.yaml")).unwrap();
+    let (port, admin_port) = (free_port(), free_port());
+    let child = Command::new(BIN)
+        .args(["serve", "--dev", "--shutdown-delay", "0s"])
+        .args(["--addr", &format!("127.0.0.1:{port}")])
+        .args(["--admin-addr", &format!("127.0.0.1:{admin_port}")])
+        .current_dir(&dir)
+        .env("HOME", &dir)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server {
+        child,
+        dir: dir.clone(),
+        webhook: format!("127.0.0.1:{port}").parse().unwrap(),
+        admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
+        ca: dir.join("certs-dev/ca.crt"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !matches!(admin_get(server.admin, "/readyz"), Ok((200, _))) {
+        assert!(Instant::now() < deadline, "serve --dev never got ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut answers = Vec::new();
+    for command in &commands {
+        let command = command
+            .replace("localhost:8443", &format!("localhost:{port}"))
+            .replace("certs-dev/ca.crt", &server.ca.display().to_string());
+        let out = Command::new("bash")
+            .args(["-c", &format!("set -o pipefail; {command}")])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{command}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+        answers.push(answer["response"].clone());
+    }
+    assert_eq!(answers[0]["allowed"], false, "{}", answers[0]);
+    assert_eq!(answers[0]["auditAnnotations"]["rule"], "NotPermitted");
+    assert_eq!(answers[1]["allowed"], true, "{}", answers[1]);
+    assert_eq!(answers[1]["auditAnnotations"]["rule"], "BreakGlassWindow");
+    let warning = answers[1]["warnings"][0].as_str().unwrap_or_default();
+    assert!(warning.contains("backport"), "{warning}");
+}
+
+/// Issue 28: a refusal and its Event say who writes here in one wording, whether the policy has
+/// one controller (gitops: flux) or several (production: flux, kubernetes).
+#[tokio::test]
+async fn a_refusal_and_its_event_say_who_writes_here_in_the_same_words() {
+    install_crypto_provider();
+    let mut server = start_logging("one-wording", "info");
+    let mut messages = Vec::new();
+    for (name, writers) in [
+        (
+            "gitops-kustomization-images-by-bob.json",
+            "only its controllers (flux) write here",
+        ),
+        (
+            "kubectl-edit.json",
+            "only its controllers (flux, kubernetes) write here",
+        ),
+    ] {
+        let mut stream = connect(&server).await;
+        let (status, body) = send_review(&mut stream, &fixture(name)).await.unwrap();
+        assert_eq!(status, 200, "{name}");
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let message = answer["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            message.contains(&format!(": {writers} (policy ")),
+            "{message}"
+        );
+        messages.push((writers, message));
+    }
+    let stderr = server.stop_for_stderr();
+    for (writers, message) in messages {
+        // The Event's note (logged: no cluster) is the response's message, word for word.
+        let subject = message.split(": ").next().unwrap();
+        let event = stderr
+            .lines()
+            .find(|l| l.contains("Kubernetes Event") && l.contains(subject))
+            .unwrap_or_else(|| panic!("no Event for {subject:?} in:\n{stderr}"));
+        assert!(event.contains(writers), "{event}");
+        assert!(
+            event.contains(&message.replace('"', "\\\"")) || event.contains(&message),
+            "the Event's note is not the message {message:?}: {event}"
+        );
+    }
+}

@@ -198,22 +198,29 @@ pub async fn run(
     out: &mut impl Write,
     err: &mut impl Write,
 ) -> Result<(), CliError> {
+    // -n before the subcommand (`backlog -n prod resolve NAME`) is its namespace too, as kubectl
+    // takes a flag anywhere; -A cannot name the one record it acts on.
+    let given = match &args.command {
+        Some(
+            BacklogCommand::Resolve { namespace, .. } | BacklogCommand::Link { namespace, .. },
+        ) => {
+            if args.scope.all_namespaces {
+                return Err(CliError::AllNamespacesForOne {
+                    command: "backlog resolve and backlog link",
+                });
+            }
+            namespace.as_ref().or(args.scope.namespace.as_ref())
+        }
+        None => None,
+    };
     let cluster = connect(&args.connection).await?;
     match &args.command {
-        Some(BacklogCommand::Resolve {
-            name,
-            namespace,
-            note,
-        }) => {
-            let namespace = cluster.namespace_or(namespace.as_ref());
+        Some(BacklogCommand::Resolve { name, note, .. }) => {
+            let namespace = cluster.namespace_or(given);
             return resolve(&cluster, &namespace, name, note, out).await;
         }
-        Some(BacklogCommand::Link {
-            name,
-            namespace,
-            url,
-        }) => {
-            let namespace = cluster.namespace_or(namespace.as_ref());
+        Some(BacklogCommand::Link { name, url, .. }) => {
+            let namespace = cluster.namespace_or(given);
             return link(&cluster, &namespace, name, url, out).await;
         }
         None => {}
@@ -239,7 +246,9 @@ pub async fn run(
     let now = Timestamp::now();
     let entries = entries(&records, args.all, now);
     let silences = read_silences(&cluster, &args.driftgate_namespace, now).await;
-    let _ = write!(out, "{}", render_backlog(&entries, &silences, &args.output));
+    let searched = crate::cli::break_glass::searched(namespace.as_deref());
+    let rendered = render_backlog(&entries, &silences, &args.output, &searched);
+    let _ = write!(out, "{rendered}");
     let structured = matches!(args.output.output, OutputFormat::Json | OutputFormat::Yaml);
     if !structured {
         let notes: Vec<String> = match &silences {
@@ -339,43 +348,42 @@ fn unreadable_sentence(error: &CliError) -> String {
     )
 }
 
-/// `-o json|yaml`: the entries and what is known of the controllers.
+/// `-o json|yaml`: beside the entries (a List's items), what is known of the controllers.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct BacklogListing<'a> {
-    items: &'a [BacklogEntry],
     silent_controllers: &'a [SilentController],
     #[serde(skip_serializing_if = "Option::is_none")]
     silence_unreadable: Option<&'a str>,
 }
 
 /// The backlog in `args`' format: for a table, the silent controllers' sentences above it; in
-/// JSON and YAML, as fields beside the items.
+/// JSON and YAML, as fields beside the items. `searched` says where an empty table looked
+/// (`in prod namespace`).
 pub fn render_backlog(
     entries: &[BacklogEntry],
     silences: &Result<Vec<SilentController>, String>,
     args: &OutputArgs,
+    searched: &str,
 ) -> String {
     let (silent, unreadable) = match silences {
         Ok(silent) => (silent.as_slice(), None),
         Err(sentence) => (&[][..], Some(sentence.as_str())),
     };
     let listing = BacklogListing {
-        items: entries,
         silent_controllers: silent,
         silence_unreadable: unreadable,
     };
     match args.output {
-        OutputFormat::Json => {
-            let mut json = serde_json::to_string_pretty(&listing).expect("the backlog serializes");
-            json.push('\n');
-            json
+        OutputFormat::Json | OutputFormat::Yaml => {
+            crate::cli::output::KubeList::new(entries, listing)
+                .to_text(args.output == OutputFormat::Yaml)
         }
-        OutputFormat::Yaml => serde_saphyr::to_string(&listing).expect("the backlog serializes"),
         OutputFormat::Name => render(entries, args, ""),
         OutputFormat::Table | OutputFormat::Wide => {
             let lines: String = silent.iter().map(|s| format!("{}\n", s.message)).collect();
-            format!("{lines}{}", render(entries, args, "Nothing to backport."))
+            let empty = format!("Nothing to backport {searched}.");
+            format!("{lines}{}", render(entries, args, &empty))
         }
     }
 }
@@ -653,15 +661,20 @@ mod tests {
             output: OutputFormat::Table,
             no_headers: false,
         };
-        let table = render_backlog(&listed, &Ok(silent.clone()), &table_args);
+        let table = render_backlog(
+            &listed,
+            &Ok(silent.clone()),
+            &table_args,
+            "in prod namespace",
+        );
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines[0], silent[0].message);
         assert_eq!(lines[1], silent[1].message);
         assert!(lines[2].starts_with("NAMESPACE   NAME"), "{table}");
         assert_eq!(lines.len(), 4, "{table}");
-        let nothing = render_backlog(&[], &Ok(silent.clone()), &table_args);
+        let nothing = render_backlog(&[], &Ok(silent.clone()), &table_args, "in prod namespace");
         assert!(
-            nothing.ends_with("it may be down.\nNothing to backport.\n"),
+            nothing.ends_with("it may be down.\nNothing to backport in prod namespace.\n"),
             "{nothing}"
         );
 
@@ -670,7 +683,7 @@ mod tests {
             no_headers: false,
         };
         let json: serde_json::Value =
-            serde_json::from_str(&render_backlog(&listed, &Ok(silent), &json_args)).unwrap();
+            serde_json::from_str(&render_backlog(&listed, &Ok(silent), &json_args, "")).unwrap();
         assert_eq!(json["items"][0]["name"], "old");
         assert_eq!(json["silentControllers"][0]["policy"], "production");
         assert_eq!(
@@ -685,14 +698,14 @@ mod tests {
         let unreadable =
             Err("Cannot tell whether a GitOps controller looks stopped: x.".to_owned());
         let yaml: serde_json::Value =
-            serde_saphyr::from_str(&render_backlog(&listed, &unreadable, &yaml_args)).unwrap();
+            serde_saphyr::from_str(&render_backlog(&listed, &unreadable, &yaml_args, "")).unwrap();
         assert_eq!(yaml["silentControllers"], json!([]));
         assert_eq!(
             yaml["silenceUnreadable"],
             "Cannot tell whether a GitOps controller looks stopped: x."
         );
         assert_eq!(
-            render_backlog(&listed, &unreadable, &table_args)
+            render_backlog(&listed, &unreadable, &table_args, "")
                 .lines()
                 .count(),
             2

@@ -23,6 +23,33 @@ use crate::timefmt::{WindowDuration, format_expiry, human_utc, parse_expiry};
 /// The field manager of break-glass label changes: never a controller's.
 pub const FIELD_MANAGER: &str = "driftgate-break-glass";
 
+/// `break-glass` and its subcommand. `-n` is taken before the subcommand too (`break-glass -n
+/// prod list`), as kubectl takes its flags anywhere; given in both places, the later wins.
+#[derive(Debug, Args)]
+pub struct BreakGlassArgs {
+    #[command(subcommand)]
+    pub command: BreakGlassCommand,
+    /// The namespace, for the subcommand that follows.
+    #[arg(short = 'n', long, value_name = "NS")]
+    pub namespace: Option<String>,
+}
+
+impl BreakGlassArgs {
+    /// The subcommand, with the `-n` given before it where it has none of its own.
+    pub fn into_command(self) -> BreakGlassCommand {
+        let mut command = self.command;
+        let own = match &mut command {
+            BreakGlassCommand::Open(args) => &mut args.target.namespace,
+            BreakGlassCommand::Close(args) => &mut args.namespace,
+            BreakGlassCommand::List(args) => &mut args.scope.namespace,
+        };
+        if own.is_none() {
+            own.clone_from(&self.namespace);
+        }
+        command
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum BreakGlassCommand {
     /// Open (or extend) a window: `open deployment/api -n prod --for 90m --reason "INC-1: ..."`,
@@ -697,13 +724,21 @@ async fn windows_of(
     )
 }
 
-pub async fn list(args: &ListArgs, program: &str, out: &mut impl Write) -> Result<(), CliError> {
+/// Lists the windows. A kind the person may not list is left out and named on `err`; any other
+/// failed request fails the listing (an empty table would say "no windows" where nobody looked).
+pub async fn list(
+    args: &ListArgs,
+    program: &str,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<(), CliError> {
     let cluster = connect(&args.connection).await?;
     let namespace = args.scope.namespace(&cluster);
     let discovery = discover(&cluster).await?;
     let now = Timestamp::now();
     let mut rows = Vec::new();
-    let (mut listed, mut forbidden) = (0, None);
+    let mut listed = 0;
+    let mut forbidden: Vec<CliError> = Vec::new();
     for resource in discovery.groups().flat_map(|g| g.recommended_resources()) {
         let windows = windows_of(&cluster, &resource, namespace.as_deref(), &args.keys, now);
         match windows.await {
@@ -712,32 +747,59 @@ pub async fn list(args: &ListArgs, program: &str, out: &mut impl Write) -> Resul
                 listed += 1;
                 rows.extend(windows);
             }
-            // Kinds the person may not list are skipped, as kubectl's get all does.
-            Some(Err(error @ CliError::Forbidden { .. })) => {
-                forbidden.get_or_insert(error);
-            }
-            Some(Err(error @ CliError::Unreachable { .. })) => return Err(error),
-            Some(Err(_)) => {}
+            Some(Err(error @ CliError::Forbidden { .. })) => forbidden.push(error),
+            Some(Err(error)) => return Err(error),
         }
     }
     // Nothing could be listed at all: say why rather than "no windows".
-    if let (0, Some(error)) = (listed, forbidden) {
-        return Err(error);
+    if listed == 0 && !forbidden.is_empty() {
+        return Err(forbidden.swap_remove(0));
     }
     rows.sort_by(|a, b| (&a.namespace, &a.object).cmp(&(&b.namespace, &b.object)));
     for row in rows.iter_mut().filter(|r| r.state != "open") {
         let cluster_scoped = row.namespace.is_empty();
         row.remove_with = Some(remove_command(row, program, cluster_scoped));
     }
-    let _ = write!(
-        out,
-        "{}",
-        render(&rows, &args.output, "No break-glass windows.")
-    );
+    let empty = format!("No break-glass windows {}.", searched(namespace.as_deref()));
+    let _ = write!(out, "{}", render(&rows, &args.output, &empty));
     if matches!(args.output.output, OutputFormat::Table | OutputFormat::Wide) {
         let _ = write!(out, "{}", lingering_advice(&rows));
     }
+    if let Some(note) = not_searched(&forbidden, namespace.as_deref()) {
+        let _ = writeln!(err, "{note}");
+    }
     Ok(())
+}
+
+/// Where a listing looked, in kubectl's words: `in prod namespace`, `in any namespace`.
+pub fn searched(namespace: Option<&str>) -> String {
+    match namespace {
+        Some(namespace) => format!("in {namespace} namespace"),
+        None => "in any namespace".to_owned(),
+    }
+}
+
+/// The kinds RBAC kept the listing from, in one sentence (pure); `None` when there were none.
+fn not_searched(forbidden: &[CliError], namespace: Option<&str>) -> Option<String> {
+    let mut who = None;
+    let mut resources = Vec::new();
+    for error in forbidden {
+        if let CliError::Forbidden { user, resource, .. } = error {
+            who.get_or_insert(user.as_str());
+            resources.push(resource.as_str());
+        }
+    }
+    let who = who?;
+    Some(format!(
+        "Not searched: {who} may not list {} {} (Kubernetes RBAC), so windows on objects of {} are not shown.",
+        resources.join(", "),
+        searched(namespace),
+        if resources.len() == 1 {
+            "that kind"
+        } else {
+            "those kinds"
+        },
+    ))
 }
 
 /// What to do about labels that hold no window: they hold nothing off, but they stay until

@@ -3,14 +3,17 @@
 //! [`CliError`]s that name the server, the user, the verb and the resource.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 use crate::cli::error::CliError;
 
-/// The connection flags every cluster command takes, as kubectl spells them.
-#[derive(Debug, Args)]
+/// The connection flags every cluster command takes, as kubectl spells them. They are global,
+/// as kubectl's: accepted before the command (`driftgate --context prod backlog`) as well as
+/// after it.
+#[derive(Debug, Clone, Default, Args)]
 pub struct ConnectionArgs {
     /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long, value_name = "FILE", global = true)]
@@ -24,6 +27,107 @@ pub struct ConnectionArgs {
     /// A group to impersonate, as kubectl --as-group; repeat for more (needs --as).
     #[arg(long = "as-group", value_name = "GROUP", global = true)]
     pub as_groups: Vec<String>,
+    /// How long to wait for each request's answer, as kubectl's: a number and a unit (5s, 1m),
+    /// or whole seconds; 0 waits as long as the connection lasts.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "0",
+        global = true,
+        value_parser = request_timeout
+    )]
+    pub request_timeout: RequestTimeout,
+}
+
+/// The connection flags before the command (`driftgate --context prod backlog`): the same
+/// flags as [`ConnectionArgs`], kept apart because `serve` has its own `--request-timeout`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct LeadingConnectionArgs {
+    /// Kubeconfig to use, for the cluster command that follows (also accepted after it).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use, for the cluster command that follows.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The user to impersonate, for the cluster command that follows.
+    #[arg(long = "as", value_name = "USER")]
+    pub as_user: Option<String>,
+    /// A group to impersonate, for the cluster command that follows; repeatable.
+    #[arg(long = "as-group", value_name = "GROUP")]
+    pub as_groups: Vec<String>,
+    /// How long to wait for each request's answer, for the cluster command that follows.
+    #[arg(long, value_name = "DURATION", value_parser = request_timeout)]
+    pub request_timeout: Option<RequestTimeout>,
+}
+
+impl LeadingConnectionArgs {
+    /// Fills in what the command's own flags left unset (given after the command, they win).
+    pub fn fill(&self, connection: &mut ConnectionArgs) {
+        if connection.kubeconfig.is_none() {
+            connection.kubeconfig.clone_from(&self.kubeconfig);
+        }
+        if connection.context.is_none() {
+            connection.context.clone_from(&self.context);
+        }
+        if connection.as_user.is_none() {
+            connection.as_user.clone_from(&self.as_user);
+        }
+        let mut groups = self.as_groups.clone();
+        groups.append(&mut connection.as_groups);
+        connection.as_groups = groups;
+        if connection.request_timeout == RequestTimeout::default()
+            && let Some(timeout) = self.request_timeout
+        {
+            connection.request_timeout = timeout;
+        }
+    }
+
+    /// The first flag given, if any, as the person wrote it.
+    pub fn first_given(&self) -> Option<&'static str> {
+        if self.kubeconfig.is_some() {
+            Some("--kubeconfig")
+        } else if self.context.is_some() {
+            Some("--context")
+        } else {
+            self.client_only_flag()
+        }
+    }
+
+    /// The first flag given that only a client's requests use (not `serve`'s).
+    pub fn client_only_flag(&self) -> Option<&'static str> {
+        if self.as_user.is_some() {
+            Some("--as")
+        } else if !self.as_groups.is_empty() {
+            Some("--as-group")
+        } else if self.request_timeout.is_some() {
+            Some("--request-timeout")
+        } else {
+            None
+        }
+    }
+}
+
+/// `--request-timeout`: `None` waits as long as it takes (kubectl's default, `0`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestTimeout(pub Option<Duration>);
+
+/// kubectl's spelling: `0` for none, whole seconds (`5`), or a number and a unit (`1.5s`, `2m`).
+fn request_timeout(value: &str) -> Result<RequestTimeout, crate::timefmt::FlagDurationError> {
+    let duration = match value.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => crate::timefmt::flag_duration(value)?,
+    };
+    Ok(RequestTimeout(Some(duration).filter(|d| !d.is_zero())))
+}
+
+impl std::fmt::Display for RequestTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            // std's Debug is exact and short: 5s, 1.5s, 500ms.
+            Some(duration) => write!(f, "{duration:?}"),
+            None => f.write_str("0"),
+        }
+    }
 }
 
 /// A client for the chosen context, with what errors and defaults need from its kubeconfig.
@@ -36,6 +140,10 @@ pub struct Cluster {
     pub namespace: String,
     /// The user given with --as, if any.
     pub impersonating: Option<String>,
+    /// `--request-timeout`, for the sentence when it elapses.
+    pub request_timeout: RequestTimeout,
+    /// How long kube waits to connect, when no --request-timeout is given.
+    pub connect_timeout: Option<Duration>,
 }
 
 /// Connects as `args` say; nothing is sent to the API server yet.
@@ -110,15 +218,34 @@ pub fn cluster_for(mut config: kube::Config, args: &ConnectionArgs) -> Result<Cl
         .trim_end_matches('/')
         .to_owned();
     let namespace = config.default_namespace.clone();
-    let client = kube::Client::try_from(config).map_err(|source| CliError::Client {
+    let timeout = args.request_timeout.0;
+    if let Some(timeout) = timeout {
+        // Connecting and every read count against it too: a server that accepts and never
+        // answers, or stops halfway through a body, is given up on as one that never answers.
+        config.connect_timeout = Some(timeout);
+        config.read_timeout = Some(timeout);
+        config.write_timeout = Some(timeout);
+    }
+    let connect_timeout = config.connect_timeout;
+    let client_error = |source| CliError::Client {
         server: server.clone(),
         source,
-    })?;
+    };
+    let client = match timeout {
+        // The whole answer (up to its headers) within the timeout, as kubectl's http.Client.
+        Some(timeout) => kube::client::ClientBuilder::try_from(config)
+            .map_err(client_error)?
+            .with_layer(&tower::timeout::TimeoutLayer::new(timeout))
+            .build(),
+        None => kube::Client::try_from(config).map_err(client_error)?,
+    };
     Ok(Cluster {
         client,
         server,
         namespace,
         impersonating: args.as_user.clone(),
+        request_timeout: args.request_timeout,
+        connect_timeout,
     })
 }
 
@@ -146,6 +273,20 @@ impl Cluster {
 
     /// `error` from `attempt` as a sentence (see [`classify`]).
     pub fn error(&self, attempt: Attempt<'_>, error: kube::Error) -> CliError {
+        if timed_out(&error) {
+            let waited = match (self.request_timeout.0, self.connect_timeout) {
+                (Some(_), _) => format!("within --request-timeout {}", self.request_timeout),
+                (None, Some(connect)) => format!(
+                    "within {connect:?} of connecting (pass --request-timeout to choose how long to wait)"
+                ),
+                (None, None) => "in time".to_owned(),
+            };
+            return CliError::TimedOut {
+                server: self.server.clone(),
+                doing: attempt.doing.to_owned(),
+                waited,
+            };
+        }
         classify(attempt, error, &self.server, self.impersonating.as_deref())
     }
 }
@@ -225,6 +366,24 @@ pub fn classify(
         reason: status.reason,
         message: status.message,
     }
+}
+
+/// Whether a request failed because a timeout elapsed (--request-timeout's layer, or kube's
+/// connect, read or write timeout), anywhere in its chain of causes.
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error.is::<tower::timeout::error::Elapsed>()
+            || error.is::<tokio::time::error::Elapsed>()
+            || error
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// The deepest cause of a transport error: "Connection refused (os error 111)" rather than

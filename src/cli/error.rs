@@ -59,6 +59,19 @@ pub enum CliError {
     Note,
     #[error("--url {url:?} is not a pull request's address: {problem}")]
     PullRequestUrl { url: String, problem: &'static str },
+    #[error(
+        "{flag} was given before {command}, which uses no cluster: leave it out (it is for break-glass, suspend, resume, backlog, backport, scan and version)"
+    )]
+    LeadingFlag {
+        flag: &'static str,
+        command: &'static str,
+    },
+    #[error(
+        "{flag} was given before serve, which does not take it: before serve, only --kubeconfig and --context (serve's own --request-timeout, how long the webhook may take to answer, follows serve)"
+    )]
+    LeadingServeFlag { flag: &'static str },
+    #[error("{command} act on one record: -A does not apply; give its namespace with -n")]
+    AllNamespacesForOne { command: &'static str },
     #[error("--as-group needs --as: Kubernetes impersonates groups only together with a user")]
     GroupsWithoutUser,
     #[error("--kubeconfig {}: cannot be read: {source}", path.display())]
@@ -90,6 +103,15 @@ pub enum CliError {
         "cannot reach the API server at {server} ({cause}); is this the right context? (kubectl config current-context)"
     )]
     Unreachable { server: String, cause: String },
+    #[error(
+        "{doing} failed: the API server at {server} did not answer {waited}; is it overloaded, or is this the right context? (kubectl config current-context)"
+    )]
+    TimedOut {
+        server: String,
+        doing: String,
+        /// How long was waited, and which flag set it.
+        waited: String,
+    },
     #[error(
         "{user} may not {verb} {resource}{}: Kubernetes RBAC does not permit it. Ask a cluster admin for a Role that grants it, or check --context and --as",
         namespace.as_deref().map(|ns| format!(" in namespace {ns}")).unwrap_or_default()
@@ -152,6 +174,9 @@ impl CliError {
             | CliError::Note
             | CliError::PullRequestUrl { .. }
             | CliError::GroupsWithoutUser
+            | CliError::LeadingFlag { .. }
+            | CliError::AllNamespacesForOne { .. }
+            | CliError::LeadingServeFlag { .. }
             | CliError::Kubeconfig { .. }
             | CliError::NoSuchContext { .. }
             | CliError::KubeconfigUnusable { .. }
@@ -161,7 +186,7 @@ impl CliError {
             | CliError::UnknownKind { .. }
             | CliError::Invalid { .. }
             | CliError::Client { .. } => exit::BAD_INPUT,
-            CliError::Unreachable { .. } => exit::UNREACHABLE,
+            CliError::Unreachable { .. } | CliError::TimedOut { .. } => exit::UNREACHABLE,
             CliError::Forbidden { .. } => exit::FORBIDDEN,
             CliError::ApiServer { .. }
             | CliError::Request { .. }

@@ -36,6 +36,10 @@ use policy::PolicyCommand;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// The connection flags given before the command (`driftgate --context prod backlog`),
+    /// as kubectl takes its global flags; see [`Command::take_connection`].
+    #[command(flatten)]
+    pub connection: cluster::LeadingConnectionArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -46,8 +50,7 @@ pub enum Command {
     #[command(subcommand)]
     Policy(PolicyCommand),
     /// Open, close or list break-glass windows, with your own kubeconfig.
-    #[command(subcommand)]
-    BreakGlass(break_glass::BreakGlassCommand),
+    BreakGlass(break_glass::BreakGlassArgs),
     /// Suspend the GitOps controller's reconciliation of one object, as a break-glass window:
     /// `suspend kustomization/apps -n flux-system --for 1h --reason "INC-1: ..."`.
     Suspend(suspend::SuspendArgs),
@@ -77,6 +80,79 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Hands the connection flags given before the command to it. A flag given again after the
+    /// command wins there (kubectl keeps the last); a command that uses no cluster refuses them
+    /// rather than ignoring them.
+    pub fn take_connection(
+        &mut self,
+        leading: &cluster::LeadingConnectionArgs,
+    ) -> Result<(), error::CliError> {
+        use break_glass::BreakGlassCommand;
+        let connection = match self {
+            Command::BreakGlass(args) => match &mut args.command {
+                BreakGlassCommand::Open(args) => &mut args.target.connection,
+                BreakGlassCommand::Close(args) => &mut args.connection,
+                BreakGlassCommand::List(args) => &mut args.connection,
+            },
+            Command::Suspend(args) => &mut args.target.connection,
+            Command::Resume(args) => &mut args.connection,
+            Command::Backlog(args) => &mut args.connection,
+            Command::Backport(args) => &mut args.connection,
+            Command::Scan(args) => &mut args.connection,
+            Command::Version(args) => &mut args.connection,
+            // serve takes --kubeconfig and --context only; its --request-timeout is the
+            // webhook's answer, not a client's wait.
+            Command::Serve(args) => {
+                if let Some(flag) = leading.client_only_flag() {
+                    return Err(error::CliError::LeadingServeFlag { flag });
+                }
+                if args.kubeconfig.is_none() {
+                    args.kubeconfig.clone_from(&leading.kubeconfig);
+                }
+                if args.context.is_none() {
+                    args.context.clone_from(&leading.context);
+                }
+                return Ok(());
+            }
+            Command::Eval(_)
+            | Command::Policy(_)
+            | Command::Certs(_)
+            | Command::Crd
+            | Command::Completion { .. } => {
+                return match leading.first_given() {
+                    Some(flag) => Err(error::CliError::LeadingFlag {
+                        flag,
+                        command: self.name(),
+                    }),
+                    None => Ok(()),
+                };
+            }
+        };
+        leading.fill(connection);
+        Ok(())
+    }
+
+    /// The command's name, for sentences.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Eval(_) => "eval",
+            Command::Policy(_) => "policy",
+            Command::BreakGlass(_) => "break-glass",
+            Command::Suspend(_) => "suspend",
+            Command::Resume(_) => "resume",
+            Command::Backlog(_) => "backlog",
+            Command::Backport(_) => "backport",
+            Command::Scan(_) => "scan",
+            Command::Serve(_) => "serve",
+            Command::Certs(_) => "certs",
+            Command::Crd => "crd",
+            Command::Version(_) => "version",
+            Command::Completion { .. } => "completion",
+        }
+    }
+}
+
 /// How the person ran this binary, for the commands its hints print: `kubectl driftgate` when
 /// kubectl ran it as its plugin (`kubectl-driftgate`), `driftgate` otherwise.
 pub fn program_name(argv0: Option<&std::ffi::OsStr>) -> &'static str {
@@ -90,16 +166,20 @@ pub fn program_name(argv0: Option<&std::ffi::OsStr>) -> &'static str {
 }
 
 /// Runs the parsed command line and returns the process exit code.
-pub fn run(cli: Cli) -> ExitCode {
+pub fn run(mut cli: Cli) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let program = program_name(std::env::args_os().next().as_deref());
+    if let Err(error) = cli.command.take_connection(&cli.connection) {
+        eprintln!("{program}: {error}");
+        return ExitCode::from(error.exit_code());
+    }
     match cli.command {
         Command::Eval(args) => eval::eval(&args, &mut out),
         Command::Policy(PolicyCommand::Check { paths }) => policy::policy_check(&paths, &mut out),
         Command::Policy(PolicyCommand::Test { path }) => policy::policy_test(&path, &mut out),
         Command::Serve(args) => serve(args),
-        Command::BreakGlass(command) => break_glass(&command, program, &mut out),
+        Command::BreakGlass(args) => break_glass(&args.into_command(), program, &mut out),
         Command::Suspend(args) => run_cluster(
             program,
             "suspend",
@@ -114,37 +194,12 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Backport(args) => run_cluster(program, "backport", backport::run(&args, &mut out)),
         Command::Scan(args) => scan::main(&args, program, &mut out),
         Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, &mut out),
-        Command::Version(args) => version(&args, &mut out),
+        Command::Version(args) => run_cluster(program, "version", version::run(&args, &mut out)),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "driftgate", &mut out);
             ExitCode::SUCCESS
         }
         Command::Crd => crd::print(&mut out),
-    }
-}
-
-/// Runs an async command on a current-thread Tokio runtime and maps its result to an exit code,
-/// printing the error as `driftgate COMMAND: error`.
-fn run_async<F>(command: &str, future: F) -> ExitCode
-where
-    F: std::future::Future<Output = Result<()>>,
-{
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("driftgate {command}: cannot start the runtime: {error}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(future) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("driftgate {command}: {error}");
-            ExitCode::from(1)
-        }
     }
 }
 
@@ -178,13 +233,11 @@ fn break_glass(
         match command {
             BreakGlassCommand::Open(args) => tool::open(args, program, out).await,
             BreakGlassCommand::Close(args) => tool::close(args, out).await,
-            BreakGlassCommand::List(args) => tool::list(args, program, out).await,
+            BreakGlassCommand::List(args) => {
+                tool::list(args, program, out, &mut std::io::stderr()).await
+            }
         }
     })
-}
-
-fn version(args: &version::VersionArgs, out: &mut impl Write) -> ExitCode {
-    run_async("version", version::run(args, out))
 }
 
 /// `serve` on a multi-threaded runtime. Its fatal error is one log line, in the log's format

@@ -10,9 +10,9 @@ pub enum OutputFormat {
     Table,
     /// The table with more columns.
     Wide,
-    /// A JSON array of the entries.
+    /// kubectl's List in JSON: `apiVersion: v1`, `kind: List`, the entries as `items`.
     Json,
-    /// A YAML sequence of the entries.
+    /// kubectl's List in YAML.
     Yaml,
     /// One `kind.group/name` per line, for scripts (as kubectl -o name).
     Name,
@@ -38,16 +38,56 @@ pub trait Listed: Serialize {
     fn qualified_name(&self) -> String;
 }
 
-/// `entries` in `args`' format; `empty` is what a table says when there are none.
-pub fn render<T: Listed>(entries: &[T], args: &OutputArgs, empty: &str) -> String {
-    match args.output {
-        OutputFormat::Json => {
-            let mut json = serde_json::to_string_pretty(entries).expect("entries serialize");
+/// kubectl's `List` (what `kubectl get -o json|yaml` prints): every listing's `-o json|yaml`,
+/// with what the listing says beside its entries (`extra`, flattened) after `items`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeList<'a, T: Serialize, E: Serialize> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: ListMeta,
+    items: &'a [T],
+    #[serde(flatten)]
+    extra: E,
+}
+
+/// A List's `metadata`: empty, as kubectl's for a listing of several kinds.
+#[derive(Serialize)]
+struct ListMeta {}
+
+/// Nothing beside a List's items.
+#[derive(Serialize)]
+pub struct NoExtra {}
+
+impl<'a, T: Serialize, E: Serialize> KubeList<'a, T, E> {
+    pub fn new(items: &'a [T], extra: E) -> Self {
+        KubeList {
+            api_version: "v1",
+            kind: "List",
+            metadata: ListMeta {},
+            items,
+            extra,
+        }
+    }
+
+    /// As YAML when `yaml`, else as JSON.
+    pub fn to_text(&self, yaml: bool) -> String {
+        if yaml {
+            serde_saphyr::to_string(self).expect("a listing serializes")
+        } else {
+            let mut json = serde_json::to_string_pretty(self).expect("a listing serializes");
             json.push('\n');
             json
         }
-        OutputFormat::Yaml if entries.is_empty() => "[]\n".to_owned(),
-        OutputFormat::Yaml => serde_saphyr::to_string(&entries).expect("entries serialize"),
+    }
+}
+
+/// `entries` in `args`' format; `empty` is what a table says when there are none.
+pub fn render<T: Listed>(entries: &[T], args: &OutputArgs, empty: &str) -> String {
+    match args.output {
+        OutputFormat::Json | OutputFormat::Yaml => {
+            KubeList::new(entries, NoExtra {}).to_text(args.output == OutputFormat::Yaml)
+        }
         OutputFormat::Name => entries
             .iter()
             .map(|e| format!("{}\n", e.qualified_name()))
@@ -161,8 +201,10 @@ mod tests {
         );
         let json: serde_json::Value =
             serde_json::from_str(&render(&fruit(), &args(OutputFormat::Json, false), "")).unwrap();
+        assert_eq!(json["apiVersion"], "v1");
+        assert_eq!(json["kind"], "List");
         assert_eq!(
-            json[1],
+            json["items"][1],
             serde_json::json!({"name": "fig", "colour": "purple"})
         );
         let yaml: serde_json::Value =
@@ -178,8 +220,14 @@ mod tests {
             render(&none, &args(OutputFormat::Table, true), "Nothing."),
             "Nothing.\n"
         );
-        assert_eq!(render(&none, &args(OutputFormat::Json, false), ""), "[]\n");
-        assert_eq!(render(&none, &args(OutputFormat::Yaml, false), ""), "[]\n");
+        let empty =
+            serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": []});
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&none, &args(OutputFormat::Json, false), "")).unwrap();
+        assert_eq!(json, empty);
+        let yaml: serde_json::Value =
+            serde_saphyr::from_str(&render(&none, &args(OutputFormat::Yaml, false), "")).unwrap();
+        assert_eq!(yaml, empty);
         assert_eq!(render(&none, &args(OutputFormat::Name, false), ""), "");
     }
 }

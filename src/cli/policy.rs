@@ -7,11 +7,15 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::cli::testsuite;
-use crate::policy::PolicySet;
+use crate::policy::{PolicyInput, PolicySet};
+
+/// What `-` is called in errors, as `eval -` says it.
+const STANDARD_INPUT: &str = "standard input";
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
-    /// Validate policy files; every problem is listed as file:line: field: problem.
+    /// Validate policy files; every problem is listed as file:line: field: problem. `-` reads
+    /// the policies from standard input.
     Check {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
@@ -25,7 +29,30 @@ pub enum PolicyCommand {
 
 /// Exit 0 when every path holds valid policies, 1 with every problem listed otherwise.
 pub fn policy_check(paths: &[PathBuf], out: &mut impl Write) -> ExitCode {
-    match PolicySet::load_all(paths) {
+    let mut inputs = Vec::new();
+    let mut stdin_read = false;
+    for path in paths {
+        if path.as_os_str() != "-" {
+            inputs.push(PolicyInput::Path(path.clone()));
+            continue;
+        }
+        // Standard input can be read once; a second `-` would check nothing.
+        if stdin_read {
+            continue;
+        }
+        stdin_read = true;
+        let mut text = String::new();
+        if let Err(error) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
+            eprintln!("{STANDARD_INPUT}:0: (file): cannot be read: {error}");
+            eprintln!("1 problem found");
+            return ExitCode::from(1);
+        }
+        inputs.push(PolicyInput::Text {
+            name: STANDARD_INPUT.to_owned(),
+            text,
+        });
+    }
+    match PolicySet::load_inputs(&inputs) {
         Ok(set) => {
             for policy in set.policies() {
                 for warning in policy.warnings() {
@@ -50,8 +77,8 @@ pub fn policy_check(paths: &[PathBuf], out: &mut impl Write) -> ExitCode {
                 } else {
                     "policies"
                 },
-                set.sources().len(),
-                if set.sources().len() == 1 {
+                set.sources().len() + usize::from(stdin_read),
+                if set.sources().len() + usize::from(stdin_read) == 1 {
                     "file"
                 } else {
                     "files"

@@ -327,24 +327,46 @@ fn kind_words(resource: &ApiResource) -> String {
 }
 
 /// The report in `args`' format: the whole report for JSON and YAML, one row per finding else.
+/// What `-o json|yaml` says beside the objects: whether there is drift, and what was scanned.
+#[derive(Serialize)]
+struct ScanSummary<'a> {
+    drift: bool,
+    scanned: &'a [ScannedNamespace],
+}
+
 pub fn render_report(report: &ScanReport, args: &OutputArgs) -> String {
     match args.output {
-        OutputFormat::Json => {
-            let mut json = serde_json::to_string_pretty(report).expect("the report serializes");
-            json.push('\n');
-            json
-        }
-        OutputFormat::Yaml => serde_saphyr::to_string(report).expect("the report serializes"),
+        // kubectl's List of the objects with findings, the scan's summary beside them.
+        OutputFormat::Json | OutputFormat::Yaml => crate::cli::output::KubeList::new(
+            &report.objects,
+            ScanSummary {
+                drift: report.drift,
+                scanned: &report.scanned,
+            },
+        )
+        .to_text(args.output == OutputFormat::Yaml),
         OutputFormat::Name => {
             let mut names: Vec<String> = rows(report).iter().map(Row::qualified_name).collect();
             names.dedup();
             names.iter().map(|n| format!("{n}\n")).collect()
         }
-        OutputFormat::Table | OutputFormat::Wide => render(
-            &rows(report),
-            args,
-            "No drift: every field is the controllers', a delegation's or Kubernetes' own.",
-        ),
+        OutputFormat::Table | OutputFormat::Wide => {
+            let namespaces: Vec<&str> = report
+                .scanned
+                .iter()
+                .map(|s| s.namespace.as_str())
+                .collect();
+            // Where it looked, as kubectl's "No resources found in shop namespace."
+            let searched = match namespaces.as_slice() {
+                [] => "in no namespace (the policy guards none)".to_owned(),
+                [one] => format!("in {one} namespace"),
+                many => format!("in namespaces {}", many.join(", ")),
+            };
+            let empty = format!(
+                "No drift {searched}: every field is the controllers', a delegation's or Kubernetes' own."
+            );
+            render(&rows(report), args, &empty)
+        }
     }
 }
 
@@ -621,7 +643,18 @@ mod tests {
         };
         assert_eq!(
             render_report(&empty, &args(OutputFormat::Table)),
-            "No drift: every field is the controllers', a delegation's or Kubernetes' own.\n"
+            "No drift in no namespace (the policy guards none): every field is the controllers', a delegation's or Kubernetes' own.\n"
+        );
+        let one = ScanReport {
+            drift: false,
+            scanned: report().scanned,
+            objects: Vec::new(),
+        };
+        assert!(
+            render_report(&one, &args(OutputFormat::Table))
+                .starts_with("No drift in shop namespace: "),
+            "{}",
+            render_report(&one, &args(OutputFormat::Table))
         );
         assert!(render_report(&empty, &args(OutputFormat::Json)).contains("\"drift\": false"));
     }

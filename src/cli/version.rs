@@ -130,11 +130,12 @@ pub fn server_versions(deployments: &[Deployment]) -> Vec<ServerVersion> {
         .collect()
 }
 
-/// The report from the client and the outcome of the server lookup (pure).
+/// The report from the client and the outcome of the server lookup, its failure in words
+/// (pure).
 pub fn report(
     client: ClientVersion,
     namespace: &str,
-    lookup: Option<Result<Vec<ServerVersion>, ServerLookupError>>,
+    lookup: Option<Result<Vec<ServerVersion>, String>>,
 ) -> VersionReport {
     let (server, server_note) = match lookup {
         None => (None, None),
@@ -146,7 +147,7 @@ pub fn report(
             )),
         ),
         Some(Ok(servers)) => (Some(servers), None),
-        Some(Err(error)) => (None, Some(format!("server version unavailable: {error}"))),
+        Some(Err(note)) => (None, Some(note)),
     };
     VersionReport {
         client,
@@ -213,18 +214,34 @@ async fn lookup_servers(args: &VersionArgs) -> Result<Vec<ServerVersion>, Server
     Ok(server_versions(&listed.items))
 }
 
-/// Prints the report; an unreachable cluster is a note, not a failure (as `kubectl version`).
-pub async fn run(args: &VersionArgs, out: &mut impl Write) -> crate::Result<()> {
+/// Prints the report. As `kubectl version`: the client's version is printed whatever happens,
+/// and a server version that cannot be read (no configuration, unreachable, RBAC) fails the
+/// command with its sentence and exit code; none installed is a note, and exit 0.
+pub async fn run(args: &VersionArgs, out: &mut impl Write) -> Result<(), CliError> {
     let lookup = if args.client {
         None
     } else {
         Some(lookup_servers(args).await)
     };
-    let report = report(ClientVersion::of_this_build(), &args.namespace, lookup);
-    write!(out, "{}", render(&report, args.output)).map_err(|e| crate::Error::Write {
-        path: "stdout".into(),
-        source: e,
-    })
+    let (lookup, failure) = match lookup {
+        Some(Err(error)) => {
+            let note = format!("server version unavailable: {error}");
+            let cause = match error {
+                ServerLookupError::Connect(cause) | ServerLookupError::List(cause) => cause,
+            };
+            (Some(Err(note)), Some(cause))
+        }
+        Some(Ok(servers)) => (Some(Ok(servers)), None),
+        None => (None, None),
+    };
+    let mut report = report(ClientVersion::of_this_build(), &args.namespace, lookup);
+    // The failure goes to standard error; in JSON and YAML it stays beside the client's version.
+    if failure.is_some() && args.output == VersionFormat::Text {
+        report.server_note = None;
+    }
+    let _ = write!(out, "{}", render(&report, args.output));
+    let _ = out.flush();
+    failure.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]

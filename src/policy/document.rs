@@ -11,6 +11,46 @@ use serde_saphyr::Spanned;
 pub const API_VERSION: &str = "driftgate.dev/v1alpha1";
 pub const KIND: &str = "GatePolicy";
 
+/// A boolean written unquoted (`true`, `false`). A quoted `"no"` is a string, to JSON, to the
+/// API server's schema for GatePolicy objects and to YAML 1.2 readers, however YAML 1.1 reads
+/// it; read as false here, a file would mean something else than the same policy applied as an
+/// object, so it is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flag(pub bool);
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Flag, D::Error> {
+        struct Unquoted;
+        impl serde::de::Visitor<'_> for Unquoted {
+            type Value = Flag;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true or false, unquoted")
+            }
+            fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<Flag, E> {
+                Ok(Flag(value))
+            }
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<Flag, E> {
+                Err(E::custom(format!(
+                    "\"{value}\" is a string, not a boolean; write true or false, unquoted"
+                )))
+            }
+        }
+        deserializer.deserialize_any(Unquoted)
+    }
+}
+
+/// `serde(deserialize_with)` for a `bool` field: [`Flag`]'s rule.
+pub fn unquoted_bool<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    Flag::deserialize(deserializer).map(|flag| flag.0)
+}
+
+/// `serde(deserialize_with)` for an `Option<bool>` field: [`Flag`]'s rule.
+pub fn unquoted_option_bool<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<bool>, D::Error> {
+    Option::<Flag>::deserialize(deserializer).map(|flag| flag.map(|f| f.0))
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GatePolicyDocument {
@@ -123,7 +163,7 @@ pub struct ControllerSpec {
     /// controllers, whose next apply would revert the emergency change; false for Kubernetes'
     /// own controllers, which never revert it and must keep the namespace working.
     #[serde(default)]
-    pub held_by_windows: Option<Spanned<bool>>,
+    pub held_by_windows: Option<Spanned<Flag>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -147,13 +187,13 @@ pub struct BreakGlassSpec {
     pub label: Option<Spanned<String>>,
     #[serde(default)]
     pub reason_annotation: Option<Spanned<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unquoted_option_bool")]
     pub require_reason: Option<bool>,
     pub max_duration: Spanned<String>,
     pub openers: Spanned<IdentitySpec>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unquoted_option_bool")]
     pub hold_controller: Option<bool>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unquoted_option_bool")]
     pub namespace_wide: Option<bool>,
     /// Refuse the controller's writes that would revert a recorded emergency change for this
     /// long after its window ends (default: admit them, and announce the revert).
@@ -161,7 +201,7 @@ pub struct BreakGlassSpec {
     pub refuse_reverts_for: Option<Spanned<String>>,
     /// Keep the new values themselves in the backport record, not only their digests (never
     /// for Secrets).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unquoted_option_bool")]
     pub record_values: Option<bool>,
     /// A regular expression every reason must match (e.g. a ticket id: `^INC-[0-9]+: `).
     #[serde(default)]
@@ -268,7 +308,7 @@ pub struct SuspensionMarkerSpec {
     pub values: Option<Vec<Spanned<String>>>,
     /// Compare values regardless of case, as Go's `strings.EqualFold` (Unicode simple case
     /// folding), which Flux uses. Default false: exactly.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unquoted_bool")]
     pub ignore_case: bool,
 }
 

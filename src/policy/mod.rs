@@ -409,43 +409,45 @@ impl PolicySet {
     }
 
     pub fn load_all(paths: &[PathBuf]) -> Result<PolicySet, PolicyErrors> {
+        let inputs: Vec<PolicyInput> = paths.iter().cloned().map(PolicyInput::Path).collect();
+        Self::load_inputs(&inputs)
+    }
+
+    /// [`PolicySet::load_all`] with text already read (`policy check -`, standard input).
+    pub fn load_inputs(inputs: &[PolicyInput]) -> Result<PolicySet, PolicyErrors> {
         let mut errors = Vec::new();
+        let mut texts = Vec::new();
         let mut files = Vec::new();
-        for path in paths {
-            match policy_files(path) {
-                Ok(found) => files.extend(found),
-                Err(error) => errors.push(error),
+        for input in inputs {
+            match input {
+                PolicyInput::Path(path) => match policy_files(path) {
+                    Ok(found) => {
+                        for file in found {
+                            let name = file.display().to_string();
+                            match std::fs::read_to_string(&file) {
+                                Ok(text) => texts.push((name, text)),
+                                Err(error) => errors
+                                    .push(file_error(&name, format!("cannot be read: {error}"))),
+                            }
+                            files.push(file);
+                        }
+                    }
+                    Err(error) => errors.push(error),
+                },
+                PolicyInput::Text { name, text } => texts.push((name.clone(), text.clone())),
             }
         }
         let mut policies = Vec::new();
-        for file in &files {
-            let name = file.display().to_string();
-            match std::fs::read_to_string(file) {
-                Ok(text) => match compile_file(&name, &text) {
-                    Ok(found) => policies.extend(found),
-                    Err(found) => errors.extend(found.0),
-                },
-                Err(error) => errors.push(file_error(&name, format!("cannot be read: {error}"))),
+        let mut names = Vec::new();
+        for (name, text) in &texts {
+            match compile_text(name, text, &mut names) {
+                Ok(found) => policies.extend(found),
+                Err(found) => errors.extend(found.0),
             }
         }
-        let mut seen: BTreeMap<String, String> = BTreeMap::new();
-        for policy in &policies {
-            if let Some(first) = seen.insert(policy.name.clone(), policy.source.clone()) {
-                errors.push(PolicyError {
-                    file: policy.source.clone(),
-                    line: 0,
-                    document: 0,
-                    policy: Some(policy.name.clone()),
-                    field: "metadata.name".into(),
-                    problem: format!(
-                        "policy name \"{}\" is already used in {first}; names must be unique",
-                        policy.name
-                    ),
-                });
-            }
-        }
+        errors.extend(duplicate_names(&names));
         if errors.is_empty() && policies.is_empty() {
-            let names: Vec<_> = paths.iter().map(|p| p.display().to_string()).collect();
+            let names: Vec<_> = inputs.iter().map(PolicyInput::name).collect();
             errors.push(file_error(
                 &names.join(", "),
                 "holds no GatePolicy: write at least one policy".into(),
@@ -492,13 +494,78 @@ impl PolicySet {
 
     /// Compiles policies from YAML text (one or more documents); `source` names it in errors.
     pub fn from_yaml(source: &str, text: &str) -> Result<PolicySet, PolicyErrors> {
-        let mut policies = compile_file(source, text)?;
+        let mut names = Vec::new();
+        let compiled = compile_text(source, text, &mut names);
+        let duplicates = duplicate_names(&names);
+        let mut policies = match compiled {
+            Ok(policies) if duplicates.is_empty() => policies,
+            Ok(_) => return Err(PolicyErrors(duplicates)),
+            Err(mut errors) => {
+                errors.0.extend(duplicates);
+                return Err(errors);
+            }
+        };
         policies.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(PolicySet {
             policies,
             sources: Vec::new(),
         })
     }
+}
+
+/// Where policies are read from: a file or directory, or text already read.
+#[derive(Clone, Debug)]
+pub enum PolicyInput {
+    Path(PathBuf),
+    /// `name` says where the text came from in errors (`standard input`).
+    Text {
+        name: String,
+        text: String,
+    },
+}
+
+impl PolicyInput {
+    fn name(&self) -> String {
+        match self {
+            PolicyInput::Path(path) => path.display().to_string(),
+            PolicyInput::Text { name, .. } => name.clone(),
+        }
+    }
+}
+
+/// Where a document names its policy: read even when the document has other problems, so that
+/// a name used twice is reported beside them.
+#[derive(Clone, Debug)]
+struct NamedDocument {
+    name: String,
+    file: String,
+    line: u64,
+    document: usize,
+}
+
+/// Every document that reuses a name an earlier one has, at its own `metadata.name` line.
+fn duplicate_names(names: &[NamedDocument]) -> Vec<PolicyError> {
+    let mut seen: BTreeMap<&str, &NamedDocument> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for named in names {
+        match seen.get(named.name.as_str()) {
+            None => {
+                seen.insert(&named.name, named);
+            }
+            Some(first) => errors.push(PolicyError {
+                file: named.file.clone(),
+                line: named.line,
+                document: named.document,
+                policy: Some(named.name.clone()),
+                field: "metadata.name".into(),
+                problem: format!(
+                    "policy name \"{}\" is already used at {}:{} (document {}); names must be unique",
+                    named.name, first.file, first.line, first.document
+                ),
+            }),
+        }
+    }
+    errors
 }
 
 fn file_error(file: &str, problem: String) -> PolicyError {
@@ -537,7 +604,13 @@ fn policy_files(path: &Path) -> Result<Vec<PathBuf>, PolicyError> {
     Ok(files)
 }
 
-fn compile_file(source: &str, text: &str) -> Result<Vec<GatePolicy>, PolicyErrors> {
+/// The policies of one file's text; each document's name, where it has one, is added to
+/// `names` (for [`duplicate_names`], across files).
+fn compile_text(
+    source: &str,
+    text: &str,
+    names: &mut Vec<NamedDocument>,
+) -> Result<Vec<GatePolicy>, PolicyErrors> {
     let mut errors = Vec::new();
     let mut policies = Vec::new();
     for document in reading::documents(text) {
@@ -546,9 +619,19 @@ fn compile_file(source: &str, text: &str) -> Result<Vec<GatePolicy>, PolicyError
             file: source,
             document: document.number,
             policy: None,
+            name_line: None,
             errors: &mut errors,
         };
-        let Some(parsed) = check.read(&document.text) else {
+        let parsed = check.read(&document.text);
+        if let (Some(name), Some(line)) = (check.policy.clone(), check.name_line) {
+            names.push(NamedDocument {
+                name,
+                file: source.to_owned(),
+                line,
+                document: document.number,
+            });
+        }
+        let Some(parsed) = parsed else {
             continue;
         };
         let policy = check.policy(parsed);
@@ -621,6 +704,8 @@ struct Checker<'a> {
     file: &'a str,
     document: usize,
     policy: Option<String>,
+    /// The line of the document's `metadata.name`, when it has one.
+    name_line: Option<u64>,
     errors: &'a mut Vec<PolicyError>,
 }
 
@@ -678,11 +763,15 @@ impl Checker<'_> {
                 return None;
             }
         };
-        self.policy = outline
+        let name = outline
             .get("metadata")
-            .and_then(|metadata| metadata.value.get("name"))
-            .and_then(|name| name.value.text())
-            .map(str::to_owned);
+            .and_then(|metadata| metadata.value.get("name"));
+        self.policy = name.and_then(|name| name.value.text()).map(str::to_owned);
+        // Only a GatePolicy's name can clash with another's.
+        let is_policy = outline.get("kind").and_then(|k| k.value.text()) == Some(KIND);
+        self.name_line = name
+            .filter(|_| is_policy)
+            .map(|name| name.referenced.line());
         let text_of = |key| outline.get(key).and_then(|v| v.value.text());
         if let (Some(api_version), Some(kind)) = (outline.get("apiVersion"), text_of("kind"))
             && let Some(problem) = api_version
@@ -1125,7 +1214,7 @@ impl Checker<'_> {
                     .iter()
                     .map(|s| s.value.clone())
                     .collect(),
-                held_by_windows: spec.held_by_windows.as_ref().is_none_or(|h| h.value),
+                held_by_windows: spec.held_by_windows.as_ref().is_none_or(|h| h.value.0),
             });
         }
         out
@@ -1136,7 +1225,7 @@ impl Checker<'_> {
     fn held_by_windows_has_effect(
         &mut self,
         field: &str,
-        held: &Spanned<bool>,
+        held: &Spanned<document::Flag>,
         holds: Option<bool>,
     ) {
         let problem = match holds {

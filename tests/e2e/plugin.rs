@@ -50,7 +50,7 @@ fn kubectl_driftgate_runs_the_binary_as_a_plugin() {
     );
     assert_eq!(
         String::from_utf8_lossy(&backlog.stdout),
-        "Nothing to backport.\n"
+        "Nothing to backport in plugin-empty namespace.\n"
     );
     std::fs::remove_dir_all(&bin).unwrap();
 }
@@ -314,11 +314,15 @@ fn kubectl_driftgate_speaks_kubectls_flags_formats_and_errors() {
     ]);
     assert_eq!(code, Some(0), "{stderr}");
     let json: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(json.as_array().map(Vec::len), Some(1), "{json}");
-    assert_eq!(json[0]["namespace"], ns_b);
-    assert_eq!(json[0]["kind"], "ConfigMap");
-    assert_eq!(json[0]["state"], "open");
-    assert_eq!(json[0]["reason"], reason);
+    // kubectl's List, as `kubectl get -o json` prints.
+    assert_eq!(json["apiVersion"], "v1", "{json}");
+    assert_eq!(json["kind"], "List", "{json}");
+    let items = &json["items"];
+    assert_eq!(items.as_array().map(Vec::len), Some(1), "{json}");
+    assert_eq!(items[0]["namespace"], ns_b);
+    assert_eq!(items[0]["kind"], "ConfigMap");
+    assert_eq!(items[0]["state"], "open");
+    assert_eq!(items[0]["reason"], reason);
     let (code, stdout, stderr) = run(&[
         "break-glass",
         "list",
@@ -389,7 +393,10 @@ fn kubectl_driftgate_speaks_kubectls_flags_formats_and_errors() {
         "sre-oncall",
     ]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(stdout, "Nothing to backport.\n");
+    assert_eq!(
+        stdout,
+        format!("Nothing to backport in {ns_a} namespace.\n")
+    );
     let (code, _, stderr) = open(
         "configmap/plugin-settings",
         &["--context", "live", "--as", "carol"],
@@ -429,15 +436,17 @@ fn kubectl_driftgate_speaks_kubectls_flags_formats_and_errors() {
         "{stderr}"
     );
 
-    // version still exits 0 when RBAC refuses it, and its note is the same sentence.
+    // version prints the client's version and fails as kubectl version does when the server's
+    // cannot be read: RBAC's sentence, exit 4.
     let (code, stdout, stderr) = run(&["version", "--context", "live", "--as", "carol"]);
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(4), "{stdout}{stderr}");
+    assert!(stdout.starts_with("Client Version: "), "{stdout}");
     assert!(
-        stdout.contains(
-            "Note: server version unavailable: carol may not list deployments.apps in namespace \
+        stderr.starts_with(
+            "kubectl driftgate version: carol may not list deployments.apps in namespace \
              driftgate-system: Kubernetes RBAC does not permit it."
         ),
-        "{stdout}"
+        "{stderr}"
     );
 
     let (code, stdout, stderr) = run(&[

@@ -401,12 +401,8 @@ fn a_killed_kustomize_controller_is_seen_by_every_replica_by_backlog_and_after_a
         "{}",
         alice.stdout
     );
-    assert_eq!(
-        lines.last(),
-        Some(&"Nothing to backport."),
-        "{}",
-        alice.stdout
-    );
+    let nothing = format!("Nothing to backport in {ns} namespace.");
+    assert_eq!(lines.last(), Some(&nothing.as_str()), "{}", alice.stdout);
     let json = driftgate_cli(
         ALICE,
         &[
@@ -445,7 +441,10 @@ fn a_killed_kustomize_controller_is_seen_by_every_replica_by_backlog_and_after_a
         ],
     )
     .ok();
-    assert_eq!(bob.stdout, "Nothing to backport.\n");
+    assert_eq!(
+        bob.stdout,
+        format!("Nothing to backport in {ns} namespace.\n")
+    );
     assert_eq!(
         bob.stderr.trim_end(),
         format!(

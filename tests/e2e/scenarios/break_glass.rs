@@ -721,7 +721,8 @@ async fn an_expired_label_is_listed_with_its_removal_counted_and_removed_without
     ))
     .ok();
     let rows: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
-    assert_eq!(rows[0]["removeWith"], command.as_str(), "{rows}");
+    assert_eq!(rows["kind"], "List", "{rows}");
+    assert_eq!(rows["items"][0]["removeWith"], command.as_str(), "{rows}");
 
     // Flux's next apply shows driftgate the label, past its expiry: counted.
     show(flux_apply(&namespace_with_api(ns))).ok();

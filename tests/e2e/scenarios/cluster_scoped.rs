@@ -196,7 +196,7 @@ async fn a_policy_guards_cluster_roles_and_crds_with_windows_on_the_object() {
     assert_denied(
         &bob,
         &format!(
-            "bob may not update ClusterRole {ROLE}: only the GitOps controller (flux) writes here (policy \"platform\", rule NotPermitted). Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): driftgate break-glass open clusterroles.rbac.authorization.k8s.io/{ROLE} --for 1h --reason \"INC-…: what and why\" (policy owner: team-platform)."
+            "bob may not update ClusterRole {ROLE}: only its controllers (flux) write here (policy \"platform\", rule NotPermitted). Change it in Git, or, in an emergency, open a break-glass window (group sre-oncall may): driftgate break-glass open clusterroles.rbac.authorization.k8s.io/{ROLE} --for 1h --reason \"INC-…: what and why\" (policy owner: team-platform)."
         ),
         "NotPermitted",
     );

@@ -150,7 +150,7 @@ async fn a_kustomization_is_changed_only_under_a_window_and_the_real_flux_applie
     assert_denied(
         &refused,
         &format!(
-            "bob may not update Kustomization {FLUX_NAMESPACE}/{NAME}: only the GitOps controller (flux) writes here (policy \"gitops\", rule NotPermitted)"
+            "bob may not update Kustomization {FLUX_NAMESPACE}/{NAME}: only its controllers (flux) write here (policy \"gitops\", rule NotPermitted)"
         ),
         "NotPermitted",
     );

@@ -257,8 +257,9 @@ async fn scan_reports_drift_fights_and_never_applied_objects_and_not_delegations
     let out = scan(&["-A", "-o", "json"]);
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     let report = json(&out);
+    assert_eq!(report["kind"], "List", "{report}");
     assert_eq!(report["drift"], true);
-    let mine: Vec<&Value> = report["objects"]
+    let mine: Vec<&Value> = report["items"]
         .as_array()
         .unwrap()
         .iter()
@@ -318,7 +319,7 @@ async fn a_clean_namespace_exits_0_after_every_page_of_every_kind_is_read() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let report = json(&out);
     assert_eq!(report["drift"], false);
-    assert_eq!(report["objects"], serde_json::json!([]));
+    assert_eq!(report["items"], serde_json::json!([]));
     let scanned = &report["scanned"][0];
     assert_eq!(scanned["objects"], 9, "{scanned}");
     assert_eq!(scanned["pages"], 5, "{scanned}");
@@ -399,7 +400,7 @@ async fn with_the_example_policy_a_normal_day_shows_only_the_replicas_git_and_th
         serde_json::json!(["ServiceAccount/default"])
     );
     assert_eq!(
-        report["objects"],
+        report["items"],
         serde_json::json!([{
             "apiVersion": "apps/v1", "kind": "Deployment", "namespace": ns, "name": "api",
             "policy": "production",
