@@ -1993,7 +1993,8 @@ fn schema_differences(
             "array"
         } else if ty.contains("BTreeMap<") || structs.keys().any(|s| ty.contains(s.as_str())) {
             "object"
-        } else if ty.contains("bool") {
+        } else if ty.contains("bool") || ty.contains("<Flag>") {
+            // `Flag`: a boolean that refuses a quoted "no" (src/policy/document.rs).
             "boolean"
         } else if ty.contains("u32") {
             "integer"
