@@ -124,26 +124,28 @@ fn kubectl_driftgate_version_reads_the_installed_deployment() {
         "{text}"
     );
 
-    // Nothing listens on the port: the client part and a one-line note, exit 0.
+    // Nothing listens on the port: the client part on stdout, then it fails as `kubectl
+    // version` does, with the sentence on stderr and the unreachable exit code (3).
     let dead = bin.join("dead-kubeconfig");
     let kubeconfig = std::fs::read_to_string(plane.kubeconfig(ALICE)).unwrap();
     let dead_url = format!("https://127.0.0.1:{}", free_port());
     std::fs::write(&dead, kubeconfig.replace(plane.url(), &dead_url)).unwrap();
     let out = run(&dead, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{text}");
-    assert!(lines[0].starts_with("Client Version: "), "{text}");
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert!(lines[0].starts_with("Client Version: "), "{stdout}");
     assert!(
-        lines[1].starts_with(&format!(
-            "Note: server version unavailable: cannot reach the API server at {dead_url} ("
-        )) && lines[1].ends_with("; is this the right context? (kubectl config current-context)"),
-        "{text}"
+        stderr.starts_with(&format!(
+            "kubectl driftgate version: cannot reach the API server at {dead_url} ("
+        )) && stderr
+            .trim_end()
+            .ends_with("; is this the right context? (kubectl config current-context)"),
+        "{stderr}"
     );
     std::fs::remove_dir_all(&bin).unwrap();
 }
