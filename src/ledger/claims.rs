@@ -25,8 +25,6 @@ pub enum Claimed {
     Change {
         request_uid: String,
         fields: Vec<ClaimedField>,
-        /// A DELETE: the object gone is the write stored.
-        deleted: bool,
     },
     /// A record created for the write (a window opened, a suspension, a window found under a
     /// change), named, with the fields the write changed.
@@ -34,6 +32,14 @@ pub enum Claimed {
         name: String,
         fields: Vec<ClaimedField>,
     },
+}
+
+/// Which kind of write the claims are of: what the object read back means depends on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteKind {
+    Create,
+    Update,
+    Delete,
 }
 
 /// One recorded field of a claimed change: its path, and the digests of its value before the
@@ -48,7 +54,7 @@ pub struct ClaimedField {
 /// The claims a recording plan makes: the changes it appends and the records it creates. A
 /// close, an extension or a renewal is not confirmed here (`tests/SECURITY.md` says why each
 /// is harmless or confirmed elsewhere).
-pub fn claims_of(write: &RecordWrite<'_>, fields: &[ClaimedField], deleted: bool) -> Vec<Claimed> {
+pub fn claims_of(write: &RecordWrite<'_>, fields: &[ClaimedField]) -> Vec<Claimed> {
     let record = |name: String| Claimed::Record {
         name,
         fields: fields.to_vec(),
@@ -59,7 +65,6 @@ pub fn claims_of(write: &RecordWrite<'_>, fields: &[ClaimedField], deleted: bool
             let mut claims = vec![Claimed::Change {
                 request_uid: change.request_uid.clone(),
                 fields: fields.to_vec(),
-                deleted,
             }];
             if let AppendTo::New(new) = to {
                 claims.push(record(new.record.name_any()));
@@ -199,22 +204,18 @@ fn holds_the_old_values(stored: &Value, fields: &[ClaimedField]) -> bool {
 
 /// The writes that settle `claims` given what the API server showed, against `listed`, the
 /// records of the window's object as listed after the answer. A change the stored object
-/// carries is marked landed; one never stored (the version unchanged, the object stored with
-/// every claimed field as it was before, or, but for a delete, the object gone) is withdrawn,
+/// carries is marked landed; one never stored (see [`never_stored`]) is withdrawn,
 /// as is a record created for it with no landed change. A stored object that holds third
 /// values (a later write raced it) settles nothing: the change stays a claim, which
 /// `driftgate backport` does not write into Git.
 pub fn plan_claims<'a>(
     listed: &'a [BackportRequirement],
     claims: &[Claimed],
-    shown: Shown<'_>,
+    (kind, shown): (WriteKind, Shown<'_>),
     now: Timestamp,
 ) -> Vec<ClaimWrite<'a>> {
     let mut writes = Vec::new();
     let mut withdrawn_records = Vec::new();
-    let deleted = claims
-        .iter()
-        .any(|c| matches!(c, Claimed::Change { deleted: true, .. }));
     for claim in claims {
         let Claimed::Record { name, fields } = claim else {
             continue;
@@ -222,12 +223,7 @@ pub fn plan_claims<'a>(
         let Some(record) = listed.iter().find(|r| r.name_any() == *name) else {
             continue;
         };
-        // A delete's record is a window found under it: gone is the delete stored.
-        let never_stored = match shown {
-            Shown::NeverStored => true,
-            Shown::Gone => !deleted,
-            Shown::Stored(stored) => !deleted && holds_the_old_values(stored, fields),
-        };
+        let never_stored = never_stored(kind, shown, fields);
         let any_landed = record.spec.changes.iter().any(|c| c.landed.is_some());
         if never_stored && !any_landed && !is_settled(phase_of(record)) {
             withdrawn_records.push(name.as_str());
@@ -241,7 +237,6 @@ pub fn plan_claims<'a>(
         let Claimed::Change {
             request_uid,
             fields,
-            deleted,
         } = claim
         else {
             continue;
@@ -252,16 +247,12 @@ pub fn plan_claims<'a>(
         if change.landed.is_some() {
             continue;
         }
-        let landed = match shown {
-            Shown::Stored(stored) => !deleted && carries(stored, fields),
-            Shown::Gone => *deleted,
-            Shown::NeverStored => false,
+        let landed = match (kind, shown) {
+            (WriteKind::Delete, shown) => shown == Shown::Gone,
+            (_, Shown::Stored(stored)) => carries(stored, fields),
+            (_, Shown::Gone | Shown::NeverStored) => false,
         };
-        let never_stored = match shown {
-            Shown::NeverStored => true,
-            Shown::Gone => !deleted,
-            Shown::Stored(stored) => !deleted && holds_the_old_values(stored, fields),
-        };
+        let never_stored = never_stored(kind, shown, fields);
         if landed {
             writes.push(ClaimWrite::Landed {
                 record,
@@ -278,6 +269,19 @@ pub fn plan_claims<'a>(
         }
     }
     writes
+}
+
+/// Whether what the API server showed means the write was never stored: the version it was
+/// made to, seconds later; for an update, the object stored with every claimed field as it was
+/// before; for a create, no such object. An update whose object is gone may have landed (a
+/// finalizer removed lets the deletion complete at once): it stays a claim.
+fn never_stored(kind: WriteKind, shown: Shown<'_>, fields: &[ClaimedField]) -> bool {
+    match (kind, shown) {
+        (_, Shown::NeverStored) => true,
+        (WriteKind::Create, Shown::Gone) => true,
+        (WriteKind::Update, Shown::Stored(stored)) => holds_the_old_values(stored, fields),
+        _ => false,
+    }
 }
 
 fn find_change<'a>(
@@ -382,12 +386,16 @@ mod tests {
     }
 
     /// A claimed change of `spec.replicas` from 3 to `value`.
-    fn claimed_change(uid: &str, value: &Value, deleted: bool) -> Claimed {
+    fn claimed_change(uid: &str, value: &Value) -> Claimed {
         Claimed::Change {
             request_uid: uid.into(),
             fields: replicas_to(value),
-            deleted,
         }
+    }
+
+    /// What an update's read-back showed.
+    fn updated(shown: Shown<'_>) -> (WriteKind, Shown<'_>) {
+        (WriteKind::Update, shown)
     }
 
     fn deployment(replicas: u64) -> Value {
@@ -407,8 +415,8 @@ mod tests {
         let stored = deployment(5);
         let writes = plan_claims(
             &listed,
-            &[claimed_change("b", &json!(5), false)],
-            Shown::Stored(&stored),
+            &[claimed_change("b", &json!(5))],
+            updated(Shown::Stored(&stored)),
             now(),
         );
         assert_eq!(
@@ -432,8 +440,12 @@ mod tests {
             vec![change("a", "spec.replicas", &json!(5))],
             Phase::Open,
         )];
-        let claims = [claimed_change("a", &json!(5), false)];
-        for shown in [Shown::NeverStored, Shown::Gone] {
+        let claims = [claimed_change("a", &json!(5))];
+        for shown in [
+            (WriteKind::Update, Shown::NeverStored),
+            (WriteKind::Create, Shown::NeverStored),
+            (WriteKind::Create, Shown::Gone),
+        ] {
             let writes = plan_claims(&listed, &claims, shown, now());
             assert_eq!(
                 writes,
@@ -447,17 +459,23 @@ mod tests {
             let patch = serde_json::to_value(writes[0].change_patch().unwrap()).unwrap();
             assert_eq!(patch[1], json!({"op": "remove", "path": "/spec/changes/0"}));
         }
+        // An update whose object is gone may have landed (a finalizer removed lets the
+        // deletion complete): it stays a claim.
+        assert_eq!(
+            plan_claims(&listed, &claims, updated(Shown::Gone), now()),
+            []
+        );
         // Stored at a newer version (a controller wrote status) with the old value: never
         // stored either.
         let unchanged = deployment(3);
         assert!(matches!(
-            plan_claims(&listed, &claims, Shown::Stored(&unchanged), now())[..],
+            plan_claims(&listed, &claims, updated(Shown::Stored(&unchanged)), now())[..],
             [ClaimWrite::WithdrawChange { index: 0, .. }]
         ));
         // Another write stored a third value: neither landed nor withdrawn.
         let raced = deployment(4);
         assert_eq!(
-            plan_claims(&listed, &claims, Shown::Stored(&raced), now()),
+            plan_claims(&listed, &claims, updated(Shown::Stored(&raced)), now()),
             []
         );
     }
@@ -472,14 +490,14 @@ mod tests {
         let claims = [Claimed::Change {
             request_uid: "d".into(),
             fields: Vec::new(),
-            deleted: true,
         }];
+        let deleted = |shown| (WriteKind::Delete, shown);
         assert!(matches!(
-            plan_claims(&listed, &claims, Shown::Gone, now())[..],
+            plan_claims(&listed, &claims, deleted(Shown::Gone), now())[..],
             [ClaimWrite::Landed { index: 0, .. }]
         ));
         assert!(matches!(
-            plan_claims(&listed, &claims, Shown::NeverStored, now())[..],
+            plan_claims(&listed, &claims, deleted(Shown::NeverStored), now())[..],
             [ClaimWrite::WithdrawChange { index: 0, .. }]
         ));
     }
@@ -494,13 +512,13 @@ mod tests {
             Phase::Open,
         )];
         let claims = [
-            claimed_change("a", &json!(5), false),
+            claimed_change("a", &json!(5)),
             Claimed::Record {
                 name: "found".into(),
                 fields: replicas_to(&json!(5)),
             },
         ];
-        let writes = plan_claims(&listed, &claims, Shown::NeverStored, now());
+        let writes = plan_claims(&listed, &claims, updated(Shown::NeverStored), now());
         assert_eq!(writes.len(), 1, "{writes:?}");
         let ClaimWrite::WithdrawRecord { record, change } = &writes[0] else {
             panic!("{writes:?}")
@@ -513,7 +531,7 @@ mod tests {
         // Stored: the record stays.
         let stored = deployment(5);
         assert!(matches!(
-            plan_claims(&listed, &claims, Shown::Stored(&stored), now())[..],
+            plan_claims(&listed, &claims, updated(Shown::Stored(&stored)), now())[..],
             [ClaimWrite::Landed { .. }]
         ));
     }
@@ -528,18 +546,18 @@ mod tests {
         }];
         let with_landed = [record("r", vec![landed], Phase::Open)];
         assert_eq!(
-            plan_claims(&with_landed, &claims, Shown::NeverStored, now()),
+            plan_claims(&with_landed, &claims, updated(Shown::NeverStored), now()),
             []
         );
         let settled = [record("r", Vec::new(), Phase::Resolved)];
         assert_eq!(
-            plan_claims(&settled, &claims, Shown::NeverStored, now()),
+            plan_claims(&settled, &claims, updated(Shown::NeverStored), now()),
             []
         );
         // An opened window never stored, with no change: withdrawn.
         let opened = [record("r", Vec::new(), Phase::Open)];
         assert!(matches!(
-            plan_claims(&opened, &claims, Shown::Gone, now())[..],
+            plan_claims(&opened, &claims, updated(Shown::NeverStored), now())[..],
             [ClaimWrite::WithdrawRecord { .. }]
         ));
     }
@@ -554,8 +572,8 @@ mod tests {
             assert_eq!(
                 plan_claims(
                     &listed,
-                    &[claimed_change(claim, &json!(5), false)],
-                    Shown::Stored(&stored),
+                    &[claimed_change(claim, &json!(5))],
+                    updated(Shown::Stored(&stored)),
                     now()
                 ),
                 []

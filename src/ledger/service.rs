@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::decision::{Decision, PolicyVerdict, Rule};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, ReadBack, StoredReader};
-use crate::ledger::claims::{Claimed, Shown, claimed_fields, claims_of};
+use crate::ledger::claims::{Claimed, Shown, WriteKind, claimed_fields, claims_of};
 use crate::ledger::controller::{
     StoredWrite, WrittenObject, plan_controller_write, plan_stored_settlements,
 };
@@ -446,17 +446,18 @@ impl Connected {
             as_json(facts.old_object()).as_ref(),
             as_json(facts.object()).as_ref(),
         );
-        let claims = claims_of(
-            &plan.write,
-            &fields,
-            facts.request().operation() == Operation::Delete,
-        );
+        let claims = claims_of(&plan.write, &fields);
+        let kind = match facts.request().operation() {
+            Operation::Create => WriteKind::Create,
+            Operation::Delete => WriteKind::Delete,
+            _ => WriteKind::Update,
+        };
         self.writer
             .record(&key.namespace, plan, now)
             .await
             .map_err(|e| e.to_string())?;
         let selector = key.label_selector();
-        self.settle_claims_once_read_back(facts, key.namespace, selector, claims);
+        self.settle_claims_once_read_back(facts, key.namespace, selector, (kind, claims));
         Ok(())
     }
 
@@ -467,7 +468,7 @@ impl Connected {
         facts: &RequestFacts<'_>,
         namespace: String,
         selector: String,
-        claims: Vec<Claimed>,
+        (kind, claims): (WriteKind, Vec<Claimed>),
     ) {
         if claims.is_empty() {
             return;
@@ -494,7 +495,7 @@ impl Connected {
             let now = Timestamp::now();
             if let Err(error) = this
                 .writer
-                .settle_claims(&namespace, &selector, &claims, shown, now)
+                .settle_claims(&namespace, &selector, &claims, (kind, shown), now)
                 .await
             {
                 tracing::warn!(%error, object = %write.address.name, "could not confirm a recorded break-glass change against the object stored; it stays a claim");

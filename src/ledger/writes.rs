@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 
 use crate::events::EventSink;
-use crate::ledger::claims::{ClaimWrite, Claimed, Shown, plan_claims};
+use crate::ledger::claims::{ClaimWrite, Claimed, Shown, WriteKind, plan_claims};
 use crate::ledger::controller::{DryRunMark, SettleStep, Settlement, settle_step};
 use crate::ledger::phase::{
     PhaseChange, dry_run_matched, has_transitions, phase_of, status_patch, transitioned,
@@ -346,7 +346,7 @@ impl RecordWriter {
         namespace: &str,
         selector: &str,
         claims: &[Claimed],
-        shown: Shown<'_>,
+        shown: (WriteKind, Shown<'_>),
         now: Timestamp,
     ) -> Result<(), kube::Error> {
         let api = self.api(namespace);
