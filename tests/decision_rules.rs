@@ -4217,3 +4217,57 @@ fn the_example_policy_guards_argo_cd_s_objects_as_objects() {
     }
     check(&policies, cases, None);
 }
+
+/// The ledger guard takes in exactly its own: updates and deletes of the records' CRD (never its
+/// create: the chart installs it, and an absent CRD has no records to protect), and writes of
+/// `backportrequirements` in group driftgate.dev, nothing else of that group or that name
+/// (`guards` from the envelope, `judge` from the whole review agree).
+#[test]
+fn the_ledger_guard_takes_in_the_records_and_their_crd_and_nothing_else() {
+    use driftgate::ledger::guard::{guards, judge};
+    let policies = policies();
+    let takes_in = |req: Req| {
+        let request = req.build();
+        let facts = RequestFacts::new(&request);
+        let by_envelope = guards((&request).into());
+        let judged = judge(&policies, &ledger_guard(), &facts, now()).is_some();
+        assert_eq!(by_envelope, judged, "guards and judge agree");
+        judged
+    };
+    let crd = |operation| {
+        Req::crd(
+            operation,
+            "carl",
+            "backportrequirements.driftgate.dev",
+            records_crd(),
+            (operation == "UPDATE").then(records_crd),
+        )
+    };
+    assert!(takes_in(crd("UPDATE")));
+    assert!(takes_in(crd("DELETE")));
+    let mut create = crd("CREATE");
+    create.old = None;
+    create.new = Some(records_crd());
+    assert!(!takes_in(create));
+    // Another CRD is not the guard's.
+    let mut other = crd("UPDATE");
+    other.name = "widgets.example.com";
+    assert!(!takes_in(other));
+    // A GatePolicy (group driftgate.dev, another resource), and a `backportrequirements` of
+    // another group, are not records.
+    let mut gatepolicy = crd("UPDATE");
+    gatepolicy.kind = ("driftgate.dev", "GatePolicy");
+    gatepolicy.resource = ("driftgate.dev", "gatepolicies");
+    gatepolicy.name = "production";
+    assert!(!takes_in(gatepolicy));
+    let mut lookalike = crd("UPDATE");
+    lookalike.kind = ("example.com", "BackportRequirement");
+    lookalike.resource = ("example.com", "backportrequirements");
+    lookalike.name = "r";
+    assert!(!takes_in(lookalike));
+    let mut record = crd("UPDATE");
+    record.kind = ("driftgate.dev", "BackportRequirement");
+    record.resource = ("driftgate.dev", "backportrequirements");
+    record.name = "r";
+    assert!(takes_in(record));
+}
