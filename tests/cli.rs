@@ -555,7 +555,7 @@ fn an_unreachable_cluster_is_one_sentence_with_the_server_and_exit_3() {
         &["backlog", "-A", "-o", "json"],
         &["break-glass", "list", "--context", "other"],
         OPEN,
-        &["break-glass", "close", "-n", "prod"],
+        &["break-glass", "close", "namespace/prod"],
     ];
     for args in commands {
         let out = driftgate(&[args, &["--kubeconfig", kubeconfig]].concat());
@@ -1289,6 +1289,155 @@ fn a_clean_scan_names_the_namespace_it_scanned() {
     assert_eq!(
         report["scanned"][0]["namespace"], "prod-payments",
         "{report}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_namespace_wide_window_must_be_named_and_a_bare_open_is_refused() {
+    let dir = temp_dir("no-target");
+    let kubeconfig = dead_kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    // The dead server proves nothing was sent: connecting would have been exit 3.
+    let bare = [&OPEN[..2], &OPEN[3..], &["--kubeconfig", kubeconfig]].concat();
+    let out = driftgate(&bare);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        "driftgate break-glass: open needs what the window is on: KIND/NAME for one object (`driftgate break-glass open deployment/api -n prod ...`), or namespace/NAME for every object in the namespace (`driftgate break-glass open namespace/prod ...`)\n"
+    );
+    let out = driftgate(&["break-glass", "close", "--kubeconfig", kubeconfig]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("driftgate break-glass: close needs what the window is on: KIND/NAME for one object (`driftgate break-glass close deployment/api -n NS ...`)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = driftgate(
+        &[
+            &OPEN[..2],
+            &["namespace/prod", "-n", "dev"],
+            &OPEN[5..],
+            &["--kubeconfig", kubeconfig],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "driftgate break-glass: namespace/prod is the namespace-wide window of prod, but -n says dev: give one of them\n"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A fake cluster where deployment prod/api and namespace prod exist and take patches.
+fn fake_objects() -> FakeApiServer {
+    fake_with(|_, path| {
+        let object = if path.starts_with("/apis/apps/v1/namespaces/prod/deployments/api") {
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "api", "namespace": "prod"}})
+        } else if path.starts_with("/api/v1/namespaces/prod") {
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}})
+        } else {
+            return Reply::Answer(Answer::status(404, "NotFound", "not found"));
+        };
+        Reply::Answer(Answer::json(200, object))
+    })
+}
+
+#[test]
+fn break_glass_open_dry_run_shows_the_label_and_stores_nothing() {
+    let dir = temp_dir("dry-run");
+    let server = fake_objects();
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let out = driftgate(&[OPEN, &["--dry-run", "--kubeconfig", kubeconfig]].concat());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        "break-glass window would open on deployment/api in namespace prod (server dry run: the API server and driftgate admitted it, nothing was stored):",
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("  label       driftgate.dev/break-glass=20"),
+        "{stdout}"
+    );
+    assert!(lines[1].contains("(until 20"), "{stdout}");
+    assert_eq!(
+        lines[2], "  annotation  driftgate.dev/break-glass-reason=INC-1: api OOM",
+        "{stdout}"
+    );
+    assert!(stdout.contains("without --dry-run"), "{stdout}");
+    let patches: Vec<String> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.starts_with("PATCH "))
+        .collect();
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    assert!(
+        patches[0].starts_with("PATCH /apis/apps/v1/namespaces/prod/deployments/api?")
+            && patches[0].contains("dryRun=All"),
+        "{patches:?}"
+    );
+
+    // Client-side: the object is looked up, nothing is written.
+    let server = fake_objects();
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let out = driftgate(&[OPEN, &["--dry-run=client", "--kubeconfig", kubeconfig]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("(client dry run: nothing was sent but a lookup"));
+    let requests = server.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("GET /apis/apps/v1/namespaces/prod/deployments/api")),
+        "{requests:?}"
+    );
+    assert!(
+        !requests.iter().any(|r| r.starts_with("PATCH")),
+        "{requests:?}"
+    );
+    let out = driftgate(&[OPEN, &["--dry-run=none", "--kubeconfig", kubeconfig]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_namespace_wide_window_opens_on_the_namespace_it_names() {
+    let dir = temp_dir("namespace-window");
+    let server = fake_objects();
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let out = driftgate(
+        &[
+            &OPEN[..2],
+            &["namespace/prod"],
+            &OPEN[5..],
+            &["--kubeconfig", kubeconfig],
+        ]
+        .concat(),
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("break-glass window open on namespace prod until "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("`driftgate break-glass close namespace/prod` ends the window early"),
+        "{stdout}"
+    );
+    let requests = server.requests();
+    // The namespace it names, not the context's (ctx-ns).
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("PATCH /api/v1/namespaces/prod?")),
+        "{requests:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -225,14 +225,14 @@ where
 
 fn break_glass(
     command: &break_glass::BreakGlassCommand,
-    program: &str,
+    program: &'static str,
     out: &mut impl Write,
 ) -> ExitCode {
     use break_glass::{self as tool, BreakGlassCommand};
     run_cluster(program, "break-glass", async {
         match command {
             BreakGlassCommand::Open(args) => tool::open(args, program, out).await,
-            BreakGlassCommand::Close(args) => tool::close(args, out).await,
+            BreakGlassCommand::Close(args) => tool::close(args, program, out).await,
             BreakGlassCommand::List(args) => {
                 tool::list(args, program, out, &mut std::io::stderr()).await
             }
