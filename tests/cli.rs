@@ -1441,3 +1441,49 @@ fn a_namespace_wide_window_opens_on_the_namespace_it_names() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn run_as_kubectl_driftgate_every_hint_says_kubectl_driftgate() {
+    let dir = temp_dir("plugin-hints");
+    let plugin = dir.join("kubectl-driftgate");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_driftgate"), &plugin).unwrap();
+    let server = fake_objects();
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&plugin)
+            .args(args)
+            .args(["--kubeconfig", kubeconfig])
+            .output()
+            .unwrap()
+    };
+    let out = run(OPEN);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("Next: `kubectl driftgate backlog -n prod` lists what must be backported; `kubectl driftgate break-glass close deployment/api -n prod` ends the window early."),
+        "{stdout}"
+    );
+    assert!(
+        !stdout
+            .replace("kubectl driftgate", "")
+            .contains("`driftgate"),
+        "{stdout}"
+    );
+    let out = run(&[OPEN, &["--dry-run"]].concat());
+    assert!(
+        text(&out.stdout).contains("(`kubectl driftgate break-glass open ... --for"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&[&OPEN[..2], &OPEN[3..]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("kubectl driftgate break-glass: open needs what the window is on")
+            && stderr.contains("(`kubectl driftgate break-glass open deployment/api -n prod ...`)")
+            && stderr.contains("(`kubectl driftgate break-glass open namespace/prod ...`)"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

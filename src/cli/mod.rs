@@ -191,7 +191,9 @@ pub fn run(mut cli: Cli) -> ExitCode {
             "backlog",
             backlog::run(&args, &mut out, &mut std::io::stderr()),
         ),
-        Command::Backport(args) => run_cluster(program, "backport", backport::run(&args, &mut out)),
+        Command::Backport(args) => {
+            run_cluster(program, "backport", backport::run(&args, program, &mut out))
+        }
         Command::Scan(args) => scan::main(&args, program, &mut out),
         Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, &mut out),
         Command::Version(args) => run_cluster(program, "version", version::run(&args, &mut out)),
