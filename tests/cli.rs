@@ -1487,3 +1487,65 @@ fn run_as_kubectl_driftgate_every_hint_says_kubectl_driftgate() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// What `kubectl_complete-driftgate ARGS... WORD` prints, as kubectl runs it.
+fn plugin_completions(args: &[&str]) -> (Vec<String>, String) {
+    let dir = temp_dir(&format!("plugin-completion-{}", args.len()));
+    let completer = dir.join("kubectl_complete-driftgate");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_driftgate"), &completer).unwrap();
+    let out = Command::new(&completer).args(args).output().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    let mut lines: Vec<String> = stdout.lines().map(str::to_owned).collect();
+    let directive = lines.pop().unwrap_or_default();
+    let values = lines
+        .into_iter()
+        .map(|l| l.split('\t').next().unwrap().to_owned())
+        .collect();
+    (values, directive)
+}
+
+#[test]
+fn kubectl_complete_driftgate_answers_kubectl_as_cobra_does() {
+    let (values, directive) = plugin_completions(&[""]);
+    assert_eq!(directive, ":4");
+    for subcommand in ["break-glass", "backlog", "scan", "version", "completion"] {
+        assert!(values.contains(&subcommand.to_owned()), "{values:?}");
+    }
+    assert!(!values.contains(&"help".to_owned()), "{values:?}");
+    let (values, directive) = plugin_completions(&["break-glass", ""]);
+    assert_eq!(
+        (values, directive.as_str()),
+        (vec!["open".into(), "close".into(), "list".into()], ":4")
+    );
+    let (values, _) = plugin_completions(&["--context", "prod", "back"]);
+    assert_eq!(values, vec!["backlog", "backport"]);
+    let (values, _) = plugin_completions(&["break-glass", "open", "--dr"]);
+    assert_eq!(values, vec!["--dry-run"]);
+    let (values, _) = plugin_completions(&["break-glass", "open", "--dry-run="]);
+    assert_eq!(values, vec!["--dry-run=server", "--dry-run=client"]);
+    let (values, directive) = plugin_completions(&["backlog", "-o", ""]);
+    assert_eq!(
+        (values, directive.as_str()),
+        (
+            vec!["table", "wide", "json", "yaml", "name"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            ":4"
+        )
+    );
+    // A flag taking a file, or eval's review files: the shell completes file names.
+    let (values, directive) = plugin_completions(&["backlog", "--kubeconfig", ""]);
+    assert_eq!((values.len(), directive.as_str()), (0, ":0"));
+    let (values, directive) = plugin_completions(&["eval", ""]);
+    assert_eq!((values.len(), directive.as_str()), (0, ":0"));
+    let (values, _) = plugin_completions(&["backlog", "--all"]);
+    assert_eq!(values, vec!["--all-namespaces", "--all"]);
+}

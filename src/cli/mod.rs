@@ -11,6 +11,7 @@ pub mod crd;
 pub mod error;
 pub mod eval;
 pub mod output;
+pub mod plugin_completion;
 pub mod policy;
 pub mod scan;
 pub mod suspend;
@@ -73,7 +74,9 @@ pub enum Command {
     Crd,
     /// Print this binary's version and, when a cluster is reachable, the installed driftgate's.
     Version(version::VersionArgs),
-    /// Print a shell completion script: `driftgate completion bash > /etc/bash_completion.d/driftgate`.
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell): `driftgate completion
+    /// bash > /etc/bash_completion.d/driftgate`. For `kubectl driftgate`, link the binary as
+    /// `kubectl_complete-driftgate` on the PATH instead (kubectl 1.26+ asks it; see the README).
     Completion {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
@@ -163,6 +166,21 @@ pub fn program_name(argv0: Option<&std::ffi::OsStr>) -> &'static str {
         Some("kubectl-driftgate") => "kubectl driftgate",
         _ => "driftgate",
     }
+}
+
+/// The process: kubectl's completion request when run as [`plugin_completion::PLUGIN_COMPLETER`],
+/// else the command line.
+pub fn main() -> ExitCode {
+    let argv0 = std::env::args_os().next();
+    let file_name = argv0
+        .as_deref()
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_name);
+    if file_name == Some(std::ffi::OsStr::new(plugin_completion::PLUGIN_COMPLETER)) {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        return plugin_completion::run(&Cli::command(), &args, &mut std::io::stdout().lock());
+    }
+    run(Cli::parse())
 }
 
 /// Runs the parsed command line and returns the process exit code.
