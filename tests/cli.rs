@@ -1549,3 +1549,52 @@ fn kubectl_complete_driftgate_answers_kubectl_as_cobra_does() {
     let (values, _) = plugin_completions(&["backlog", "--all"]);
     assert_eq!(values, vec!["--all-namespaces", "--all"]);
 }
+
+/// Every subcommand's path as its man page names it (`driftgate-break-glass-open`), from the
+/// same definition as --help, hidden commands left out.
+fn subcommand_pages(command: &clap::Command, prefix: &str, pages: &mut Vec<String>) {
+    let name = format!("{prefix}{}", command.get_name());
+    pages.push(name.clone());
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        if sub.get_name() != "help" {
+            subcommand_pages(sub, &format!("{name}-"), pages);
+        }
+    }
+}
+
+#[test]
+fn man_writes_a_page_for_every_subcommand() {
+    use clap::CommandFactory;
+    let dir = temp_dir("man");
+    let out = driftgate(&["man", dir.join("pages").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mut expected = Vec::new();
+    subcommand_pages(&driftgate::cli::Cli::command(), "", &mut expected);
+    assert!(expected.contains(&"driftgate-break-glass-open".to_owned()));
+    assert!(expected.contains(&"driftgate-backlog-resolve".to_owned()));
+    let mut written: Vec<String> = std::fs::read_dir(dir.join("pages"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    let mut wanted: Vec<String> = expected.iter().map(|p| format!("{p}.1")).collect();
+    wanted.sort();
+    assert_eq!(written, wanted);
+    // Each page is roff with its title, and documents its flags.
+    let open = std::fs::read_to_string(dir.join("pages/driftgate-break-glass-open.1")).unwrap();
+    assert!(open.contains(".TH driftgate-break-glass-open 1"), "{open}");
+    assert!(open.contains("\\-\\-dry\\-run"), "{open}");
+    // One path a line on stdout, as written.
+    assert_eq!(text(&out.stdout).lines().count(), expected.len());
+    // A directory that cannot be made is a sentence, not a panic.
+    let blocked = dir.join("file");
+    std::fs::write(&blocked, "").unwrap();
+    let out = driftgate(&["man", blocked.join("pages").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("driftgate man: cannot make the directory "),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod crd;
 pub mod error;
 pub mod eval;
+pub mod man;
 pub mod output;
 pub mod plugin_completion;
 pub mod policy;
@@ -81,6 +82,9 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Write the man pages, one per command and subcommand, into DIR (for packagers).
+    #[command(hide = true)]
+    Man(man::ManArgs),
 }
 
 impl Command {
@@ -122,7 +126,8 @@ impl Command {
             | Command::Policy(_)
             | Command::Certs(_)
             | Command::Crd
-            | Command::Completion { .. } => {
+            | Command::Completion { .. }
+            | Command::Man(_) => {
                 return match leading.first_given() {
                     Some(flag) => Err(error::CliError::LeadingFlag {
                         flag,
@@ -152,6 +157,7 @@ impl Command {
             Command::Crd => "crd",
             Command::Version(_) => "version",
             Command::Completion { .. } => "completion",
+            Command::Man(_) => "man",
         }
     }
 }
@@ -220,6 +226,7 @@ pub fn run(mut cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Crd => crd::print(&mut out),
+        Command::Man(args) => man::run(&args, &mut out),
     }
 }
 
