@@ -1358,7 +1358,7 @@ fn break_glass_open_dry_run_shows_the_label_and_stores_nothing() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines[0],
-        "break-glass window would open on deployment/api in namespace prod (server dry run: the API server and driftgate admitted it, nothing was stored):",
+        "break-glass window would open on deployment/api in namespace prod (server dry run: admitted, with every admission webhook asked; nothing was stored):",
         "{stdout}"
     );
     assert!(

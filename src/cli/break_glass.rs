@@ -585,7 +585,7 @@ pub fn dry_run_message(
 ) -> String {
     let how = match mode {
         DryRun::Server => {
-            "server dry run: the API server and driftgate admitted it, nothing was stored"
+            "server dry run: admitted, with every admission webhook asked; nothing was stored"
         }
         DryRun::Client => "client dry run: nothing was sent but a lookup, and no webhook was asked",
     };
@@ -1002,6 +1002,52 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn a_dry_run_shows_the_label_and_driftgate_s_answer_only_when_it_was_asked() {
+        let keys = BreakGlassKeys {
+            label: DEFAULT_BREAK_GLASS_LABEL.into(),
+            reason_annotation: DEFAULT_REASON_ANNOTATION.into(),
+        };
+        let warning = "driftgate: break-glass window open on Namespace prod ...".to_owned();
+        let server = dry_run_message(
+            "kubectl driftgate",
+            "namespace prod",
+            DryRun::Server,
+            &keys,
+            ("20261202T1300Z", "2026-12-02 13:00 UTC".into()),
+            "INC-1\nforged",
+            std::slice::from_ref(&warning),
+        );
+        let lines: Vec<&str> = server.lines().collect();
+        assert_eq!(
+            lines[1],
+            format!(
+                "  label       {DEFAULT_BREAK_GLASS_LABEL}=20261202T1300Z   (until 2026-12-02 13:00 UTC)"
+            )
+        );
+        // The reason is the person's text: echoed without its control characters.
+        assert_eq!(
+            lines[2],
+            format!("  annotation  {DEFAULT_REASON_ANNOTATION}=INC-1\\nforged")
+        );
+        assert_eq!(lines[3], crate::text::warning(warning.clone()));
+        assert!(
+            lines[4].contains("`kubectl driftgate break-glass open"),
+            "{server}"
+        );
+        let client = dry_run_message(
+            "driftgate",
+            "namespace prod",
+            DryRun::Client,
+            &keys,
+            ("20261202T1300Z", "2026-12-02 13:00 UTC".into()),
+            "INC-1",
+            &[],
+        );
+        assert!(!client.contains("warning"), "{client}");
+        assert_eq!(client.lines().count(), 4, "{client}");
     }
 
     #[test]
