@@ -1485,6 +1485,32 @@ fn run_as_kubectl_driftgate_every_hint_says_kubectl_driftgate() {
             && stderr.contains("(`kubectl driftgate break-glass open namespace/prod ...`)"),
         "{stderr}"
     );
+    // The offline commands' errors too.
+    let offline = |args: &[&str]| {
+        Command::new(&plugin)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap()
+    };
+    let out = offline(&[
+        "eval",
+        "--policy",
+        "policies/example.yaml",
+        "nonexistent.json",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("kubectl driftgate eval: "),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = offline(&["policy", "test", "/nonexistent"]);
+    assert!(
+        text(&out.stderr).starts_with("kubectl driftgate policy test: "),
+        "{}",
+        text(&out.stderr)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

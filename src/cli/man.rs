@@ -67,7 +67,7 @@ fn write_tree(
     Ok(())
 }
 
-pub fn run(args: &ManArgs, out: &mut impl Write) -> ExitCode {
+pub fn run(args: &ManArgs, program: &str, out: &mut impl Write) -> ExitCode {
     match write_pages(&args.dir) {
         Ok(written) => {
             for path in written {
@@ -76,7 +76,7 @@ pub fn run(args: &ManArgs, out: &mut impl Write) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("driftgate man: {error}");
+            eprintln!("{program} man: {error}");
             ExitCode::from(super::error::exit::FAILED)
         }
     }

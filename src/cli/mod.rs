@@ -199,9 +199,11 @@ pub fn run(mut cli: Cli) -> ExitCode {
         return ExitCode::from(error.exit_code());
     }
     match cli.command {
-        Command::Eval(args) => eval::eval(&args, &mut out),
+        Command::Eval(args) => eval::eval(&args, program, &mut out),
         Command::Policy(PolicyCommand::Check { paths }) => policy::policy_check(&paths, &mut out),
-        Command::Policy(PolicyCommand::Test { path }) => policy::policy_test(&path, &mut out),
+        Command::Policy(PolicyCommand::Test { path }) => {
+            policy::policy_test(&path, program, &mut out)
+        }
         Command::Serve(args) => serve(args),
         Command::BreakGlass(args) => break_glass(&args.into_command(), program, &mut out),
         Command::Suspend(args) => run_cluster(
@@ -219,14 +221,14 @@ pub fn run(mut cli: Cli) -> ExitCode {
             run_cluster(program, "backport", backport::run(&args, program, &mut out))
         }
         Command::Scan(args) => scan::main(&args, program, &mut out),
-        Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, &mut out),
+        Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, program, &mut out),
         Command::Version(args) => run_cluster(program, "version", version::run(&args, &mut out)),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "driftgate", &mut out);
             ExitCode::SUCCESS
         }
-        Command::Crd => crd::print(&mut out),
-        Command::Man(args) => man::run(&args, &mut out),
+        Command::Crd => crd::print(program, &mut out),
+        Command::Man(args) => man::run(&args, program, &mut out),
     }
 }
 
