@@ -664,9 +664,9 @@ impl<'a> Facts<'a> {
     fn open_command(&self) -> String {
         let name = echo(self.request().name(), MAX_NAME_CHARS);
         if self.is_namespace_object() {
-            // Without KIND/NAME the CLI opens the namespace-wide window on -n's Namespace.
+            // The namespace-wide window is on the Namespace itself, named as kubectl names it.
             return format!(
-                "driftgate break-glass open -n {name} --for 1h --reason \"{REASON_PLACEHOLDER}\""
+                "driftgate break-glass open namespace/{name} --for 1h --reason \"{REASON_PLACEHOLDER}\""
             );
         }
         let target = format!("{}/{name}", self.target_type());
@@ -1579,7 +1579,7 @@ fn cascade_words(
     );
     let window = match &policy.break_glass {
         Some(window) if window.namespace_wide => format!(
-            ", or delete it under a break-glass window on the namespace ({} may open one: driftgate break-glass open -n {namespace} --for 1h --reason \"{REASON_PLACEHOLDER}\")",
+            ", or delete it under a break-glass window on the namespace ({} may open one: driftgate break-glass open namespace/{namespace} --for 1h --reason \"{REASON_PLACEHOLDER}\")",
             window.openers.describe()
         ),
         _ => String::new(),

@@ -3029,3 +3029,74 @@ fn cluster_scoped_kinds_are_sent_only_as_webhook_cluster_scoped_lists_them() {
         ]
     );
 }
+
+/// The comment lines of `helm show values`, as one text.
+fn shown_value_comments() -> String {
+    let out = run_helm(&["show", "values", chart().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn helm_show_values_names_only_files_and_folders_that_exist() {
+    let comments = shown_value_comments();
+    let mut named = Vec::new();
+    for word in comments.split(|c: char| c.is_whitespace() || "`()\"',;".contains(c)) {
+        let word = word.trim_end_matches(['.', ':']);
+        let is_file = !word.contains("://")
+            && word.contains('/')
+            && [".yaml", ".json", ".sh", ".md", "Dockerfile"]
+                .iter()
+                .any(|end| word.ends_with(end));
+        if is_file {
+            named.push(word.to_owned());
+            assert!(
+                repo().join(word).is_file() || chart().join(word).is_file(),
+                "helm show values names {word}, which is neither in the repository nor in the chart"
+            );
+        }
+        // A folder (the chart's crds/, the repository's policies/) neither of them has.
+        if let Some(folder) = word.strip_suffix('/').filter(|f| !f.contains('/')) {
+            assert!(
+                chart().join(folder).is_dir() || repo().join(folder).is_dir(),
+                "helm show values names a {folder}/ folder, which neither the chart nor the repository has"
+            );
+        }
+    }
+    assert!(
+        named.iter().any(|n| n == "image/Dockerfile"),
+        "the image's Dockerfile is named: {named:?}"
+    );
+}
+
+#[test]
+fn the_harness_section_promises_only_what_its_render_holds() {
+    let readme = std::fs::read_to_string(chart().join("README.md")).unwrap();
+    let start = readme
+        .find("### Rendering for a kube-apiserver test harness")
+        .expect("the harness section");
+    let section = &readme[start..];
+    let section = &section[..section[4..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 4)];
+    // Its command, as it shows it (the CA bundle's value is any base64).
+    let manifests = render_with(
+        NAMESPACE,
+        &[],
+        &[
+            "webhook.url=https://127.0.0.1:8443/validate",
+            "webhook.caBundle=Zm9v",
+        ],
+        &[],
+    );
+    let secrets = manifests.all("Secret");
+    assert!(secrets.is_empty(), "{secrets:?}");
+    assert!(
+        section.contains("renders no Secret") && !section.contains("that Secret"),
+        "the section must say the render holds no Secret: {section}"
+    );
+}

@@ -555,7 +555,7 @@ fn an_unreachable_cluster_is_one_sentence_with_the_server_and_exit_3() {
         &["backlog", "-A", "-o", "json"],
         &["break-glass", "list", "--context", "other"],
         OPEN,
-        &["break-glass", "close", "-n", "prod"],
+        &["break-glass", "close", "namespace/prod"],
     ];
     for args in commands {
         let out = driftgate(&[args, &["--kubeconfig", kubeconfig]].concat());
@@ -1289,6 +1289,338 @@ fn a_clean_scan_names_the_namespace_it_scanned() {
     assert_eq!(
         report["scanned"][0]["namespace"], "prod-payments",
         "{report}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_namespace_wide_window_must_be_named_and_a_bare_open_is_refused() {
+    let dir = temp_dir("no-target");
+    let kubeconfig = dead_kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    // The dead server proves nothing was sent: connecting would have been exit 3.
+    let bare = [&OPEN[..2], &OPEN[3..], &["--kubeconfig", kubeconfig]].concat();
+    let out = driftgate(&bare);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        "driftgate break-glass: open needs what the window is on: KIND/NAME for one object (`driftgate break-glass open deployment/api -n prod ...`), or namespace/NAME for every object in the namespace (`driftgate break-glass open namespace/prod ...`)\n"
+    );
+    let out = driftgate(&["break-glass", "close", "--kubeconfig", kubeconfig]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("driftgate break-glass: close needs what the window is on: KIND/NAME for one object (`driftgate break-glass close deployment/api -n NS ...`)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = driftgate(
+        &[
+            &OPEN[..2],
+            &["namespace/prod", "-n", "dev"],
+            &OPEN[5..],
+            &["--kubeconfig", kubeconfig],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "driftgate break-glass: namespace/prod is the namespace-wide window of prod, but -n says dev: give one of them\n"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A fake cluster where deployment prod/api and namespace prod exist and take patches.
+fn fake_objects() -> FakeApiServer {
+    fake_with(|_, path| {
+        let object = if path.starts_with("/apis/apps/v1/namespaces/prod/deployments/api") {
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "api", "namespace": "prod"}})
+        } else if path.starts_with("/api/v1/namespaces/prod") {
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}})
+        } else {
+            return Reply::Answer(Answer::status(404, "NotFound", "not found"));
+        };
+        Reply::Answer(Answer::json(200, object))
+    })
+}
+
+#[test]
+fn break_glass_open_dry_run_shows_the_label_and_stores_nothing() {
+    let dir = temp_dir("dry-run");
+    let server = fake_objects();
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let out = driftgate(&[OPEN, &["--dry-run", "--kubeconfig", kubeconfig]].concat());
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        "break-glass window would open on deployment/api in namespace prod (server dry run: admitted, with every admission webhook asked; nothing was stored):",
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("  label       driftgate.dev/break-glass=20"),
+        "{stdout}"
+    );
+    assert!(lines[1].contains("(until 20"), "{stdout}");
+    assert_eq!(
+        lines[2], "  annotation  driftgate.dev/break-glass-reason=INC-1: api OOM",
+        "{stdout}"
+    );
+    assert!(stdout.contains("without --dry-run"), "{stdout}");
+    let patches: Vec<String> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.starts_with("PATCH "))
+        .collect();
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    assert!(
+        patches[0].starts_with("PATCH /apis/apps/v1/namespaces/prod/deployments/api?")
+            && patches[0].contains("dryRun=All"),
+        "{patches:?}"
+    );
+
+    // Client-side: the object is looked up, nothing is written.
+    let server = fake_objects();
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let out = driftgate(&[OPEN, &["--dry-run=client", "--kubeconfig", kubeconfig]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("(client dry run: nothing was sent but a lookup"));
+    let requests = server.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("GET /apis/apps/v1/namespaces/prod/deployments/api")),
+        "{requests:?}"
+    );
+    assert!(
+        !requests.iter().any(|r| r.starts_with("PATCH")),
+        "{requests:?}"
+    );
+    let out = driftgate(&[OPEN, &["--dry-run=none", "--kubeconfig", kubeconfig]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_namespace_wide_window_opens_on_the_namespace_it_names() {
+    let dir = temp_dir("namespace-window");
+    let server = fake_objects();
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let out = driftgate(
+        &[
+            &OPEN[..2],
+            &["namespace/prod"],
+            &OPEN[5..],
+            &["--kubeconfig", kubeconfig],
+        ]
+        .concat(),
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("break-glass window open on namespace prod until "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("`driftgate break-glass close namespace/prod` ends the window early"),
+        "{stdout}"
+    );
+    let requests = server.requests();
+    // The namespace it names, not the context's (ctx-ns).
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("PATCH /api/v1/namespaces/prod?")),
+        "{requests:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn run_as_kubectl_driftgate_every_hint_says_kubectl_driftgate() {
+    let dir = temp_dir("plugin-hints");
+    let plugin = dir.join("kubectl-driftgate");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_driftgate"), &plugin).unwrap();
+    let server = fake_objects();
+    let kubeconfig = server.kubeconfig(&dir);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&plugin)
+            .args(args)
+            .args(["--kubeconfig", kubeconfig])
+            .output()
+            .unwrap()
+    };
+    let out = run(OPEN);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("Next: `kubectl driftgate backlog -n prod` lists what must be backported; `kubectl driftgate break-glass close deployment/api -n prod` ends the window early."),
+        "{stdout}"
+    );
+    assert!(
+        !stdout
+            .replace("kubectl driftgate", "")
+            .contains("`driftgate"),
+        "{stdout}"
+    );
+    let out = run(&[OPEN, &["--dry-run"]].concat());
+    assert!(
+        text(&out.stdout).contains("(`kubectl driftgate break-glass open ... --for"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&[&OPEN[..2], &OPEN[3..]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("kubectl driftgate break-glass: open needs what the window is on")
+            && stderr.contains("(`kubectl driftgate break-glass open deployment/api -n prod ...`)")
+            && stderr.contains("(`kubectl driftgate break-glass open namespace/prod ...`)"),
+        "{stderr}"
+    );
+    // The offline commands' errors too.
+    let offline = |args: &[&str]| {
+        Command::new(&plugin)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap()
+    };
+    let out = offline(&[
+        "eval",
+        "--policy",
+        "policies/example.yaml",
+        "nonexistent.json",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("kubectl driftgate eval: "),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = offline(&["policy", "test", "/nonexistent"]);
+    assert!(
+        text(&out.stderr).starts_with("kubectl driftgate policy test: "),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// What `kubectl_complete-driftgate ARGS... WORD` prints, as kubectl runs it.
+fn plugin_completions(args: &[&str]) -> (Vec<String>, String) {
+    let dir = temp_dir(&format!("plugin-completion-{}", args.len()));
+    let completer = dir.join("kubectl_complete-driftgate");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_driftgate"), &completer).unwrap();
+    let out = Command::new(&completer).args(args).output().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    let mut lines: Vec<String> = stdout.lines().map(str::to_owned).collect();
+    let directive = lines.pop().unwrap_or_default();
+    let values = lines
+        .into_iter()
+        .map(|l| l.split('\t').next().unwrap().to_owned())
+        .collect();
+    (values, directive)
+}
+
+#[test]
+fn kubectl_complete_driftgate_answers_kubectl_as_cobra_does() {
+    let (values, directive) = plugin_completions(&[""]);
+    assert_eq!(directive, ":4");
+    for subcommand in ["break-glass", "backlog", "scan", "version", "completion"] {
+        assert!(values.contains(&subcommand.to_owned()), "{values:?}");
+    }
+    assert!(!values.contains(&"help".to_owned()), "{values:?}");
+    let (values, directive) = plugin_completions(&["break-glass", ""]);
+    assert_eq!(
+        (values, directive.as_str()),
+        (vec!["open".into(), "close".into(), "list".into()], ":4")
+    );
+    let (values, _) = plugin_completions(&["--context", "prod", "back"]);
+    assert_eq!(values, vec!["backlog", "backport"]);
+    let (values, _) = plugin_completions(&["break-glass", "open", "--dr"]);
+    assert_eq!(values, vec!["--dry-run"]);
+    let (values, _) = plugin_completions(&["break-glass", "open", "--dry-run="]);
+    assert_eq!(values, vec!["--dry-run=server", "--dry-run=client"]);
+    let (values, directive) = plugin_completions(&["backlog", "-o", ""]);
+    assert_eq!(
+        (values, directive.as_str()),
+        (
+            vec!["table", "wide", "json", "yaml", "name"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            ":4"
+        )
+    );
+    // A flag taking a file, or eval's review files: the shell completes file names.
+    let (values, directive) = plugin_completions(&["backlog", "--kubeconfig", ""]);
+    assert_eq!((values.len(), directive.as_str()), (0, ":0"));
+    let (values, directive) = plugin_completions(&["eval", ""]);
+    assert_eq!((values.len(), directive.as_str()), (0, ":0"));
+    let (values, _) = plugin_completions(&["backlog", "--all"]);
+    assert_eq!(values, vec!["--all-namespaces", "--all"]);
+}
+
+/// Every subcommand's path as its man page names it (`driftgate-break-glass-open`), from the
+/// same definition as --help, hidden commands left out.
+fn subcommand_pages(command: &clap::Command, prefix: &str, pages: &mut Vec<String>) {
+    let name = format!("{prefix}{}", command.get_name());
+    pages.push(name.clone());
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        if sub.get_name() != "help" {
+            subcommand_pages(sub, &format!("{name}-"), pages);
+        }
+    }
+}
+
+#[test]
+fn man_writes_a_page_for_every_subcommand() {
+    use clap::CommandFactory;
+    let dir = temp_dir("man");
+    let out = driftgate(&["man", dir.join("pages").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mut expected = Vec::new();
+    subcommand_pages(&driftgate::cli::Cli::command(), "", &mut expected);
+    assert!(expected.contains(&"driftgate-break-glass-open".to_owned()));
+    assert!(expected.contains(&"driftgate-backlog-resolve".to_owned()));
+    let mut written: Vec<String> = std::fs::read_dir(dir.join("pages"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    let mut wanted: Vec<String> = expected.iter().map(|p| format!("{p}.1")).collect();
+    wanted.sort();
+    assert_eq!(written, wanted);
+    // Each page is roff with its title, and documents its flags.
+    let open = std::fs::read_to_string(dir.join("pages/driftgate-break-glass-open.1")).unwrap();
+    assert!(open.contains(".TH driftgate-break-glass-open 1"), "{open}");
+    assert!(open.contains("\\-\\-dry\\-run"), "{open}");
+    // One path a line on stdout, as written.
+    assert_eq!(text(&out.stdout).lines().count(), expected.len());
+    // A directory that cannot be made is a sentence, not a panic.
+    let blocked = dir.join("file");
+    std::fs::write(&blocked, "").unwrap();
+    let out = driftgate(&["man", blocked.join("pages").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("driftgate man: cannot make the directory "),
+        "{}",
+        text(&out.stderr)
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

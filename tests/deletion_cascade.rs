@@ -175,7 +175,7 @@ fn pruning_a_statefulset_that_would_take_its_claim_is_refused_with_what_to_do() 
          the garbage collector would then delete PersistentVolumeClaim data-web-0, which it owns, and the policy protects it from deletion by anyone, \
          the GitOps controller included, unless deleting it is a deliberate act (policy \"production\", rule DeletionProtected). \
          If that is meant, mark it first, in Git or with kubectl annotate persistentvolumeclaim/data-web-0 -n prod-db driftgate.dev/allow-deletion=true, \
-         or delete it under a break-glass window on the namespace (group sre-oncall may open one: driftgate break-glass open -n prod-db --for 1h --reason \"INC-…: what and why\"); \
+         or delete it under a break-glass window on the namespace (group sre-oncall may open one: driftgate break-glass open namespace/prod-db --for 1h --reason \"INC-…: what and why\"); \
          to delete it alone and keep what it owns: kubectl delete statefulset/web -n prod-db --cascade=orphan; \
          if the controller is pruning it, check the last change in Git (policy owner: team-platform (#platform-oncall))."
     );

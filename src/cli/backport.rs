@@ -84,9 +84,14 @@ pub enum BackportError {
         problem: Box<NotInCheckout>,
     },
     #[error(
-        "the record {namespace}/{name} holds no field changes to backport (a create or delete under the window): bring Git in line by hand, then driftgate backlog resolve {name} -n {namespace} --note …"
+        "the record {namespace}/{name} holds no field changes to backport (a create or delete under the window): bring Git in line by hand, then {program} backlog resolve {name} -n {namespace} --note …"
     )]
-    NoFields { namespace: String, name: String },
+    NoFields {
+        /// How the person ran this binary ([`crate::cli::program_name`]), for the hint.
+        program: &'static str,
+        namespace: String,
+        name: String,
+    },
     #[error(
         "{object} is rendered by Helm ({release}): its values live in a chart's values, which driftgate backport does not write; change them by hand in Git, and the controller's next reconcile settles the record"
     )]
@@ -142,7 +147,11 @@ impl BackportError {
     }
 }
 
-pub async fn run(args: &BackportArgs, out: &mut impl Write) -> Result<(), CliError> {
+pub async fn run(
+    args: &BackportArgs,
+    program: &'static str,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
     let cluster = connect(&args.connection).await?;
     let namespace = cluster.namespace_or(args.namespace.as_ref());
     let record = read_record(&cluster, &namespace, &args.record).await?;
@@ -187,6 +196,7 @@ pub async fn run(args: &BackportArgs, out: &mut impl Write) -> Result<(), CliErr
     }
     if combined.edits.is_empty() && combined.skipped.is_empty() {
         return Err(BackportError::NoFields {
+            program,
             namespace,
             name: args.record.clone(),
         }
@@ -214,7 +224,7 @@ pub async fn run(args: &BackportArgs, out: &mut impl Write) -> Result<(), CliErr
     let _ = write!(out, "\n{diff}");
     let _ = writeln!(
         out,
-        "\nCommitted on branch {branch} of {}. Next: git -C {} push -u origin {branch}, and open a pull request; once it is merged the controller's next reconcile settles the record (driftgate backlog -n {namespace}).",
+        "\nCommitted on branch {branch} of {}. Next: git -C {} push -u origin {branch}, and open a pull request; once it is merged the controller's next reconcile settles the record ({program} backlog -n {namespace}).",
         root.display(),
         root.display(),
     );
@@ -681,6 +691,21 @@ fn git_with_input(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_no_fields_hint_names_the_program_as_it_was_run() {
+        let error = BackportError::NoFields {
+            program: "kubectl driftgate",
+            namespace: "prod".into(),
+            name: "deployment-api-1".into(),
+        };
+        assert!(
+            error.to_string().ends_with(
+                "then kubectl driftgate backlog resolve deployment-api-1 -n prod --note …"
+            ),
+            "{error}"
+        );
+    }
     use std::os::unix::fs::symlink;
 
     fn run_git(dir: &Path, args: &[&str]) {

@@ -53,9 +53,10 @@ impl BreakGlassArgs {
 #[derive(Debug, Subcommand)]
 pub enum BreakGlassCommand {
     /// Open (or extend) a window: `open deployment/api -n prod --for 90m --reason "INC-1: ..."`,
-    /// or `open --namespace prod ...` for every object in the namespace.
+    /// or `open namespace/prod ...` for every object in the namespace.
     Open(OpenArgs),
-    /// Close a window: the controller reconciles the object again.
+    /// Close a window (`close deployment/api -n prod`, `close namespace/prod`): the controller
+    /// reconciles the object again.
     Close(TargetArgs),
     /// List open windows: on namespaces, and on objects of the kinds driftgate can find.
     List(ListArgs),
@@ -75,10 +76,12 @@ pub struct BreakGlassKeys {
 #[derive(Debug, Args)]
 pub struct TargetArgs {
     /// KIND/NAME of the object (`deployment/api`, `deploy/api`, `configmaps/settings`,
-    /// `deployment.apps/api`); leave out for a namespace-wide window.
+    /// `deployment.apps/api`), or `namespace/NAME` for the namespace-wide window: the window is
+    /// a label on the Namespace object itself, so it is named as `kubectl label namespace/NAME`
+    /// names it, and a forgotten KIND/NAME is refused rather than widened to every object.
     #[arg(value_name = "KIND/NAME")]
     pub target: Option<String>,
-    /// The namespace (of the object, or the namespace-wide window); default: the context's.
+    /// The namespace of the object; default: the context's.
     #[arg(short = 'n', long, value_name = "NS")]
     pub namespace: Option<String>,
     #[command(flatten)]
@@ -97,6 +100,28 @@ pub struct OpenArgs {
     /// Why: the incident and what you are about to change.
     #[arg(long, value_name = "TEXT")]
     pub reason: String,
+    /// Show what would be labelled (object, label, value, reason annotation) and change
+    /// nothing. `server` (the default, as kubectl's `--dry-run=server`) sends the write with
+    /// the API server's dryRun, so admission runs (driftgate's webhook answers dry runs: its
+    /// refusal or warnings are shown) and nothing is stored; `client` sends no write, only
+    /// looks the object up.
+    #[arg(
+        long,
+        value_name = "STRATEGY",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "server"
+    )]
+    pub dry_run: Option<DryRun>,
+}
+
+/// kubectl's `--dry-run` strategies that change nothing (`none` is leaving the flag out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DryRun {
+    /// The API server runs the write, admission included, and stores nothing.
+    Server,
+    /// Nothing is written: the object is only looked up.
+    Client,
 }
 
 /// `-n NS` or `-A`, as kubectl spells them.
@@ -140,19 +165,16 @@ pub struct ListArgs {
 /// What a command names, checked before connecting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// No KIND/NAME: the namespace-wide window, on the Namespace itself.
-    Namespace,
+    /// `namespace/NAME`: the namespace-wide window, on the Namespace itself.
+    Namespace(String),
     Object {
         kind: String,
         name: String,
     },
 }
 
-/// `KIND/NAME`, or nothing for the namespace (pure).
-pub fn parse_target(spec: Option<&str>) -> Result<Target, CliError> {
-    let Some(spec) = spec else {
-        return Ok(Target::Namespace);
-    };
+/// `KIND/NAME`; `namespace/NAME` (`ns/`, `namespaces/`) is the Namespace (pure).
+pub fn parse_target(spec: &str) -> Result<Target, CliError> {
     let syntax = || CliError::TargetSyntax {
         target: spec.to_owned(),
     };
@@ -160,10 +182,53 @@ pub fn parse_target(spec: Option<&str>) -> Result<Target, CliError> {
     if kind.is_empty() || name.is_empty() || name.contains('/') {
         return Err(syntax());
     }
+    if matches!(
+        kind.to_lowercase().as_str(),
+        "namespace" | "namespaces" | "ns"
+    ) {
+        return Ok(Target::Namespace(name.to_owned()));
+    }
     Ok(Target::Object {
         kind: kind.to_owned(),
         name: name.to_owned(),
     })
+}
+
+/// What `break-glass open|close` acts on, and in which namespace (pure): KIND/NAME is
+/// required, since leaving it out once meant the whole namespace; `-n` beside
+/// `namespace/NAME` must name the same namespace.
+pub fn window_target(
+    args: &TargetArgs,
+    program: &'static str,
+    command: &'static str,
+) -> Result<(Target, Option<String>), CliError> {
+    let Some(spec) = args.target.as_deref() else {
+        return Err(CliError::NoTarget {
+            program,
+            command,
+            namespace: args.namespace.clone().unwrap_or_else(|| "NS".to_owned()),
+        });
+    };
+    let target = parse_target(spec)?;
+    if let (Target::Namespace(name), Some(namespace)) = (&target, &args.namespace)
+        && name != namespace
+    {
+        return Err(CliError::NamespaceMismatch {
+            target: spec.to_owned(),
+            namespace: namespace.clone(),
+        });
+    }
+    Ok((target, args.namespace.clone()))
+}
+
+/// The arguments that name the window's object again, for the commands a hint prints (pure):
+/// `deployment/api -n prod`, `namespace/prod`, `clusterrole/viewer`.
+pub fn target_args(target: &Target, namespace: Option<&str>) -> String {
+    match (target, namespace) {
+        (Target::Namespace(name), _) => format!("namespace/{name}"),
+        (Target::Object { kind, name }, Some(ns)) => format!("{kind}/{name} -n {ns}"),
+        (Target::Object { kind, name }, None) => format!("{kind}/{name}"),
+    }
 }
 
 /// Short names kubectl users type, for the kinds break-glass is most used on.
@@ -310,6 +375,10 @@ pub(crate) async fn locate(
     namespace: &str,
 ) -> Result<Located, CliError> {
     let Target::Object { kind, name } = target else {
+        let namespace = match target {
+            Target::Namespace(name) => name,
+            Target::Object { .. } => namespace,
+        };
         let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Namespace"));
         return Ok(Located {
             api: Api::all_with(cluster.client.clone(), &resource),
@@ -367,8 +436,23 @@ pub(crate) async fn patch_reading_warnings(
     located: &Located,
     patch: &serde_json::Value,
 ) -> Result<Vec<String>, kube::Error> {
+    patch_with(cluster, located, patch, false).await
+}
+
+/// [`patch_reading_warnings`], as a server-side dry run when `dry_run` (admission runs, nothing
+/// is stored).
+async fn patch_with(
+    cluster: &Cluster,
+    located: &Located,
+    patch: &serde_json::Value,
+    dry_run: bool,
+) -> Result<Vec<String>, kube::Error> {
+    let params = PatchParams {
+        dry_run,
+        ..patch_params()
+    };
     let request = kube::core::Request::new(located.api.resource_url())
-        .patch(&located.name, &patch_params(), &Patch::Merge(patch))
+        .patch(&located.name, &params, &Patch::Merge(patch))
         .map_err(kube::Error::BuildRequest)?;
     let response = cluster
         .client
@@ -445,30 +529,25 @@ pub(crate) fn headline_and_warnings(
 
 /// What `open` prints once the window is open (pure): until when, driftgate's own words about
 /// it (that the controller is held off), what happens at expiry, how to extend, what follows.
-/// `namespace` is None for a cluster-scoped object, whose record driftgate keeps in its own
-/// namespace.
+/// `close` names the object for `break-glass close` ([`target_args`]); `namespace` is None for
+/// a cluster-scoped object, whose record driftgate keeps in its own namespace.
 pub fn opened_message(
     program: &str,
     words: &str,
-    command_target: &str,
+    close: &str,
     namespace: Option<&str>,
     expiry: (String, String),
     warnings: &[String],
 ) -> String {
     let (local, utc) = expiry;
-    let (guards, backlog, close) = match namespace {
-        Some(ns) => (
-            format!("namespace {ns}"),
-            format!("-n {ns}"),
-            format!("{command_target}-n {ns}"),
-        ),
+    let (guards, backlog) = match namespace {
+        Some(ns) => (format!("namespace {ns}"), format!("-n {ns}")),
         None => (
             format!(
                 "{} objects (policy clusterScoped)",
                 words.split('/').next().unwrap_or(words)
             ),
             "-A".to_owned(),
-            command_target.trim_end().to_owned(),
         ),
     };
     let mut text = headline_and_warnings(
@@ -485,14 +564,64 @@ pub fn opened_message(
     text
 }
 
-pub async fn open(args: &OpenArgs, program: &str, out: &mut impl Write) -> Result<(), CliError> {
+/// The namespace `target` is in: the Namespace's own name, else -n, else the context's.
+fn namespace_of(cluster: &Cluster, target: &Target, given: Option<&String>) -> String {
+    match target {
+        Target::Namespace(name) => name.clone(),
+        Target::Object { .. } => cluster.namespace_or(given),
+    }
+}
+
+/// What a dry run of `open` prints (pure): the object, the label and its value, the reason
+/// annotation, then driftgate's answer when the API server ran admission (`server`).
+pub fn dry_run_message(
+    program: &str,
+    words: &str,
+    mode: DryRun,
+    keys: &BreakGlassKeys,
+    (value, until): (&str, String),
+    reason: &str,
+    warnings: &[String],
+) -> String {
+    let how = match mode {
+        DryRun::Server => {
+            "server dry run: admitted, with every admission webhook asked; nothing was stored"
+        }
+        DryRun::Client => "client dry run: nothing was sent but a lookup, and no webhook was asked",
+    };
+    let mut text = format!(
+        "break-glass window would open on {words} ({how}):\n  label       {}={value}   (until {until})\n  annotation  {}={}\n",
+        keys.label,
+        keys.reason_annotation,
+        echo(reason, MAX_REASON_CHARS),
+    );
+    if mode == DryRun::Server {
+        for warning in warnings {
+            text.push_str(&crate::text::warning(warning.clone()));
+            text.push('\n');
+        }
+        if warnings.is_empty() {
+            text.push_str("driftgate sent no warning: check that its webhook guards this object, or nothing would be held off.\n");
+        }
+    }
+    text.push_str(&format!(
+        "Run it again without --dry-run to open the window (`{program} break-glass open ... --for ... --reason ...`).\n"
+    ));
+    text
+}
+
+pub async fn open(
+    args: &OpenArgs,
+    program: &'static str,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
     let expiry = expiry_after(&args.duration, Timestamp::now())?;
     if args.reason.trim().is_empty() || crate::decision::is_placeholder_reason(&args.reason) {
         return Err(CliError::Reason);
     }
-    let target = parse_target(args.target.target.as_deref())?;
+    let (target, given) = window_target(&args.target, program, "open")?;
     let cluster = connect(&args.target.connection).await?;
-    let namespace = cluster.namespace_or(args.target.namespace.as_ref());
+    let namespace = namespace_of(&cluster, &target, given.as_ref());
     let located = locate(&cluster, &target, &namespace).await?;
     let keys = &args.target.keys;
     let value = format_expiry(expiry);
@@ -500,20 +629,39 @@ pub async fn open(args: &OpenArgs, program: &str, out: &mut impl Write) -> Resul
         "labels": {keys.label.as_str(): value},
         "annotations": {keys.reason_annotation.as_str(): args.reason},
     }});
+    if let Some(mode) = args.dry_run {
+        let warnings = match mode {
+            DryRun::Server => patch_with(&cluster, &located, &patch, true)
+                .await
+                .map_err(|e| cluster.error(located.attempt("opening the window (dry run)"), e))?,
+            DryRun::Client => {
+                located
+                    .read(&cluster, "looking up the window's object (dry run)")
+                    .await?;
+                Vec::new()
+            }
+        };
+        let message = dry_run_message(
+            program,
+            &located.words,
+            mode,
+            keys,
+            (&value, human_utc(expiry)),
+            &args.reason,
+            &warnings,
+        );
+        let _ = write!(out, "{message}");
+        return Ok(());
+    }
     let warnings = patch_reading_warnings(&cluster, &located, &patch)
         .await
         .map_err(|e| cluster.error(located.attempt("opening the window"), e))?;
-    let command_target = args
-        .target
-        .target
-        .as_ref()
-        .map(|t| format!("{t} "))
-        .unwrap_or_default();
+    let in_namespace = (!located.cluster_scoped).then_some(namespace.as_str());
     let message = opened_message(
         program,
         &located.words,
-        &command_target,
-        (!located.cluster_scoped).then_some(namespace.as_str()),
+        &target_args(&target, in_namespace),
+        in_namespace,
         (local(expiry), human_utc(expiry)),
         &warnings,
     );
@@ -521,10 +669,14 @@ pub async fn open(args: &OpenArgs, program: &str, out: &mut impl Write) -> Resul
     Ok(())
 }
 
-pub async fn close(args: &TargetArgs, out: &mut impl Write) -> Result<(), CliError> {
-    let target = parse_target(args.target.as_deref())?;
+pub async fn close(
+    args: &TargetArgs,
+    program: &'static str,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let (target, given) = window_target(args, program, "close")?;
     let cluster = connect(&args.connection).await?;
-    let namespace = cluster.namespace_or(args.namespace.as_ref());
+    let namespace = namespace_of(&cluster, &target, given.as_ref());
     let located = locate(&cluster, &target, &namespace).await?;
     let patch = json!({"metadata": {
         "labels": {args.keys.label.as_str(): null},
@@ -665,10 +817,7 @@ fn listed_window(
 fn remove_command(window: &ListedWindow, program: &str, cluster_scoped: bool) -> String {
     match (window.object.as_str(), cluster_scoped) {
         ("(whole namespace)", _) => {
-            format!(
-                "{program} break-glass close --namespace {}",
-                window.namespace
-            )
+            format!("{program} break-glass close namespace/{}", window.namespace)
         }
         (object, true) => format!("{program} break-glass close {object}"),
         (object, false) => format!(
@@ -828,16 +977,23 @@ mod tests {
 
     #[test]
     fn kind_and_name_are_checked_before_connecting() {
-        assert_eq!(parse_target(None).unwrap(), Target::Namespace);
         assert_eq!(
-            parse_target(Some("deploy/api")).unwrap(),
+            parse_target("ns/prod").unwrap(),
+            Target::Namespace("prod".into())
+        );
+        assert_eq!(
+            parse_target("Namespace/prod").unwrap(),
+            Target::Namespace("prod".into())
+        );
+        assert_eq!(
+            parse_target("deploy/api").unwrap(),
             Target::Object {
                 kind: "deploy".into(),
                 name: "api".into()
             }
         );
         for bad in ["api", "deployment/", "/api", "deployment/api/x"] {
-            let error = parse_target(Some(bad)).unwrap_err();
+            let error = parse_target(bad).unwrap_err();
             assert_eq!(error.exit_code(), crate::cli::error::exit::BAD_INPUT);
             assert!(
                 error
@@ -846,6 +1002,52 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn a_dry_run_shows_the_label_and_driftgate_s_answer_only_when_it_was_asked() {
+        let keys = BreakGlassKeys {
+            label: DEFAULT_BREAK_GLASS_LABEL.into(),
+            reason_annotation: DEFAULT_REASON_ANNOTATION.into(),
+        };
+        let warning = "driftgate: break-glass window open on Namespace prod ...".to_owned();
+        let server = dry_run_message(
+            "kubectl driftgate",
+            "namespace prod",
+            DryRun::Server,
+            &keys,
+            ("20261202T1300Z", "2026-12-02 13:00 UTC".into()),
+            "INC-1\nforged",
+            std::slice::from_ref(&warning),
+        );
+        let lines: Vec<&str> = server.lines().collect();
+        assert_eq!(
+            lines[1],
+            format!(
+                "  label       {DEFAULT_BREAK_GLASS_LABEL}=20261202T1300Z   (until 2026-12-02 13:00 UTC)"
+            )
+        );
+        // The reason is the person's text: echoed without its control characters.
+        assert_eq!(
+            lines[2],
+            format!("  annotation  {DEFAULT_REASON_ANNOTATION}=INC-1\\nforged")
+        );
+        assert_eq!(lines[3], crate::text::warning(warning.clone()));
+        assert!(
+            lines[4].contains("`kubectl driftgate break-glass open"),
+            "{server}"
+        );
+        let client = dry_run_message(
+            "driftgate",
+            "namespace prod",
+            DryRun::Client,
+            &keys,
+            ("20261202T1300Z", "2026-12-02 13:00 UTC".into()),
+            "INC-1",
+            &[],
+        );
+        assert!(!client.contains("warning"), "{client}");
+        assert_eq!(client.lines().count(), 4, "{client}");
     }
 
     #[test]
@@ -864,7 +1066,7 @@ mod tests {
         let text = opened_message(
             "kubectl driftgate",
             "deployment/api in namespace prod",
-            "deployment/api ",
+            "deployment/api -n prod",
             Some("prod"),
             ("2026-12-01 15:00 CET".into(), "2026-12-01 14:00 UTC".into()),
             std::slice::from_ref(&warning),
@@ -887,7 +1089,7 @@ mod tests {
         let unguarded = opened_message(
             "driftgate",
             "namespace dev",
-            "",
+            "namespace/dev",
             Some("dev"),
             ("a".into(), "b".into()),
             &[],
@@ -898,13 +1100,13 @@ mod tests {
             "{unguarded}"
         );
         assert!(
-            unguarded.contains("`driftgate break-glass close -n dev`"),
+            unguarded.contains("`driftgate break-glass close namespace/dev`"),
             "{unguarded}"
         );
         let cluster_scoped = opened_message(
             "driftgate",
             "clusterrole/viewer (cluster-scoped)",
-            "clusterrole/viewer ",
+            "clusterrole/viewer",
             None,
             ("a".into(), "b".into()),
             &[],

@@ -23,7 +23,7 @@ pub struct CertsDevArgs {
 }
 
 /// Exit 0 with the files written, 2 when they could not be.
-pub fn certs_dev(args: &CertsDevArgs, out: &mut impl Write) -> ExitCode {
+pub fn certs_dev(args: &CertsDevArgs, program: &str, out: &mut impl Write) -> ExitCode {
     let written = crate::certs::serving_hosts(&args.hosts).and_then(|hosts| {
         let paths = crate::certs::generate_dev_certs(&args.out, &args.hosts)?;
         Ok((paths, hosts))
@@ -31,7 +31,7 @@ pub fn certs_dev(args: &CertsDevArgs, out: &mut impl Write) -> ExitCode {
     let (paths, hosts) = match written {
         Ok(written) => written,
         Err(error) => {
-            eprintln!("driftgate certs dev: {error}");
+            eprintln!("{program} certs dev: {error}");
             return ExitCode::from(2);
         }
     };

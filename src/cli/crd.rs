@@ -8,14 +8,14 @@ use kube::CustomResourceExt;
 use crate::ledger::record::BackportRequirement;
 
 /// Exit 0 with the CRD printed, 1 when it could not be serialized.
-pub fn print(out: &mut impl Write) -> ExitCode {
+pub fn print(program: &str, out: &mut impl Write) -> ExitCode {
     match serde_saphyr::to_string(&BackportRequirement::crd()) {
         Ok(yaml) => {
             let _ = write!(out, "{yaml}");
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("driftgate crd: {error}");
+            eprintln!("{program} crd: {error}");
             ExitCode::from(1)
         }
     }

@@ -33,9 +33,22 @@ Exit codes:
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error(
-        "\"{target}\" is not KIND/NAME; write e.g. deployment/api, or leave it out for a namespace-wide window"
+        "\"{target}\" is not KIND/NAME; write e.g. deployment/api, or namespace/NAME for a namespace-wide window"
     )]
     TargetSyntax { target: String },
+    #[error(
+        "{command} needs what the window is on: KIND/NAME for one object (`{program} break-glass {command} deployment/api -n {namespace} ...`), or namespace/NAME for every object in the namespace (`{program} break-glass {command} namespace/{namespace} ...`)"
+    )]
+    NoTarget {
+        program: &'static str,
+        command: &'static str,
+        namespace: String,
+    },
+    #[error(
+        "{target} is the namespace-wide window of {}, but -n says {namespace}: give one of them",
+        target.split_once('/').map_or(target.as_str(), |(_, name)| name)
+    )]
+    NamespaceMismatch { target: String, namespace: String },
     #[error("\"{target}\" is not KIND/NAME; write e.g. kustomization/apps or helmrelease/podinfo")]
     SuspensionTarget { target: String },
     #[error(
@@ -166,6 +179,8 @@ impl CliError {
         match self {
             CliError::Refused { .. } => exit::REFUSED,
             CliError::TargetSyntax { .. }
+            | CliError::NoTarget { .. }
+            | CliError::NamespaceMismatch { .. }
             | CliError::SuspensionTarget { .. }
             | CliError::CannotResume { .. }
             | CliError::Duration(_)

@@ -46,7 +46,8 @@ pub(crate) fn parse_now(now: Option<&str>) -> Result<Timestamp> {
 
 /// Exit 0 when every review was decided (whatever the decisions), 2 when any input could not
 /// be read; the readable ones are still decided and printed.
-pub fn eval(args: &EvalArgs, out: &mut impl Write) -> ExitCode {
+/// `program` names the binary as it was run, in its error lines.
+pub fn eval(args: &EvalArgs, program: &str, out: &mut impl Write) -> ExitCode {
     let setup = || -> Result<(PolicySet, Timestamp, Vec<DynamicObject>, Option<DynamicObject>)> {
         let policies = PolicySet::load_all(std::slice::from_ref(&args.policy))?;
         let now = parse_now(args.now.as_deref())?;
@@ -61,7 +62,7 @@ pub fn eval(args: &EvalArgs, out: &mut impl Write) -> ExitCode {
     let (policies, now, namespaces, parent) = match setup() {
         Ok(setup) => setup,
         Err(error) => {
-            eprintln!("driftgate eval: {error}");
+            eprintln!("{program} eval: {error}");
             return ExitCode::from(2);
         }
     };
@@ -70,7 +71,7 @@ pub fn eval(args: &EvalArgs, out: &mut impl Write) -> ExitCode {
         let request = match read_review(path) {
             Ok(request) => request,
             Err(error) => {
-                eprintln!("driftgate eval: {error}");
+                eprintln!("{program} eval: {error}");
                 unreadable += 1;
                 continue;
             }

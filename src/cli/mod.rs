@@ -10,7 +10,9 @@ pub mod cluster;
 pub mod crd;
 pub mod error;
 pub mod eval;
+pub mod man;
 pub mod output;
+pub mod plugin_completion;
 pub mod policy;
 pub mod scan;
 pub mod suspend;
@@ -73,11 +75,16 @@ pub enum Command {
     Crd,
     /// Print this binary's version and, when a cluster is reachable, the installed driftgate's.
     Version(version::VersionArgs),
-    /// Print a shell completion script: `driftgate completion bash > /etc/bash_completion.d/driftgate`.
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell): `driftgate completion
+    /// bash > /etc/bash_completion.d/driftgate`. For `kubectl driftgate`, link the binary as
+    /// `kubectl_complete-driftgate` on the PATH instead (kubectl 1.26+ asks it; see the README).
     Completion {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Write the man pages, one per command and subcommand, into DIR (for packagers).
+    #[command(hide = true)]
+    Man(man::ManArgs),
 }
 
 impl Command {
@@ -119,7 +126,8 @@ impl Command {
             | Command::Policy(_)
             | Command::Certs(_)
             | Command::Crd
-            | Command::Completion { .. } => {
+            | Command::Completion { .. }
+            | Command::Man(_) => {
                 return match leading.first_given() {
                     Some(flag) => Err(error::CliError::LeadingFlag {
                         flag,
@@ -149,6 +157,7 @@ impl Command {
             Command::Crd => "crd",
             Command::Version(_) => "version",
             Command::Completion { .. } => "completion",
+            Command::Man(_) => "man",
         }
     }
 }
@@ -165,6 +174,21 @@ pub fn program_name(argv0: Option<&std::ffi::OsStr>) -> &'static str {
     }
 }
 
+/// The process: kubectl's completion request when run as [`plugin_completion::PLUGIN_COMPLETER`],
+/// else the command line.
+pub fn main() -> ExitCode {
+    let argv0 = std::env::args_os().next();
+    let file_name = argv0
+        .as_deref()
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_name);
+    if file_name == Some(std::ffi::OsStr::new(plugin_completion::PLUGIN_COMPLETER)) {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        return plugin_completion::run(&Cli::command(), &args, &mut std::io::stdout().lock());
+    }
+    run(Cli::parse())
+}
+
 /// Runs the parsed command line and returns the process exit code.
 pub fn run(mut cli: Cli) -> ExitCode {
     let stdout = std::io::stdout();
@@ -175,9 +199,11 @@ pub fn run(mut cli: Cli) -> ExitCode {
         return ExitCode::from(error.exit_code());
     }
     match cli.command {
-        Command::Eval(args) => eval::eval(&args, &mut out),
+        Command::Eval(args) => eval::eval(&args, program, &mut out),
         Command::Policy(PolicyCommand::Check { paths }) => policy::policy_check(&paths, &mut out),
-        Command::Policy(PolicyCommand::Test { path }) => policy::policy_test(&path, &mut out),
+        Command::Policy(PolicyCommand::Test { path }) => {
+            policy::policy_test(&path, program, &mut out)
+        }
         Command::Serve(args) => serve(args),
         Command::BreakGlass(args) => break_glass(&args.into_command(), program, &mut out),
         Command::Suspend(args) => run_cluster(
@@ -191,15 +217,18 @@ pub fn run(mut cli: Cli) -> ExitCode {
             "backlog",
             backlog::run(&args, &mut out, &mut std::io::stderr()),
         ),
-        Command::Backport(args) => run_cluster(program, "backport", backport::run(&args, &mut out)),
+        Command::Backport(args) => {
+            run_cluster(program, "backport", backport::run(&args, program, &mut out))
+        }
         Command::Scan(args) => scan::main(&args, program, &mut out),
-        Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, &mut out),
+        Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, program, &mut out),
         Command::Version(args) => run_cluster(program, "version", version::run(&args, &mut out)),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "driftgate", &mut out);
             ExitCode::SUCCESS
         }
-        Command::Crd => crd::print(&mut out),
+        Command::Crd => crd::print(program, &mut out),
+        Command::Man(args) => man::run(&args, program, &mut out),
     }
 }
 
@@ -225,14 +254,14 @@ where
 
 fn break_glass(
     command: &break_glass::BreakGlassCommand,
-    program: &str,
+    program: &'static str,
     out: &mut impl Write,
 ) -> ExitCode {
     use break_glass::{self as tool, BreakGlassCommand};
     run_cluster(program, "break-glass", async {
         match command {
             BreakGlassCommand::Open(args) => tool::open(args, program, out).await,
-            BreakGlassCommand::Close(args) => tool::close(args, out).await,
+            BreakGlassCommand::Close(args) => tool::close(args, program, out).await,
             BreakGlassCommand::List(args) => {
                 tool::list(args, program, out, &mut std::io::stderr()).await
             }

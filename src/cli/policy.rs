@@ -107,11 +107,12 @@ pub fn policy_check(paths: &[PathBuf], out: &mut impl Write) -> ExitCode {
 
 /// Prints one line per case and `N passed, N failed`; exit 1 when any case failed, 2 when a
 /// suite could not run.
-pub fn policy_test(path: &std::path::Path, out: &mut impl Write) -> ExitCode {
+/// `program` names the binary as it was run, in its error lines.
+pub fn policy_test(path: &std::path::Path, program: &str, out: &mut impl Write) -> ExitCode {
     let (report, errors) = match testsuite::run(path) {
         Ok(result) => result,
         Err(error) => {
-            eprintln!("driftgate policy test: {error}");
+            eprintln!("{program} policy test: {error}");
             return ExitCode::from(2);
         }
     };
@@ -126,11 +127,11 @@ pub fn policy_test(path: &std::path::Path, out: &mut impl Write) -> ExitCode {
         }
     }
     for error in &errors {
-        eprintln!("driftgate policy test: {error}");
+        eprintln!("{program} policy test: {error}");
     }
     if report.cases.is_empty() && errors.is_empty() {
         eprintln!(
-            "driftgate policy test: no test suites (*.test.yaml) under {}",
+            "{program} policy test: no test suites (*.test.yaml) under {}",
             path.display()
         );
         return ExitCode::from(2);

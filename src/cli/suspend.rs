@@ -121,7 +121,7 @@ pub fn resume_patch(
 
 /// `KIND/NAME`, required here (pure).
 pub fn parse_suspension_target(spec: &str) -> Result<Target, CliError> {
-    match parse_target(Some(spec)) {
+    match parse_target(spec) {
         Ok(target @ Target::Object { .. }) => Ok(target),
         _ => Err(CliError::SuspensionTarget {
             target: spec.to_owned(),

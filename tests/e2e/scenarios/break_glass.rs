@@ -438,8 +438,7 @@ async fn a_namespace_wide_window_admits_alices_edit_of_a_configmap_from_flux() {
         &[
             "break-glass",
             "open",
-            "--namespace",
-            ns,
+            &format!("namespace/{ns}"),
             "--for",
             "1h",
             "--reason",

@@ -433,8 +433,7 @@ async fn a_collection_delete_stops_at_its_first_refusal_and_is_recorded_per_obje
         &[
             "break-glass",
             "open",
-            "--namespace",
-            ns,
+            &format!("namespace/{ns}"),
             "--for",
             "30m",
             "--reason",

@@ -384,8 +384,7 @@ async fn noon(driftgate: &Driftgate) -> f64 {
         &[
             "break-glass",
             "open",
-            "--namespace",
-            NS,
+            &format!("namespace/{NS}"),
             "--for",
             "1h",
             "--reason",
@@ -447,7 +446,7 @@ async fn noon(driftgate: &Driftgate) -> f64 {
     );
     show(driftgate_cli(
         ALICE,
-        &["break-glass", "close", "--namespace", NS],
+        &["break-glass", "close", &format!("namespace/{NS}")],
     ))
     .ok();
     let namespace = get_json(&format!("namespace/{NS}"), NS);
@@ -529,8 +528,7 @@ async fn a_namespace_deleted_under_its_own_window_is_emptied_by_the_namespace_co
         &[
             "break-glass",
             "open",
-            "--namespace",
-            ns,
+            &format!("namespace/{ns}"),
             "--for",
             "30m",
             "--reason",
