@@ -467,3 +467,50 @@ fn kubectl_driftgate_speaks_kubectls_flags_formats_and_errors() {
     );
     std::fs::remove_dir_all(&bin).unwrap();
 }
+
+/// Issue 28: the real kubectl (1.35) completes `kubectl driftgate …` through the plugin's
+/// completion executable, `kubectl_complete-driftgate` on PATH (a link to the binary, as the
+/// README says to make): subcommands, a subcommand's own, and a flag's values.
+#[test]
+fn the_real_kubectl_completes_the_plugin_through_kubectl_complete_driftgate() {
+    let (bin, path) = path_with_plugin("driftgate-plugin-complete");
+    let completer = bin.join("kubectl_complete-driftgate");
+    let _ = std::fs::remove_file(&completer);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_driftgate"), &completer).unwrap();
+    let complete = |args: &[&str]| {
+        let out = Command::new(binaries().kubectl())
+            .args(["__complete", "driftgate"])
+            .args(args)
+            .env("PATH", &path)
+            .output()
+            .expect("kubectl runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let words = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.starts_with(':'))
+            .filter_map(|l| l.split('\t').next().map(str::to_owned))
+            .collect()
+    };
+    let top = words(&complete(&[""]));
+    for command in [
+        "break-glass",
+        "backlog",
+        "backport",
+        "scan",
+        "suspend",
+        "resume",
+    ] {
+        assert!(top.contains(&command.to_owned()), "{top:?}");
+    }
+    assert_eq!(
+        words(&complete(&["break-glass", ""])),
+        ["open", "close", "list"]
+    );
+    assert_eq!(
+        words(&complete(&["backlog", "-o", ""])),
+        ["table", "wide", "json", "yaml", "name"]
+    );
+    std::fs::remove_dir_all(&bin).unwrap();
+}
