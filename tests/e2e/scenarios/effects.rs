@@ -92,7 +92,18 @@ async fn forged_ownership_is_refused_and_bookkeeping_is_not() {
     shared();
     let ns = "prod-m1";
     show(flux_apply(&namespace_with_api(ns))).ok();
-    let before = get_owned("deployment/api", ns);
+    // Read once the deployment controller's status writes have settled: a forged list built
+    // from a read its status entry moved after would also rewrite that entry (refused too, but
+    // for another reason than the one under test).
+    let mut before = get_owned("deployment/api", ns);
+    for _ in 0..40 {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let again = get_owned("deployment/api", ns);
+        if again["metadata"]["managedFields"] == before["metadata"]["managedFields"] {
+            break;
+        }
+        before = again;
+    }
     let mut forged = before["metadata"]["managedFields"].clone();
     let flux_entry = forged
         .as_array_mut()
