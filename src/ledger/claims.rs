@@ -78,6 +78,12 @@ pub fn claims_of(write: &RecordWrite<'_>, fields: &[ClaimedField]) -> Vec<Claime
     }
 }
 
+/// Whether `write` claims anything [`claims_of`] would confirm: a record created or a change
+/// appended.
+pub fn makes_claims(write: &RecordWrite<'_>) -> bool {
+    matches!(write, RecordWrite::Create(_) | RecordWrite::Append { .. })
+}
+
 /// The fields `changed` (paths as driftgate writes them) before and after a write, from the
 /// review's objects as JSON.
 pub fn claimed_fields(
@@ -311,10 +317,8 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
-    use crate::ledger::record::{
-        BackportRequirementSpec, BackportStatus, Phase, RecordScope, RecordedField, RecordedObject,
-        RecordedWindow, Transition,
-    };
+    use crate::ledger::plan::tests::open_record;
+    use crate::ledger::record::{BackportStatus, Phase, RecordedField, Transition};
 
     const NOW: &str = "2026-12-02T10:00:00Z";
 
@@ -340,29 +344,10 @@ mod tests {
         }
     }
 
+    /// The plan tests' open record of Deployment api, with `changes`, in `phase`.
     fn record(name: &str, changes: Vec<RecordedChange>, phase: Phase) -> BackportRequirement {
-        let mut record = BackportRequirement::new(
-            name,
-            BackportRequirementSpec {
-                object: RecordedObject {
-                    api_version: "apps/v1".into(),
-                    kind: "Deployment".into(),
-                    name: "api".into(),
-                    uid: "u-1".into(),
-                },
-                scope: RecordScope::Object,
-                window: RecordedWindow {
-                    opener: Some("alice".into()),
-                    reason: Some("INC-1".into()),
-                    opened_at: None,
-                    expires_at: Time("2026-12-02T11:00:00Z".parse().unwrap()),
-                    label_value: "20261202T1100Z".into(),
-                },
-                policy: "prod".into(),
-                changes,
-            },
-        );
-        record.metadata.resource_version = Some("42".into());
+        let mut record = open_record(name, "2026-12-02T11:00:00Z");
+        record.spec.changes = changes;
         record.status = Some(BackportStatus {
             phase,
             transitions: vec![Transition {

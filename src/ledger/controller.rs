@@ -446,17 +446,28 @@ mod tests {
     ) -> ControllerPlan {
         let mut request = update(FLUX, "Deployment", "dep-uid", replicas);
         request.dry_run = dry_run;
-        let decision = decision(&request, Rule::Controller, None);
-        let policies = policies();
         let since = at("2026-11-30T10:00:00Z");
-        let now = since + jiff::SignedDuration::from_mins(minutes);
-        let records = [record];
+        plan_for(
+            &request,
+            record,
+            since + jiff::SignedDuration::from_mins(minutes),
+        )
+    }
+
+    /// The controller plan of `request` (Flux's) against `record` at `now`.
+    fn plan_for(
+        request: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
+        record: Arc<BackportRequirement>,
+        now: Timestamp,
+    ) -> ControllerPlan {
+        let decision = decision(request, Rule::Controller, None);
+        let policies = policies();
         plan_controller_write(
-            &RequestFacts::new(&request),
+            &RequestFacts::new(request),
             &decision.record.object.kind,
             &decision.record.verdicts[0],
             rules(&policies),
-            &records,
+            &[record],
             now,
         )
     }
@@ -727,15 +738,9 @@ mod tests {
                 }))
                 .unwrap(),
             ]);
-            let decision = decision(&request, Rule::Controller, None);
-            let policies = policies();
-            let records = [awaiting("2026-11-30T10:00:00Z")];
-            plan_controller_write(
-                &RequestFacts::new(&request),
-                &decision.record.object.kind,
-                &decision.record.verdicts[0],
-                rules(&policies),
-                &records,
+            plan_for(
+                &request,
+                awaiting("2026-11-30T10:00:00Z"),
                 at("2026-11-30T10:05:00Z"),
             )
         };

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::decision::{Decision, PolicyVerdict, Rule};
 use crate::events::EventSink;
 use crate::kube_state::{NamespaceCache, ReadBack, StoredReader};
-use crate::ledger::claims::{Claimed, Shown, WriteKind, claimed_fields, claims_of};
+use crate::ledger::claims::{Claimed, Shown, WriteKind, claimed_fields, claims_of, makes_claims};
 use crate::ledger::controller::{
     StoredWrite, WrittenObject, plan_controller_write, plan_stored_settlements,
 };
@@ -439,14 +439,20 @@ impl Connected {
             .await
             .map_err(|e| e.to_string())?;
         let plan = plan_recording(&key, facts, decision, verdict, rules, &listed, now);
-        let as_json =
-            |o: Option<ReviewObject<'_>>| o.and_then(|o| serde_json::to_value(o.whole()).ok());
-        let fields = claimed_fields(
-            &decision.record.changed_fields,
-            as_json(facts.old_object()).as_ref(),
-            as_json(facts.object()).as_ref(),
-        );
-        let claims = claims_of(&plan.write, &fields);
+        // The objects are read into JSON (before the answer) only for a write that claims
+        // something: an append or a new record; a dry run records nothing.
+        let claims = if makes_claims(&plan.write) && AdmittedWrite::of(facts).is_some() {
+            let as_json =
+                |o: Option<ReviewObject<'_>>| o.and_then(|o| serde_json::to_value(o.whole()).ok());
+            let fields = claimed_fields(
+                &decision.record.changed_fields,
+                as_json(facts.old_object()).as_ref(),
+                as_json(facts.object()).as_ref(),
+            );
+            claims_of(&plan.write, &fields)
+        } else {
+            Vec::new()
+        };
         let kind = match facts.request().operation() {
             Operation::Create => WriteKind::Create,
             Operation::Delete => WriteKind::Delete,

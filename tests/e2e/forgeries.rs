@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use crate::harness::chart::NAMESPACE as DRIFTGATE_NAMESPACE;
 use crate::harness::forge::{self, CONFIG_MAP, DEPLOYMENT, forge};
-use crate::harness::{ADMIN, ALICE, BOB, FLUX, control_plane, driftgate_cli, repo_path};
+use crate::harness::{
+    ADMIN, ALICE, BOB, Driftgate, FLUX, Identity, control_plane, driftgate_cli, repo_path,
+};
 use crate::ledger::{Scene, TICK, wait_for};
 use crate::silence::{bob_told_flux_may_be_down, flux_last_write, flux_record, same_time};
 
@@ -110,27 +112,14 @@ fn a_forged_extension_of_a_window_changes_no_record_and_it_expires_as_planned() 
     let mut claimed = live.clone();
     claimed["metadata"]["labels"][LABEL] = json!(label_in(110));
     claimed["metadata"]["annotations"][REASON] = json!("INC-666: forged, window kept open");
-    for _ in 0..3 {
-        for old in [live.clone(), stale(&live), with_other_uid(&live)] {
-            let mut object = claimed.clone();
-            object["metadata"]["uid"] = old["metadata"]["uid"].clone();
-            let answer = forge(
-                &driftgate,
-                forge::request(
-                    DEPLOYMENT,
-                    "UPDATE",
-                    &scene.ns,
-                    "api",
-                    ALICE,
-                    (object, old),
-                    forge::patch_options("kubectl-label"),
-                ),
-            );
-            // Admitted: a review decides its own answer (here, into the void).
-            assert_eq!(answer["allowed"], true, "{answer:#}");
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    // Admitted: a review decides its own answer (here, into the void).
+    forge_update_three_ways(
+        &driftgate,
+        &scene.ns,
+        (&live, &claimed),
+        ALICE,
+        "kubectl-label",
+    );
     std::thread::sleep(READ_BACK_SPAN);
     assert_eq!(window(&scene), extended, "the record is as alice left it");
     let live = stored_now("deployment/api", &scene.ns);
@@ -189,27 +178,8 @@ fn a_forged_resume_leaves_the_suspension_and_its_record_as_they_were() {
             .unwrap()
             .remove(key);
     }
-    for _ in 0..3 {
-        for old in [live.clone(), stale(&live), with_other_uid(&live)] {
-            let mut object = resumed.clone();
-            object["metadata"]["uid"] = old["metadata"]["uid"].clone();
-            let answer = forge(
-                &driftgate,
-                forge::request(
-                    DEPLOYMENT,
-                    "UPDATE",
-                    &scene.ns,
-                    "api",
-                    BOB,
-                    (object, old),
-                    forge::patch_options("driftgate"),
-                ),
-            );
-            // Resuming is always admitted.
-            assert_eq!(answer["allowed"], true, "{answer:#}");
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    // Resuming is always admitted.
+    forge_update_three_ways(&driftgate, &scene.ns, (&live, &resumed), BOB, "driftgate");
     std::thread::sleep(READ_BACK_SPAN);
     let record = scene.record();
     assert_eq!(record["status"]["phase"], "Open", "{record:#}");
@@ -595,4 +565,36 @@ fn a_forged_refused_write_does_not_show_in_the_policy_report() {
             &["delete", "crd", POLICY_REPORT_CRD_NAME, "--wait=true"],
         )
         .ok();
+}
+
+/// Three times a second apart, `who`'s forged UPDATE of Deployment api into `claimed`, made to
+/// the object as stored, to a stale copy and to one under another uid; each must be admitted
+/// (a review decides only its own answer).
+fn forge_update_three_ways(
+    driftgate: &Driftgate,
+    ns: &str,
+    (live, claimed): (&Value, &Value),
+    who: Identity,
+    field_manager: &str,
+) {
+    for _ in 0..3 {
+        for old in [live.clone(), stale(live), with_other_uid(live)] {
+            let mut object = claimed.clone();
+            object["metadata"]["uid"] = old["metadata"]["uid"].clone();
+            let answer = forge(
+                driftgate,
+                forge::request(
+                    DEPLOYMENT,
+                    "UPDATE",
+                    ns,
+                    "api",
+                    who,
+                    (object, old),
+                    forge::patch_options(field_manager),
+                ),
+            );
+            assert_eq!(answer["allowed"], true, "{answer:#}");
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }
