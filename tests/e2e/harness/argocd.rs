@@ -266,7 +266,7 @@ spec:
                     "application",
                     name,
                     "-n",
-                    ARGOCD_NAMESPACE,
+                    self.namespace_of(name),
                     "-o",
                     "json",
                 ],
