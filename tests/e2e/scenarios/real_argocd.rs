@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use driftgate::ledger::record::{BackportRequirement, Phase};
 use serde_json::Value;
 
-use crate::harness::argocd::{ARGOCD, AppOptions, argocd};
+use crate::harness::argocd::{ARGOCD, AppOptions, ArgoApply, argocd};
 use crate::harness::{
     ADMIN, ALICE, BOB, control_plane, driftgate_cli, install_crypto_provider, shared,
 };
@@ -824,4 +824,183 @@ async fn a_forged_review_cannot_claim_that_argo_cd_found_nothing_to_sync() {
         Some(&("Backported", "ControllerFoundNothingToSync".to_owned())),
         "{record:#?}"
     );
+}
+
+/// Issue 26, section 8: with the `ServerSideApply=true` sync option Argo CD applies every object
+/// of a sync server-side, with force, taking back every field Git declares (alice's replicas
+/// included) into its own Apply entry. But it still writes nothing while Git equals the object,
+/// and its structured-merge diff keeps a field Git dropped while another manager owns it, so
+/// its Synced status proves nothing: the record waits for Argo CD's next sync, which any change
+/// to the Application's manifests starts.
+#[tokio::test]
+async fn with_server_side_apply_the_fix_is_backported_by_the_next_sync_not_by_synced_status() {
+    install_crypto_provider();
+    shared();
+    let ns = "argo-prod-backport-ssa";
+    let settings = |level: &str| {
+        format!(
+            "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {ns}\ndata:\n  LOG_LEVEL: {level}\n"
+        )
+    };
+    argocd().publish(ns, &(namespace_with_api(ns) + &settings("info")));
+    argocd().application_with(
+        ns,
+        ns,
+        AppOptions {
+            apply: ArgoApply::ServerSide,
+            retry_limit: Some(1),
+            ..AppOptions::DEFAULT
+        },
+    );
+    wait_for_replicas(ns, ns, 2, FIRST_SYNC).await;
+    open_window(ns, "1h", "INC-929: api OOM, hotfix image");
+    hotfix(ns);
+    refused_in_status(ns, "ControllerHeld", WITHIN).await;
+    wait_for_app(
+        ns,
+        "the refused self-heal to run out of retries",
+        WITHIN,
+        |app| (app["status"]["operationState"]["phase"] == "Failed").then_some(()),
+    )
+    .await;
+    driftgate_cli(ALICE, &["break-glass", "close", "deployment/api", "-n", ns]).ok();
+    record_in_phase(ns, Phase::AwaitingBackport).await;
+
+    // Git gets exactly the fix: Synced, nothing written, and nothing settled.
+    let fixed = argocd().publish(ns, &(git_with_the_fix(ns, None) + &settings("info")));
+    wait_for_app(ns, "Synced at the fix", WITHIN, |app| {
+        (app["status"]["sync"]["status"] == "Synced"
+            && app["status"]["sync"]["revision"] == fixed.as_str())
+        .then_some(())
+    })
+    .await;
+    let synced = Instant::now();
+    while synced.elapsed() < Duration::from_secs(15) {
+        let phases: Vec<_> = records(ns)
+            .await
+            .into_iter()
+            .map(|r| r.status.map(|s| s.phase))
+            .collect();
+        assert_eq!(phases, [Some(Phase::AwaitingBackport)]);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // Another change in Git: Argo CD syncs and applies every object, the Deployment too.
+    argocd().publish(ns, &(git_with_the_fix(ns, None) + &settings("debug")));
+    let record = record_in_phase(ns, Phase::Backported).await;
+    assert_eq!(
+        transitions(&record).last(),
+        Some(&("Backported", "ControllerCarriedChange".to_owned())),
+        "{record:#?}"
+    );
+    let deployment = deployment_json(ns);
+    let managers = deployment["metadata"]["managedFields"].as_array().unwrap();
+    assert!(
+        managers.iter().any(|m| m["manager"] == "argocd-controller"
+            && m["operation"] == "Apply"
+            && m["fieldsV1"]["f:spec"]["f:replicas"].is_object()),
+        "server-side apply took the replicas back: {managers:#?}"
+    );
+}
+
+/// Issue 26, section 8: with the compare option `ServerSideDiff=true`, Argo CD compares by
+/// server-side dry runs of its apply, which reach driftgate as the controller's writes. Under a
+/// window they are refused like its writes, so Argo CD cannot compare the Application at all
+/// (ComparisonError carrying driftgate's sentence) and never self-heals; once the fix is in Git
+/// and the window closed, its dry runs carry the values, and two of them settle the record as
+/// Flux's do (ControllerFoundNothingToApply; the shared driftgate authenticates the API server).
+#[tokio::test]
+async fn with_server_side_diff_argo_cds_dry_runs_are_held_and_then_settle_the_backport() {
+    install_crypto_provider();
+    shared();
+    let ns = "argo-prod-backport-ssd";
+    deploy(
+        ns,
+        AppOptions {
+            server_side_diff: true,
+            ..AppOptions::DEFAULT
+        },
+    )
+    .await;
+    let dry_runs = || {
+        shared()
+            .log_tail(usize::MAX)
+            .lines()
+            .filter(|l| {
+                l.contains(&format!(
+                    "kind=Deployment subresource= namespace={ns} name=api user={}",
+                    ARGOCD.user
+                )) && l.contains("dry_run=true")
+            })
+            .count()
+    };
+    eventually(
+        "Argo CD's server-side dry runs to reach driftgate",
+        || async { (dry_runs() > 0).then_some(()) },
+    )
+    .await;
+    open_window(ns, "1h", "INC-930: api OOM, scaling out");
+    kubectl(
+        ALICE,
+        &["scale", "deployment/api", "-n", ns, "--replicas=5"],
+    )
+    .ok();
+    let message = wait_for_app(ns, "a comparison refused by driftgate", WITHIN, |app| {
+        app["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .filter(|c| c["type"] == "ComparisonError")
+            .filter_map(|c| c["message"].as_str())
+            .find(|m| m.contains("rule ControllerHeld)"))
+            .map(str::to_owned)
+    })
+    .await;
+    eprintln!("with server-side diff, the real Argo CD reports: {message}");
+    assert_eq!(replicas(ns), Some(5));
+
+    // The fix put in Git, the window closed: Argo CD's next dry runs carry it.
+    let revision = argocd().publish(ns, &git_with_the_fix(ns, None).replace(HOTFIX, IMAGE));
+    driftgate_cli(ALICE, &["break-glass", "close", "deployment/api", "-n", ns]).ok();
+    record_in_phase(ns, Phase::AwaitingBackport).await;
+    let start = Instant::now();
+    let record = loop {
+        if let Some(record) = records(ns).await.into_iter().find(|r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Phase::Backported)
+        }) {
+            break record;
+        }
+        assert!(
+            start.elapsed() < WITHIN,
+            "not Backported by Argo CD's dry runs.\n{}",
+            app_summary(ns)
+        );
+        // A requested refresh misses Argo CD's diff cache: it dry-runs again.
+        control_plane().kubectl(
+            ADMIN,
+            &[
+                "annotate",
+                "--overwrite",
+                "application",
+                ns,
+                "-n",
+                crate::harness::argocd::ARGOCD_NAMESPACE,
+                "argocd.argoproj.io/refresh=normal",
+            ],
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    assert_eq!(
+        transitions(&record).last(),
+        Some(&("Backported", "ControllerFoundNothingToApply".to_owned())),
+        "{record:#?}"
+    );
+    wait_for_app(ns, "Synced at the fix", WITHIN, |app| {
+        (app["status"]["sync"]["status"] == "Synced"
+            && app["status"]["sync"]["revision"] == revision.as_str())
+        .then_some(())
+    })
+    .await;
+    assert_eq!(replicas(ns), Some(5));
 }
