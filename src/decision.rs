@@ -29,7 +29,7 @@ use crate::policy::{
 use crate::request::{
     RequestEnvelope, RequestFacts, ReviewObject, is_namespace_object, scope_namespace,
 };
-use crate::silence::{ControllerSilence, refusal_points_to_git};
+use crate::silence::ControllerSilence;
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
 use crate::timefmt::{WindowDuration, human_utc, parse_expiry};
 
@@ -155,6 +155,132 @@ impl Rule {
             Rule::PolicyRefused => "PolicyRefused",
             Rule::RevertRefused => "RevertRefused",
             Rule::LedgerUnavailable => "LedgerUnavailable",
+        }
+    }
+}
+
+/// What the rest of driftgate does with a verdict of a rule, stated for every rule in
+/// [`Rule::properties`]: a new rule does not compile until it says each (`..NOTHING_FOLLOWS`
+/// says "none of these").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleProperties {
+    /// Its refusal tells the person to change the object in Git, which a stopped GitOps
+    /// controller would not apply (the refusal then says the controller may be down).
+    pub refusal_points_to_git: bool,
+    /// Its `matched` names the controller whose write it judged (the controller-silence
+    /// tracker counts it as that controller's write); otherwise a delegation's name, or none.
+    pub judges_a_controllers_write: bool,
+    /// Admitted, it changes a break-glass window or a suspension: announced by an Event.
+    pub announced_when_admitted: bool,
+    /// Admitted (and not a dry run), it is a break-glass change the backport ledger records.
+    pub recorded: bool,
+    /// It suspends or resumes the GitOps controller: its record is the suspension's.
+    pub suspension: bool,
+    /// The Event its refusal is reported with.
+    pub refusal_event: RefusalEvent,
+}
+
+/// The Event a refusal is reported with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusalEvent {
+    /// `WriteDenied`, the Event of most refusals.
+    WriteDenied,
+    /// `ControllerHeld`: the controller was held off by a window.
+    ControllerHeld,
+    /// `RevertRefused`: the controller would have undone a change awaiting backport.
+    RevertRefused,
+    /// `LedgerUnavailable`: the change could not be recorded.
+    LedgerUnavailable,
+    /// No Event: a GatePolicy's author sees its refusal when applying it.
+    None,
+}
+
+/// The properties of a rule that has none of them (its refusals are `WriteDenied`).
+const NOTHING_FOLLOWS: RuleProperties = RuleProperties {
+    refusal_points_to_git: false,
+    judges_a_controllers_write: false,
+    announced_when_admitted: false,
+    recorded: false,
+    suspension: false,
+    refusal_event: RefusalEvent::WriteDenied,
+};
+
+/// A window's change, announced and recorded.
+const WINDOW_CHANGE: RuleProperties = RuleProperties {
+    announced_when_admitted: true,
+    recorded: true,
+    ..NOTHING_FOLLOWS
+};
+
+impl Rule {
+    /// What follows from a verdict of this rule (see [`RuleProperties`]).
+    pub const fn properties(self) -> RuleProperties {
+        match self {
+            Rule::OutOfScope
+            | Rule::DeletionProtected
+            | Rule::DeletionLimit
+            | Rule::SuspensionRefused
+            | Rule::Delegation
+            | Rule::NoEffectiveChange
+            | Rule::BreakGlassRefused
+            | Rule::WindowTooLong
+            | Rule::Unreadable
+            | Rule::LedgerWriter
+            | Rule::RecordResolved
+            | Rule::LedgerMetadata
+            | Rule::RecordDeletedWithNamespace
+            | Rule::RecordForged
+            | Rule::RecordErased
+            | Rule::RecordTampered
+            | Rule::ResolveRefused
+            | Rule::LedgerCrdAdmin
+            | Rule::LedgerCrdProtected
+            | Rule::PolicyCompiled => NOTHING_FOLLOWS,
+            Rule::NotPermitted | Rule::WindowExpired | Rule::FieldManagerSpoofing => {
+                RuleProperties {
+                    refusal_points_to_git: true,
+                    ..NOTHING_FOLLOWS
+                }
+            }
+            Rule::Controller => RuleProperties {
+                judges_a_controllers_write: true,
+                ..NOTHING_FOLLOWS
+            },
+            Rule::ControllerHeld => RuleProperties {
+                judges_a_controllers_write: true,
+                refusal_event: RefusalEvent::ControllerHeld,
+                ..NOTHING_FOLLOWS
+            },
+            Rule::RevertRefused => RuleProperties {
+                judges_a_controllers_write: true,
+                refusal_event: RefusalEvent::RevertRefused,
+                ..NOTHING_FOLLOWS
+            },
+            Rule::BreakGlassOpened | Rule::BreakGlassExtended | Rule::BreakGlassWindow => {
+                WINDOW_CHANGE
+            }
+            // The controller may close a window too (its `matched` then names it).
+            Rule::BreakGlassClosed => RuleProperties {
+                judges_a_controllers_write: true,
+                ..WINDOW_CHANGE
+            },
+            // Only the reason changed: recorded, announced by nobody.
+            Rule::BreakGlassAmended => RuleProperties {
+                recorded: true,
+                ..NOTHING_FOLLOWS
+            },
+            Rule::Suspended | Rule::Resumed => RuleProperties {
+                suspension: true,
+                ..WINDOW_CHANGE
+            },
+            Rule::PolicyRefused => RuleProperties {
+                refusal_event: RefusalEvent::None,
+                ..NOTHING_FOLLOWS
+            },
+            Rule::LedgerUnavailable => RuleProperties {
+                refusal_event: RefusalEvent::LedgerUnavailable,
+                ..NOTHING_FOLLOWS
+            },
         }
     }
 }
@@ -983,7 +1109,7 @@ fn with_silence(
         return verdict;
     };
     if let (true, Some(message), Some(sentence)) = (
-        refusal_points_to_git(verdict.rule),
+        verdict.rule.properties().refusal_points_to_git,
         verdict.message.as_mut(),
         silence.sentence(policy, input.now),
     ) {
