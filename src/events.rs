@@ -376,7 +376,7 @@ fn admitted(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
 /// "bob may not update Deployment staging-web/web once policy "staging" is enforced: only its
 /// controllers (flux) write here (rule NotPermitted). Change it in Git. Admitted because the
 /// policy is in Audit mode." The words are the refusal's ([`RefusalWords`], made by the rule in
-/// `decision.rs`): an Event never words a refusal on its own.
+/// `decision`): an Event never words a refusal on its own.
 fn audit_note(words: &RefusalWords, policy: &str, rule: Rule) -> String {
     let mut note = format!("{} once policy \"{policy}\" is enforced", words.subject);
     if !words.why.is_empty() {

@@ -10,7 +10,7 @@
 //! Subcommands, flags and the values a flag takes come from the command line's definition
 //! ([`complete`], pure). Names only the cluster knows (namespaces, the records after `backlog
 //! resolve`, objects after `break-glass open deployment/`) are looked up with the connection
-//! flags typed on the line ([`lookup`]), briefly: a completion that cannot reach the cluster in
+//! flags typed on the line (`names`), briefly: a completion that cannot reach the cluster in
 //! time offers nothing, never an error on the terminal.
 
 use std::io::Write;
