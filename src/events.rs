@@ -17,7 +17,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::decision::{BreakGlassWindow, Decision, PolicyVerdict, RefusalWords, Rule, WindowScope};
+use crate::decision::{
+    BreakGlassWindow, Decision, PolicyVerdict, RefusalEvent, RefusalWords, Rule, WindowScope,
+};
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::request::RequestFacts;
 use crate::text::echo;
@@ -243,18 +245,11 @@ fn calls_for_event(verdict: &PolicyVerdict) -> bool {
     if verdict.would_deny {
         return true;
     }
+    let properties = verdict.rule.properties();
     if !verdict.allowed {
-        return verdict.rule != Rule::PolicyRefused;
+        return properties.refusal_event != RefusalEvent::None;
     }
-    matches!(
-        verdict.rule,
-        Rule::BreakGlassOpened
-            | Rule::BreakGlassExtended
-            | Rule::BreakGlassClosed
-            | Rule::BreakGlassWindow
-            | Rule::Suspended
-            | Rule::Resumed
-    )
+    properties.announced_when_admitted
 }
 
 /// The reason and note for one verdict that [`calls_for_event`], or None when it calls for
@@ -273,11 +268,13 @@ fn plan_one(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
     if verdict.allowed {
         return admitted(verdict, words);
     }
-    let reason = match verdict.rule {
-        Rule::ControllerHeld => EventReason::ControllerHeld,
-        Rule::RevertRefused => EventReason::RevertRefused,
-        Rule::LedgerUnavailable => EventReason::LedgerUnavailable,
-        _ => EventReason::WriteDenied,
+    let reason = match verdict.rule.properties().refusal_event {
+        RefusalEvent::WriteDenied => EventReason::WriteDenied,
+        RefusalEvent::ControllerHeld => EventReason::ControllerHeld,
+        RefusalEvent::RevertRefused => EventReason::RevertRefused,
+        RefusalEvent::LedgerUnavailable => EventReason::LedgerUnavailable,
+        // calls_for_event left it out.
+        RefusalEvent::None => return None,
     };
     Some((
         reason,
@@ -379,7 +376,7 @@ fn admitted(verdict: &PolicyVerdict, words: &Words) -> Option<(EventReason, Stri
 /// "bob may not update Deployment staging-web/web once policy "staging" is enforced: only its
 /// controllers (flux) write here (rule NotPermitted). Change it in Git. Admitted because the
 /// policy is in Audit mode." The words are the refusal's ([`RefusalWords`], made by the rule in
-/// `decision.rs`): an Event never words a refusal on its own.
+/// `decision`): an Event never words a refusal on its own.
 fn audit_note(words: &RefusalWords, policy: &str, rule: Rule) -> String {
     let mut note = format!("{} once policy \"{policy}\" is enforced", words.subject);
     if !words.why.is_empty() {

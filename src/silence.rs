@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::decision::{Decision, PolicyVerdict, Rule};
+use crate::decision::{Decision, PolicyVerdict};
 use crate::policy::{GatePolicy, PolicySet};
 use crate::text::{MAX_NAME_CHARS, echo};
 use crate::timefmt::human_utc;
@@ -273,15 +273,6 @@ impl Silence {
     }
 }
 
-/// Whether a refusal by `rule` tells the person to change the object in Git, where a stopped
-/// controller changes what they should do.
-pub fn refusal_points_to_git(rule: Rule) -> bool {
-    matches!(
-        rule,
-        Rule::NotPermitted | Rule::WindowExpired | Rule::FieldManagerSpoofing
-    )
-}
-
 /// The tracked controller whose write `verdict` judged, if any. `matched` names a controller
 /// for these rules only (a delegation's name otherwise).
 /// The tracked controllers `decision` shows writing.
@@ -295,10 +286,7 @@ pub fn tracked_writers(policies: &PolicySet, decision: &Decision) -> Vec<Control
 }
 
 fn tracked_writer(policies: &PolicySet, verdict: &PolicyVerdict) -> Option<ControllerKey> {
-    let by_controller = matches!(
-        verdict.rule,
-        Rule::Controller | Rule::ControllerHeld | Rule::BreakGlassClosed | Rule::RevertRefused
-    );
+    let by_controller = verdict.rule.properties().judges_a_controllers_write;
     let controller = verdict.matched.as_deref().filter(|_| by_controller)?;
     is_tracked(policies, &verdict.policy, controller).then(|| ControllerKey {
         policy: verdict.policy.clone(),
@@ -331,7 +319,7 @@ pub fn human_duration(duration: SignedDuration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::{DecisionRecord, ObjectRef, PolicyVerdict};
+    use crate::decision::{DecisionRecord, ObjectRef, PolicyVerdict, Rule};
     use crate::policy::PolicyMode;
 
     const POLICY: &str = r#"
@@ -552,12 +540,13 @@ spec:
 
     #[test]
     fn refusals_that_point_to_git() {
-        assert!(refusal_points_to_git(Rule::NotPermitted));
-        assert!(refusal_points_to_git(Rule::WindowExpired));
-        assert!(refusal_points_to_git(Rule::FieldManagerSpoofing));
-        assert!(!refusal_points_to_git(Rule::ControllerHeld));
-        assert!(!refusal_points_to_git(Rule::BreakGlassRefused));
-        assert!(!refusal_points_to_git(Rule::Unreadable));
+        let points_to_git = |rule: Rule| rule.properties().refusal_points_to_git;
+        assert!(points_to_git(Rule::NotPermitted));
+        assert!(points_to_git(Rule::WindowExpired));
+        assert!(points_to_git(Rule::FieldManagerSpoofing));
+        assert!(!points_to_git(Rule::ControllerHeld));
+        assert!(!points_to_git(Rule::BreakGlassRefused));
+        assert!(!points_to_git(Rule::Unreadable));
     }
 
     fn flux_key() -> ControllerKey {

@@ -254,26 +254,34 @@ fn expand_short_name(kind: &str) -> &str {
 /// Finds the API resource for `kind` as kubectl accepts it: kind, singular or plural, any
 /// case, optionally `.group`.
 pub fn resolve_kind(discovery: &Discovery, kind: &str) -> Option<ApiResource> {
+    resolve_kind_and_scope(discovery, kind).map(|(resource, _)| resource)
+}
+
+/// [`resolve_kind`], with what discovery says of the resource (its scope, its verbs).
+pub fn resolve_kind_and_scope(
+    discovery: &Discovery,
+    kind: &str,
+) -> Option<(ApiResource, ApiCapabilities)> {
     let kind = kind.to_lowercase();
     let (name, group) = match kind.split_once('.') {
         Some((name, group)) => (name.to_owned(), Some(group.to_owned())),
         None => (kind.clone(), None),
     };
     let name = expand_short_name(&name).to_owned();
-    let mut found: Vec<ApiResource> = Vec::new();
+    let mut found: Vec<(ApiResource, ApiCapabilities)> = Vec::new();
     for api_group in discovery.groups() {
         if group.as_deref().is_some_and(|g| g != api_group.name()) {
             continue;
         }
-        for (resource, _) in api_group.recommended_resources() {
+        for (resource, capabilities) in api_group.recommended_resources() {
             let kind_lower = resource.kind.to_lowercase();
             if resource.plural == name || kind_lower == name || format!("{kind_lower}s") == name {
-                found.push(resource);
+                found.push((resource, capabilities));
             }
         }
     }
     // Prefer the core group, then the most familiar groups, as kubectl does for `deployment`.
-    found.sort_by_key(|r| match r.group.as_str() {
+    found.sort_by_key(|(r, _)| match r.group.as_str() {
         "" => 0,
         "apps" => 1,
         "batch" | "networking.k8s.io" | "autoscaling" | "policy" => 2,

@@ -13,7 +13,7 @@ use crate::cli::error::CliError;
 /// The connection flags every cluster command takes, as kubectl spells them. They are global,
 /// as kubectl's: accepted before the command (`driftgate --context prod backlog`) as well as
 /// after it.
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
 pub struct ConnectionArgs {
     /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long, value_name = "FILE", global = true)]

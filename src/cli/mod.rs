@@ -7,12 +7,12 @@ pub mod backport;
 pub mod break_glass;
 pub mod certs;
 pub mod cluster;
+pub mod completion;
 pub mod crd;
 pub mod error;
 pub mod eval;
 pub mod man;
 pub mod output;
-pub mod plugin_completion;
 pub mod policy;
 pub mod scan;
 pub mod suspend;
@@ -76,7 +76,9 @@ pub enum Command {
     /// Print this binary's version and, when a cluster is reachable, the installed driftgate's.
     Version(version::VersionArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell): `driftgate completion
-    /// bash > /etc/bash_completion.d/driftgate`. For `kubectl driftgate`, link the binary as
+    /// bash > /etc/bash_completion.d/driftgate`. bash's, zsh's and fish's ask the binary, which
+    /// reads namespaces, records and object names from the cluster; elvish's and powershell's
+    /// know the command line only. For `kubectl driftgate`, link the binary as
     /// `kubectl_complete-driftgate` on the PATH instead (kubectl 1.26+ asks it; see the README).
     Completion {
         #[arg(value_enum)]
@@ -174,17 +176,23 @@ pub fn program_name(argv0: Option<&std::ffi::OsStr>) -> &'static str {
     }
 }
 
-/// The process: kubectl's completion request when run as [`plugin_completion::PLUGIN_COMPLETER`],
-/// else the command line.
+/// The process: a completion request when run as [`completion::PLUGIN_COMPLETER`] (kubectl's)
+/// or with [`completion::COMPLETE_REQUEST`] first (the scripts'), else the command line.
 pub fn main() -> ExitCode {
     let argv0 = std::env::args_os().next();
     let file_name = argv0
         .as_deref()
         .map(std::path::Path::new)
         .and_then(std::path::Path::file_name);
-    if file_name == Some(std::ffi::OsStr::new(plugin_completion::PLUGIN_COMPLETER)) {
+    if file_name == Some(std::ffi::OsStr::new(completion::PLUGIN_COMPLETER)) {
         let args: Vec<String> = std::env::args().skip(1).collect();
-        return plugin_completion::run(&Cli::command(), &args, &mut std::io::stdout().lock());
+        return completion::run(&Cli::command(), &args, &mut std::io::stdout().lock());
+    }
+    // The completion scripts' request, before clap: the words typed are not a command line to
+    // parse (a flag half typed, a missing argument).
+    if std::env::args().nth(1).as_deref() == Some(completion::COMPLETE_REQUEST) {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return completion::run(&Cli::command(), &args, &mut std::io::stdout().lock());
     }
     run(Cli::parse())
 }
@@ -224,7 +232,12 @@ pub fn run(mut cli: Cli) -> ExitCode {
         Command::Certs(CertsCommand::Dev(args)) => certs::certs_dev(&args, program, &mut out),
         Command::Version(args) => run_cluster(program, "version", version::run(&args, &mut out)),
         Command::Completion { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "driftgate", &mut out);
+            match completion::script(shell) {
+                Some(script) => {
+                    let _ = out.write_all(script.as_bytes());
+                }
+                None => clap_complete::generate(shell, &mut Cli::command(), "driftgate", &mut out),
+            }
             ExitCode::SUCCESS
         }
         Command::Crd => crd::print(program, &mut out),

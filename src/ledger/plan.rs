@@ -109,21 +109,12 @@ pub fn unrecorded_warning(facts: &RequestFacts<'_>, decision: &Decision) -> Opti
 }
 
 fn is_break_glass_write(rule: Rule) -> bool {
-    matches!(
-        rule,
-        Rule::BreakGlassOpened
-            | Rule::BreakGlassExtended
-            | Rule::BreakGlassAmended
-            | Rule::BreakGlassClosed
-            | Rule::BreakGlassWindow
-            | Rule::Suspended
-            | Rule::Resumed
-    )
+    rule.properties().recorded
 }
 
 /// Whether a verdict suspends or resumes the controller: its record is the suspension's.
 pub fn is_suspension_rule(rule: Rule) -> bool {
-    matches!(rule, Rule::Suspended | Rule::Resumed)
+    rule.properties().suspension
 }
 
 /// The record key of `verdict`: a suspension's record is on the object suspended, apart from

@@ -5,6 +5,7 @@
 
 mod claims;
 mod client_auth;
+mod docs;
 mod faults;
 mod forgeries;
 mod harness;

@@ -514,3 +514,111 @@ fn the_real_kubectl_completes_the_plugin_through_kubectl_complete_driftgate() {
     );
     std::fs::remove_dir_all(&bin).unwrap();
 }
+
+/// Completion reads what only the cluster knows, with the person's kubeconfig: namespaces after
+/// `-n`, the records after `backlog resolve`, kinds and then object names after `break-glass
+/// open`, and the kubeconfig's contexts; through the real kubectl (`kubectl driftgate`) and
+/// through the bash script `driftgate completion bash` prints (`driftgate __complete`).
+#[tokio::test]
+async fn completion_offers_the_names_the_cluster_holds() {
+    crate::harness::install_crypto_provider();
+    crate::harness::shared();
+    let ns = "prod-complete";
+    crate::scenarios::flux_apply(&crate::scenarios::namespace_with_api(ns)).ok();
+    crate::harness::driftgate_cli(
+        ALICE,
+        &[
+            "break-glass",
+            "open",
+            "deployment/api",
+            "-n",
+            ns,
+            "--for",
+            "1h",
+            "--reason",
+            "INC-2801: completion test",
+        ],
+    )
+    .ok();
+    crate::scenarios::kubectl(
+        ALICE,
+        &["scale", "deployment/api", "-n", ns, "--replicas=3"],
+    )
+    .ok();
+    let records = crate::scenarios::records(ns).await;
+    assert_eq!(records.len(), 1, "one record of alice's change");
+    let record = records[0].metadata.name.clone().unwrap();
+
+    let plane = control_plane();
+    let (bin, path) = path_with_plugin("driftgate-plugin-complete-names");
+    let completer = bin.join("kubectl_complete-driftgate");
+    let _ = std::fs::remove_file(&completer);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_driftgate"), &completer).unwrap();
+    let through_kubectl = |args: &[&str]| -> (Vec<String>, String) {
+        let out = Command::new(binaries().kubectl())
+            .args(["__complete", "driftgate"])
+            .args(args)
+            .env("PATH", &path)
+            .env("KUBECONFIG", plane.kubeconfig(ALICE))
+            .output()
+            .expect("kubectl runs");
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let directive = text
+            .lines()
+            .find(|l| l.starts_with(':'))
+            .unwrap_or_default()
+            .to_owned();
+        let values = text
+            .lines()
+            .filter(|l| !l.starts_with(':'))
+            .filter_map(|l| l.split('\t').next().map(str::to_owned))
+            .collect();
+        (values, directive)
+    };
+    let (values, directive) = through_kubectl(&["backlog", "resolve", "-n", ns, ""]);
+    assert_eq!((values, directive.as_str()), (vec![record.clone()], ":4"));
+    let (values, _) = through_kubectl(&["break-glass", "list", "-n", "prod-compl"]);
+    assert_eq!(values, [ns]);
+    let (values, directive) = through_kubectl(&["break-glass", "open", "deploym"]);
+    assert_eq!(
+        (values, directive.as_str()),
+        (vec!["deployment/".to_owned()], ":6")
+    );
+    let (values, directive) = through_kubectl(&["break-glass", "close", "-n", ns, "deployment/"]);
+    assert_eq!(
+        (values, directive.as_str()),
+        (vec!["deployment/api".to_owned()], ":4")
+    );
+    // Forbidden or unreachable: nothing offered, no error on the terminal.
+    let (values, _) = through_kubectl(&["--kubeconfig", "/nonexistent", "backlog", "resolve", ""]);
+    assert!(values.is_empty(), "{values:?}");
+
+    // The bash script asks the binary the same, with the line as bash hands it over.
+    let script = bin.join("driftgate.bash");
+    let printed = Command::new(env!("CARGO_BIN_EXE_driftgate"))
+        .args(["completion", "bash"])
+        .output()
+        .unwrap();
+    std::fs::write(&script, &printed.stdout).unwrap();
+    let _ = std::fs::remove_file(bin.join("driftgate"));
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_driftgate"), bin.join("driftgate")).unwrap();
+    let line = format!("driftgate backlog resolve -n {ns} --context e2e ");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {}; COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; _driftgate; \
+             printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display()
+        ))
+        .env("PATH", &path)
+        .env("KUBECONFIG", plane.kubeconfig(ALICE))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        record,
+        "{out:?}"
+    );
+    std::fs::remove_dir_all(&bin).unwrap();
+}
