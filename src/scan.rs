@@ -23,6 +23,12 @@ use crate::policy::{Controller, Delegation, GatePolicy};
 /// whichever controller (and service account) writes.
 pub const KUBE_CONTROLLER_MANAGER: &str = "kube-controller-manager";
 
+/// The service account Argo CD's application-controller runs as, and the field manager its
+/// syncs write with (client-side and server-side apply alike: Argo CD's `ArgoCDSSAManager`),
+/// which is not named after the account.
+const ARGOCD_APPLICATION_CONTROLLER: &str = "argocd-application-controller";
+pub const ARGOCD_FIELD_MANAGER: &str = "argocd-controller";
+
 /// The annotation the deployment controller keeps on every Deployment (through `status`).
 const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
 
@@ -41,8 +47,9 @@ pub struct ControllerManagers {
 
 impl ControllerManagers {
     /// The policy's `fieldManagers`; without them, the names the usernames write as: a service
-    /// account `system:serviceaccount:NS:NAME` as `NAME` (Flux's and Argo CD's controllers name
-    /// their field manager after their service account), and any kube-system service account or
+    /// account `system:serviceaccount:NS:NAME` as `NAME` (Flux's controllers name their field
+    /// manager after their service account), Argo CD's application-controller also as
+    /// `argocd-controller` (its syncs), and any kube-system service account or
     /// `system:kube-controller-manager` as `kube-controller-manager`.
     pub fn of(controller: &Controller) -> ControllerManagers {
         if !controller.field_manager_patterns.is_empty() {
@@ -57,7 +64,7 @@ impl ControllerManagers {
             .identity
             .username_patterns()
             .iter()
-            .filter_map(|username| manager_of_username(username))
+            .flat_map(|username| managers_of_username(username))
             .collect();
         let matched_on = if managers.is_empty() {
             "nothing: it lists no fieldManagers and no service account to derive one from; list its fieldManagers".to_owned()
@@ -77,6 +84,20 @@ impl ControllerManagers {
             Some(patterns) => patterns.is_match(manager),
             None => self.managers.iter().any(|m| m == manager),
         }
+    }
+}
+
+/// The field managers a username writes as, when they can be told: Argo CD's
+/// application-controller syncs as `argocd-controller` and writes the rest (an Application's
+/// status) under its account's name.
+fn managers_of_username(username: &str) -> Vec<String> {
+    let Some(manager) = manager_of_username(username) else {
+        return Vec::new();
+    };
+    if manager == ARGOCD_APPLICATION_CONTROLLER {
+        vec![ARGOCD_FIELD_MANAGER.to_owned(), manager]
+    } else {
+        vec![manager]
     }
 }
 
@@ -646,12 +667,56 @@ spec:
             "its usernames (it lists no fieldManagers)"
         );
         assert_eq!(
-            manager_of_username("system:serviceaccount:argocd:argocd-application-controller")
-                .as_deref(),
-            Some("argocd-application-controller")
+            managers_of_username("system:serviceaccount:argocd:argocd-application-controller"),
+            ["argocd-controller", "argocd-application-controller"]
+        );
+        assert_eq!(
+            managers_of_username("system:serviceaccount:flux-system:kustomize-controller"),
+            ["kustomize-controller"]
         );
         assert_eq!(manager_of_username("alice"), None);
         assert_eq!(manager_of_username("system:serviceaccount:x:*"), None);
+    }
+
+    /// What Argo CD's real application-controller writes (the client-side apply capture, its
+    /// sync as `argocd-controller` and the deployment controller's status): clean under a
+    /// policy that names Argo CD by its service account only, and a later `kubectl patch` is
+    /// drift. Named after the account alone, every Argo CD object would be never-applied.
+    #[test]
+    fn argo_cd_is_recognised_by_its_service_account_as_argocd_controller() {
+        let policy = PolicySet::from_yaml(
+            "test.yaml",
+            &POLICY.replace(
+                "    - name: flux\n      usernames: [\"system:serviceaccount:flux-system:kustomize-controller\"]\n      fieldManagers: [\"kustomize-controller\"]\n",
+                "    - name: argocd\n      usernames: [\"system:serviceaccount:argocd:argocd-application-controller\"]\n",
+            ),
+        )
+        .unwrap()
+        .into_policies()
+        .remove(0);
+        let scanner = Scanner::new(&policy);
+        assert_eq!(
+            scanner.controllers()[0].managers,
+            ["argocd-application-controller", "argocd-controller"]
+        );
+        let review: Value =
+            serde_json::from_str(include_str!("../tests/fixtures/argocd-real-apply.json")).unwrap();
+        let mut object = review["request"]["object"].clone();
+        assert_eq!(scanner.scan(about(), &object).unwrap(), None);
+        object["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .push(entry(
+                "kubectl-patch",
+                "Update",
+                "",
+                json!({"f:spec": {"f:template": {"f:metadata": {"f:labels": {"f:hotfix": {}}}}}}),
+            ));
+        let report = scanner.scan(about(), &object).unwrap().unwrap();
+        assert!(
+            matches!(&report.findings[..], [Finding::Drift { manager, .. }] if manager == "kubectl-patch"),
+            "{report:?}"
+        );
     }
 
     #[test]

@@ -125,6 +125,14 @@ pub struct ServeArgs {
     /// often.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_flag_duration)]
     pub expiry_check_interval: Duration,
+    /// Argo CD's namespace, where its Applications and settings (argocd-cm,
+    /// argocd-cmd-params-cm) are read every expiry check for the records awaiting backport of
+    /// objects Argo CD tracks: when Git already has an emergency change, Argo CD writes nothing,
+    /// and its Application's status (Synced at a new revision, compared with the change in
+    /// place) settles the record instead. Read only where a policy in Enforce mode guards
+    /// Applications there; empty turns it off.
+    #[arg(long, value_name = "NAMESPACE", default_value = "argocd")]
+    pub argocd_namespace: String,
     /// Resume suspensions past their expiry (the leader, every expiry check): one patch that
     /// undoes each suspension found and removes the window's label and reason. Needs patch on
     /// the suspendable kinds (the chart's suspensions.autoResume grants it). Off: an expired
@@ -660,6 +668,12 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
                 Upkeep {
                     expiry_interval: args.expiry_check_interval,
                     retention: Some(args.ledger.record_retention).filter(|d| !d.is_zero()),
+                    argocd: Some(args.argocd_namespace.clone())
+                        .filter(|namespace| !namespace.is_empty())
+                        .map(|namespace| crate::ledger::service::ArgoCdStatus {
+                            namespace,
+                            resources: resources.clone(),
+                        }),
                 },
                 shutdown.clone(),
             );

@@ -11,6 +11,8 @@ use jiff::Timestamp;
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
+use crate::ledger::argocd::declared_by_controller;
+use crate::ledger::evidence::value_at;
 use crate::policy::document::SuspendedWhen;
 use crate::policy::suspensions::{Suspension, SuspensionRules};
 use crate::policy::{BreakGlassRules, GatePolicy, NamespaceLabels, PolicySet};
@@ -166,7 +168,14 @@ pub fn plan_resumes(
             continue;
         };
         let windows: Vec<_> = expired_under.iter().map(|(_, r, b)| (*r, *b)).collect();
-        let action = match undo_patch(&windows, item) {
+        // What the controller last applied from Git, where its own entry wrote it: the value
+        // of a field suspended by removing it.
+        let applied = serde_json::to_value(item.object).ok().and_then(|object| {
+            expired_under
+                .iter()
+                .find_map(|(policy, _, _)| declared_by_controller(&object, policy))
+        });
+        let action = match undo_patch(&windows, item, applied.as_ref()) {
             Ok(patch) => ResumeAction::Patch(patch),
             Err(cannot) => ResumeAction::CannotUndo(cannot),
         };
@@ -187,11 +196,13 @@ pub fn plan_resumes(
 /// A field that is `true` when suspended goes back to `false` (as `flux resume` leaves
 /// `spec.suspend`), one that is `false` or anything but `true` goes to `true` (Argo CD's
 /// `enabled` and `selfHeal`), a suspension label or annotation is removed. A field suspended by
-/// being absent cannot be undone (what it held is unknown), nor one below a list or a missing
-/// parent (a merge patch would write more than the field).
+/// being absent goes back to what `applied` (the configuration the controller last applied,
+/// from Git) holds; without it, what it held is unknown and it cannot be undone, nor can a field
+/// below a list or a missing parent (a merge patch would write more than the field).
 fn undo_patch(
     windows: &[(&SuspensionRules, &BreakGlassRules)],
     item: &Listed<'_>,
+    applied: Option<&Value>,
 ) -> Result<Value, Vec<String>> {
     let mut patch = json!({"metadata": {"labels": {}, "annotations": {}}});
     if let Some(version) = &item.object.metadata.resource_version {
@@ -201,7 +212,7 @@ fn undo_patch(
     for (rules, break_glass) in windows {
         patch["metadata"]["labels"][break_glass.label.as_str()] = Value::Null;
         patch["metadata"]["annotations"][break_glass.reason_annotation.as_str()] = Value::Null;
-        undo_fields(rules, item, &mut patch, &mut cannot);
+        undo_fields(rules, item, applied, &mut patch, &mut cannot);
     }
     // Two policies may define the same field: say it once.
     let mut said = BTreeSet::new();
@@ -218,25 +229,42 @@ fn undo_patch(
 fn undo_fields(
     rules: &SuspensionRules,
     item: &Listed<'_>,
+    applied: Option<&Value>,
     patch: &mut Value,
     cannot: &mut Vec<String>,
 ) {
-    for field in rules.holding_fields(item.group, item.kind, item.object) {
+    // A removed field comes back whole, as Git declares it: what it holds below (Argo CD's
+    // `selfHeal` under `automated`) is Git's then, not undone one by one.
+    let mut holding = rules.holding_fields(item.group, item.kind, item.object);
+    holding.sort_by_key(|field| field.suspended_when != SuspendedWhen::Absent);
+    let mut restored: Vec<&[String]> = Vec::new();
+    for field in holding {
+        let segments = field.path.segments();
+        if restored.iter().any(|above| segments.starts_with(above)) {
+            continue;
+        }
         let undone = match field.suspended_when {
             SuspendedWhen::IsTrue => json!(false),
             SuspendedWhen::IsFalse | SuspendedWhen::NotTrue => json!(true),
             SuspendedWhen::Absent => {
-                cannot.push(format!("{} (removed: what it held is unknown)", field.path));
-                continue;
+                match applied.and_then(|applied| value_at(applied, &field.path)) {
+                    Some(declared) => declared.clone(),
+                    None => {
+                        cannot.push(format!("{} (removed: what it held is unknown)", field.path));
+                        continue;
+                    }
+                }
             }
         };
-        let segments = field.path.segments();
         if !parents_are_objects(&item.object.data, segments) {
             cannot.push(format!(
                 "{} (below a list or a missing field: a patch would write more than it)",
                 field.path
             ));
             continue;
+        }
+        if field.suspended_when == SuspendedWhen::Absent {
+            restored.push(segments);
         }
         set_at(patch, segments, undone);
     }
@@ -258,7 +286,7 @@ fn undo_fields(
 pub fn undo_suspensions(rules: &SuspensionRules, item: &Listed<'_>) -> Result<Value, Vec<String>> {
     let mut patch = json!({"metadata": {"labels": {}, "annotations": {}}});
     let mut cannot = Vec::new();
-    undo_fields(rules, item, &mut patch, &mut cannot);
+    undo_fields(rules, item, None, &mut patch, &mut cannot);
     if cannot.is_empty() {
         Ok(patch)
     } else {
@@ -586,6 +614,61 @@ spec:
         let mut extended = plans[1].clone();
         extended.label_value = "20261130T0845Z".into();
         assert_eq!(reported.first_time(&listed, &[extended]).len(), 1);
+    }
+
+    /// An Application an app-of-apps applies from Git client-side (Argo CD's default) carries
+    /// the configuration it applied, written by the controller's own entry: a removed automated
+    /// sync goes back to what Git declares there. The same annotation written by anyone else
+    /// (alice's `kubectl apply`) is not Git's word, and the removal stays unresumable.
+    #[test]
+    fn a_removed_automated_sync_is_restored_as_the_controller_last_applied_it_from_git() {
+        let policy = format!(
+            "{POLICY}  controllers:\n    - {{name: argocd, usernames: [\"system:serviceaccount:argocd:argocd-application-controller\"], fieldManagers: [argocd-controller]}}\n"
+        );
+        let policies = PolicySet::from_yaml("inline", &policy).unwrap();
+        let now: Timestamp = "2026-11-30T09:00:00Z".parse().unwrap();
+        let git = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "shop", "namespace": "argocd"},
+            "spec": {"syncPolicy": {"automated": {"prune": true, "selfHeal": true}, "syncOptions": []}}});
+        let last_applied = "kubectl.kubernetes.io/last-applied-configuration";
+        let applied_by = |manager: &str| {
+            let mut object = application(
+                json!({"syncPolicy": {"syncOptions": []}}),
+                "20261130T0830Z",
+                &[(last_applied, &git.to_string())],
+            );
+            object.metadata.managed_fields = Some(vec![
+                serde_json::from_value(json!({
+                    "manager": manager, "operation": "Update", "apiVersion": "argoproj.io/v1alpha1",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:annotations": {format!("f:{last_applied}"): {}}}},
+                }))
+                .unwrap(),
+            ]);
+            object
+        };
+        let objects = [
+            applied_by("argocd-controller"),
+            applied_by("kubectl-client-side-apply"),
+        ];
+        let listed = listed("argoproj.io", "Application", &objects);
+        let plans = plan_resumes(&policies, &listed, now);
+        assert_eq!(
+            plans[0].action,
+            ResumeAction::Patch(json!({
+                "spec": {"syncPolicy": {"automated": {"prune": true, "selfHeal": true}}},
+                "metadata": {
+                    "resourceVersion": "42",
+                    "labels": {"driftgate.dev/break-glass": null},
+                    "annotations": {"driftgate.dev/break-glass-reason": null},
+                },
+            }))
+        );
+        assert!(
+            matches!(&plans[1].action, ResumeAction::CannotUndo(cannot) if cannot[0].starts_with("spec.syncPolicy.automated (removed")),
+            "{:?}",
+            plans[1]
+        );
     }
 
     #[test]

@@ -195,7 +195,7 @@ fn policy_check_accepts_the_example_and_lists_every_problem() {
         "policies/tests/argocd.yaml",
     ]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    assert!(text(&out.stdout).starts_with("ok: 5 policies"));
+    assert!(text(&out.stdout).starts_with("ok: 7 policies"));
 
     let out = driftgate(&["policy", "check", "tests/fixtures/policies/invalid.yaml"]);
     assert_eq!(out.status.code(), Some(1));

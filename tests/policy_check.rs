@@ -290,7 +290,7 @@ fn dash_checks_the_policies_on_standard_input() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.starts_with("ok: 4 policies from 1 file: "),
+        stdout.starts_with("ok: 6 policies from 1 file: "),
         "{stdout}"
     );
 

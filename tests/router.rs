@@ -242,7 +242,7 @@ async fn health_readiness_and_metrics() {
     assert_eq!(get(&h.admin, "/healthz").await.0, StatusCode::OK);
     let (status, body) = get(&h.admin, "/readyz").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(body.contains("4 policies"), "{body}");
+    assert!(body.contains("6 policies"), "{body}");
     let (status, body) = get(&h.admin, "/metrics").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("driftgate_build_info"), "{body}");
@@ -319,12 +319,12 @@ async fn a_bad_reload_keeps_the_last_good_policy_and_readiness() {
             &h.state.metrics,
         )
         .unwrap(),
-        4
+        6
     );
     let answer: Value = serde_json::from_slice(&post(&h.webhook, edit).await.1).unwrap();
     assert_eq!(answer["response"]["allowed"], true);
     assert_eq!(answer["response"]["auditAnnotations"]["rule"], "OutOfScope");
-    assert_eq!(get(&h.admin, "/readyz").await.1, "ok: 4 policies loaded\n");
+    assert_eq!(get(&h.admin, "/readyz").await.1, "ok: 6 policies loaded\n");
     let (_, metrics) = get(&h.admin, "/metrics").await;
     assert!(
         metrics.contains("driftgate_policy_valid{source=\"file\"} 1"),
@@ -397,11 +397,11 @@ async fn a_policy_bad_from_the_start_leaves_it_unready_until_fixed() {
     std::fs::copy("policies/example.yaml", &policy).unwrap();
     assert_eq!(
         reload_now(&dir, &state.policies, &status, &state.metrics).unwrap(),
-        4
+        6
     );
     assert_eq!(
         get(&admin, "/readyz").await,
-        (StatusCode::OK, "ok: 4 policies loaded\n".to_owned())
+        (StatusCode::OK, "ok: 6 policies loaded\n".to_owned())
     );
     let (code, answer) = post(&webhook, fixture("kubectl-edit.json")).await;
     assert_eq!(code, StatusCode::OK);

@@ -6,8 +6,10 @@
 //! checkout, and makes the branch and the commit.
 //!
 //! Which files count follows what the controller applies: from a directory (the Flux
-//! Kustomization's `spec.path`), its `kustomization.yaml` (resources, then patches, which win
-//! over what they patch), or, without one, every manifest below it, as Flux generates.
+//! Kustomization's `spec.path`, the Argo CD Application's `spec.source.path`), its
+//! `kustomization.yaml` (resources, then patches, which win over what they patch), or, without
+//! one, every manifest below it, as Flux generates (and Argo CD reads with
+//! `directory.recurse`), or only those directly in it (an Argo CD directory source's default).
 
 pub mod reread;
 pub mod yaml;
@@ -113,6 +115,18 @@ struct Repo<'f> {
     files: &'f [RepoFile],
     docs: Vec<Vec<Node>>,
     kustomizations: BTreeMap<String, Kustomization>,
+    depth: Depth,
+}
+
+/// Which manifests of a directory without a kustomization.yaml the controller applies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Depth {
+    /// Every manifest below it, a subdirectory with a kustomization.yaml as that kustomization
+    /// (Flux generates one so; Argo CD's `directory.recurse: true` reads them all).
+    #[default]
+    Below,
+    /// Only the files directly in it (an Argo CD directory source without `recurse`).
+    Directly,
 }
 
 #[derive(Default)]
@@ -122,7 +136,7 @@ struct Kustomization {
 }
 
 /// The edits that write `wanted` into the manifests of `target` applied from `start` (a
-/// directory from the repository's root, "" for the root).
+/// directory from the repository's root, "" for the root), every manifest below it counting.
 pub fn plan(
     files: &[RepoFile],
     start: &str,
@@ -130,8 +144,20 @@ pub fn plan(
     wanted: &[Wanted],
     live: &Value,
 ) -> Result<BackportPlan, PlanError> {
+    plan_at_depth(files, (start, Depth::Below), target, wanted, live)
+}
+
+/// [`plan`] with the manifests of a directory without a kustomization.yaml read to `depth`.
+pub fn plan_at_depth(
+    files: &[RepoFile],
+    (start, depth): (&str, Depth),
+    target: &Target,
+    wanted: &[Wanted],
+    live: &Value,
+) -> Result<BackportPlan, PlanError> {
     let mut plan = BackportPlan::default();
-    let repo = Repo::read(files, &mut plan.unreadable);
+    let mut repo = Repo::read(files, &mut plan.unreadable);
+    repo.depth = depth;
     let start = normalise(start);
     let layers = repo.layers(&start, target, &mut BTreeSet::new());
     if layers.iter().all(|layer| layer.is_empty()) {
@@ -274,6 +300,7 @@ impl<'f> Repo<'f> {
             files,
             docs,
             kustomizations,
+            depth: Depth::Below,
         }
     }
 
@@ -323,6 +350,9 @@ impl<'f> Repo<'f> {
             let Some(relative) = below(dir, &file.path) else {
                 continue;
             };
+            if self.depth == Depth::Directly && relative.contains('/') {
+                continue;
+            }
             let sub = nearest_kustomization(self, dir, relative);
             match sub {
                 Some(sub) => {

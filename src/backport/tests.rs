@@ -448,3 +448,67 @@ fn a_key_with_brackets_is_found_from_the_path_a_record_keeps() {
     assert_eq!(plan.edits[0].text, manifest.replace(": old", ": new"));
     assert_eq!(plan.edits[0].fields[0].field, recorded);
 }
+
+/// An Argo CD directory source reads only the files directly in its path unless
+/// `directory.recurse`: a manifest of the object in a subdirectory is not what it applies.
+#[test]
+fn an_argo_cd_directory_source_reads_only_its_own_files_unless_recursive() {
+    let files = [
+        file("app/api.yaml", DEPLOYMENT),
+        file("app/old/api.yaml", DEPLOYMENT),
+    ];
+    let fields = [wanted("spec.replicas", json!(5))];
+    let direct = plan_at_depth(
+        &files,
+        ("app", Depth::Directly),
+        &target(),
+        &fields,
+        &live(),
+    )
+    .unwrap();
+    assert_eq!(direct.skipped, []);
+    assert_eq!(
+        direct
+            .edits
+            .iter()
+            .map(|e| e.path.as_str())
+            .collect::<Vec<_>>(),
+        ["app/api.yaml"]
+    );
+    let below = plan_at_depth(&files, ("app", Depth::Below), &target(), &fields, &live()).unwrap();
+    assert_eq!(below.edits, []);
+    assert!(
+        below.skipped[0]
+            .why
+            .starts_with("it is set in several places (app/api.yaml, app/old/api.yaml)"),
+        "{:?}",
+        below.skipped
+    );
+    // Only in a subdirectory: not applied by a directory source that does not recurse.
+    let error = plan_at_depth(
+        &files[1..],
+        ("app", Depth::Directly),
+        &target(),
+        &fields,
+        &live(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "no manifest applied from app declares Deployment prod/api"
+    );
+    // A kustomization.yaml makes it a Kustomize source, read as Flux reads one.
+    let with_kustomization = [
+        file("app/kustomization.yaml", "resources: [base/api.yaml]\n"),
+        file("app/base/api.yaml", DEPLOYMENT),
+    ];
+    let kustomized = plan_at_depth(
+        &with_kustomization,
+        ("app", Depth::Directly),
+        &target(),
+        &fields,
+        &live(),
+    )
+    .unwrap();
+    assert_eq!(kustomized.edits[0].path, "app/base/api.yaml");
+}

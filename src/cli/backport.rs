@@ -14,10 +14,11 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use crate::backport::{BackportPlan, RepoFile, Target, Wanted, plan};
+use crate::backport::{BackportPlan, Depth, RepoFile, Target, Wanted, plan_at_depth};
 use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::CliError;
 use crate::fieldpath::FieldPath;
+use crate::ledger::argocd::{Tracking, tracking_of};
 use crate::ledger::evidence::{ABSENT, digest, latest_changes, owns, value_at};
 use crate::ledger::record::{BackportRequirement, RecordedObject};
 use crate::timefmt::human_utc;
@@ -26,6 +27,9 @@ const RECORDS: &str = "backportrequirements.driftgate.dev";
 /// Flux's labels on what a Kustomization applied: which Kustomization, so which path.
 const FLUX_NAME_LABEL: &str = "kustomize.toolkit.fluxcd.io/name";
 const FLUX_NAMESPACE_LABEL: &str = "kustomize.toolkit.fluxcd.io/namespace";
+/// The controllers' field managers, for the object each applied.
+const FLUX_FIELD_MANAGER: &str = "kustomize-controller";
+const ARGOCD_FIELD_MANAGER: &str = "argocd-controller";
 
 #[derive(Debug, Args)]
 pub struct BackportArgs {
@@ -39,13 +43,20 @@ pub struct BackportArgs {
     #[arg(long, value_name = "DIR")]
     pub repo: PathBuf,
     /// The directory, from the repository's root, the controller applies (default: the Flux
-    /// Kustomization's spec.path when the object carries Flux's labels, else the root).
+    /// Kustomization's spec.path when the object carries Flux's labels, the Argo CD
+    /// Application's spec.source.path when it carries Argo CD's tracking annotation, else the
+    /// root).
     #[arg(long, value_name = "DIR")]
     pub path: Option<String>,
     /// The GitOps controller's field manager: a field another manager owns (not the
-    /// controller, not a change under the window) is named and not written.
-    #[arg(long, value_name = "NAME", default_value = "kustomize-controller")]
-    pub field_manager: String,
+    /// controller, not a change under the window) is named and not written (default:
+    /// argocd-controller for an object Argo CD tracks, else kustomize-controller).
+    #[arg(long, value_name = "NAME")]
+    pub field_manager: Option<String>,
+    /// Where Argo CD's Applications are (an Application in another namespace is named by the
+    /// object's tracking annotation).
+    #[arg(long, value_name = "NAMESPACE", default_value = "argocd")]
+    pub argocd_namespace: String,
     /// The branch to create (default: driftgate/backport-RECORD).
     #[arg(long, value_name = "NAME")]
     pub branch: Option<String>,
@@ -96,6 +107,14 @@ pub enum BackportError {
         "{object} is rendered by Helm ({release}): its values live in a chart's values, which driftgate backport does not write; change them by hand in Git, and the controller's next reconcile settles the record"
     )]
     Helm { object: String, release: String },
+    #[error(
+        "{object} is rendered by Argo CD's Application {application} from {rendered_by}: driftgate backport writes directory and Kustomize sources only; change the chart's values or the Application's parameters by hand in Git, and Argo CD's next sync settles the record"
+    )]
+    ArgoRendered {
+        object: String,
+        application: String,
+        rendered_by: String,
+    },
     #[error("nothing could be written (each field above says why); edit the manifests by hand")]
     NothingWritten,
     #[error("git {doing} failed: {stderr}")]
@@ -140,6 +159,7 @@ impl BackportError {
             | BackportError::NoManifest(_)
             | BackportError::NoFields { .. }
             | BackportError::Helm { .. }
+            | BackportError::ArgoRendered { .. }
             | BackportError::NotInCheckout { .. } => exit::BAD_INPUT,
             BackportError::NothingWritten | BackportError::Unfaithful(_) => exit::REFUSED,
             BackportError::Git { .. } | BackportError::GitMissing(_) => exit::FAILED,
@@ -174,20 +194,34 @@ pub async fn run(
             }
             .into());
         }
-        let start = match &args.path {
-            Some(path) => path.clone(),
-            None => flux_path(&cluster, &live, out).await.unwrap_or_default(),
+        let argo = tracking_of(&live);
+        let start = match (&args.path, &argo) {
+            (Some(path), _) => (path.clone(), Depth::Below),
+            (None, Some(tracking)) if flux_labels(&live).is_none() => {
+                let object = format!("{} {namespace}/{}", object.kind, object.name);
+                argo_source(&cluster, tracking, args, &files, &object, out)
+                    .await?
+                    .unwrap_or_default()
+            }
+            (None, _) => (
+                flux_path(&cluster, &live, out).await.unwrap_or_default(),
+                Depth::Below,
+            ),
         };
-        let (wanted, skipped) =
-            wanted_fields(&record, &object, &fields, &live, &args.field_manager);
+        let manager = match (&args.field_manager, &argo) {
+            (Some(manager), _) => manager.clone(),
+            (None, Some(_)) => ARGOCD_FIELD_MANAGER.to_owned(),
+            (None, None) => FLUX_FIELD_MANAGER.to_owned(),
+        };
+        let (wanted, skipped) = wanted_fields(&record, &object, &fields, &live, &manager);
         let target = Target {
             api_version: object.api_version.clone(),
             kind: object.kind.clone(),
             name: object.name.clone(),
             namespace: namespace.clone(),
         };
-        let mut planned =
-            plan(&files, &start, &target, &wanted, &live).map_err(BackportError::from)?;
+        let mut planned = plan_at_depth(&files, (&start.0, start.1), &target, &wanted, &live)
+            .map_err(BackportError::from)?;
         planned.skipped.extend(skipped);
         written_values.extend(wanted.into_iter().map(|w| (w.path.to_string(), w.value)));
         combined.edits.extend(planned.edits);
@@ -413,14 +447,115 @@ fn helm_release(live: &Value) -> Option<String> {
     }
 }
 
+/// The Flux Kustomization that applied `live` (name, namespace), by Flux's labels on it.
+fn flux_labels(live: &Value) -> Option<(&str, &str)> {
+    let labels = &live["metadata"]["labels"];
+    Some((
+        labels[FLUX_NAME_LABEL].as_str()?,
+        labels[FLUX_NAMESPACE_LABEL].as_str()?,
+    ))
+}
+
+/// Where the Argo CD Application that `tracking` names reads its manifests: its
+/// `spec.source.path` and how deep it reads (a directory source reads its own files, or all
+/// below with `directory.recurse`; a kustomization.yaml makes it a Kustomize source). Says which,
+/// or why it looks from the root instead; a Helm or plugin source is refused: its output is
+/// not a manifest in the checkout.
+async fn argo_source(
+    cluster: &Cluster,
+    tracking: &Tracking,
+    args: &BackportArgs,
+    files: &[RepoFile],
+    object: &str,
+    out: &mut impl Write,
+) -> Result<Option<(String, Depth)>, BackportError> {
+    let namespace = tracking
+        .application_namespace
+        .as_deref()
+        .unwrap_or(&args.argocd_namespace);
+    let name = &tracking.application;
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "argoproj.io",
+        "v1alpha1",
+        "Application",
+    ));
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client.clone(), namespace, &resource);
+    let application = match api.get(name).await {
+        Ok(application) => application,
+        Err(error) => {
+            let _ = writeln!(
+                out,
+                "Argo CD's Application {namespace}/{name} applied the object but cannot be read ({error}); looking from the repository's root (--path to choose)."
+            );
+            return Ok(None);
+        }
+    };
+    let spec = &application.data["spec"];
+    let source = &spec["source"];
+    if source.is_null() {
+        let _ = writeln!(
+            out,
+            "Argo CD's Application {namespace}/{name} has several sources; looking from the repository's root (--path to choose)."
+        );
+        return Ok(None);
+    }
+    let path = source["path"]
+        .as_str()
+        .unwrap_or("")
+        .trim_start_matches("./")
+        .trim_end_matches('/')
+        .to_owned();
+    let has = |file: &str| {
+        let wanted = if path.is_empty() {
+            file.to_owned()
+        } else {
+            format!("{path}/{file}")
+        };
+        files.iter().any(|f| f.path == wanted)
+    };
+    let rendered = if !source["chart"].is_null() {
+        Some("a Helm chart repository")
+    } else if !source["helm"].is_null() || has("Chart.yaml") {
+        Some("a Helm chart (a Helm source)")
+    } else if !source["plugin"].is_null() {
+        Some("a config management plugin")
+    } else {
+        None
+    };
+    if let Some(rendered) = rendered {
+        return Err(BackportError::ArgoRendered {
+            object: object.to_owned(),
+            application: format!("{namespace}/{name}"),
+            rendered_by: rendered.to_owned(),
+        });
+    }
+    let kustomize = !source["kustomize"].is_null()
+        || ["kustomization.yaml", "kustomization.yml", "Kustomization"]
+            .iter()
+            .any(|file| has(file));
+    let recurse = source["directory"]["recurse"] == true;
+    let (depth, how) = match (kustomize, recurse) {
+        (true, _) => (Depth::Below, "a Kustomize source"),
+        (false, true) => (Depth::Below, "a directory source, with the files below it"),
+        (false, false) => (Depth::Directly, "a directory source, its own files only"),
+    };
+    let _ = writeln!(
+        out,
+        "Argo CD's Application {namespace}/{name} applies {} ({how}); looking there (--path to choose).",
+        if path.is_empty() {
+            "the repository's root"
+        } else {
+            &path
+        }
+    );
+    Ok(Some((path, depth)))
+}
+
 /// The path the Flux Kustomization that applied `live` reads, when `live` carries Flux's
 /// labels and the Kustomization can be read; says which, or why not.
 async fn flux_path(cluster: &Cluster, live: &Value, out: &mut impl Write) -> Option<String> {
-    let labels = &live["metadata"]["labels"];
-    let (name, namespace) = (
-        labels[FLUX_NAME_LABEL].as_str()?,
-        labels[FLUX_NAMESPACE_LABEL].as_str()?,
-    );
+    let (name, namespace) = flux_labels(live)?;
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "kustomize.toolkit.fluxcd.io",
         "v1",

@@ -134,10 +134,26 @@ pub fn owns(fields_v1: &Value, object: &Value, path: &FieldPath) -> bool {
     true
 }
 
+/// The client-side apply annotation: the configuration its writer applied.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The configuration the controller applied client-side (Argo CD's default), when its own field
+/// set owns the annotation that holds it: Git's manifest as the controller last applied it.
+fn applied_by_controller(fields: &Value, object: &Value) -> Option<Value> {
+    let path = FieldPath::new(["metadata", "annotations", LAST_APPLIED]);
+    if !owns(fields, object, &path) {
+        return None;
+    }
+    serde_json::from_str(value_at(object, &path)?.as_str()?).ok()
+}
+
 /// Compares a controller's object (as JSON, after its write) with the record. With the
 /// controller's own field set (`fieldsV1` of its managedFields entry), only the fields it manages
 /// are evidence: a field it does not manage keeps its emergency value without Git having it, so
-/// it proves nothing either way, and the record stays awaiting backport.
+/// it proves nothing either way, and the record stays awaiting backport. A field the
+/// configuration it applied client-side declares with that value is its too: such a write
+/// patches only what differs, so a field someone else set to what Git now says stays theirs in
+/// managedFields, while the configuration the controller wrote says Git has it.
 pub fn judge(
     spec: &BackportRequirementSpec,
     object_uid: &str,
@@ -148,6 +164,7 @@ pub fn judge(
     if latest.is_empty() {
         return Evidence::Nothing;
     }
+    let applied = controller_fields.and_then(|set| applied_by_controller(set, object));
     let mut reverted = Vec::new();
     let mut unmanaged = false;
     for (path, field) in latest {
@@ -159,7 +176,10 @@ pub fn judge(
         let now = digest(value);
         if now == field.digest {
             // Present: evidence only if the controller itself set it.
-            if controller_fields.is_some_and(|set| !owns(set, object, &parsed)) {
+            let declared = applied
+                .as_ref()
+                .is_some_and(|applied| digest(value_at(applied, &parsed)) == now);
+            if controller_fields.is_some_and(|set| !owns(set, object, &parsed)) && !declared {
                 unmanaged = true;
             }
             continue;
@@ -354,6 +374,42 @@ mod tests {
         assert_eq!(
             judge(&record, "u1", &undone, None),
             Evidence::Reverted(vec![path])
+        );
+    }
+
+    /// Argo CD's client-side apply patches only what differs from Git: after alice's `kubectl
+    /// scale`, `spec.replicas` stays kubectl's in managedFields even once Git says 5 too, and
+    /// the configuration Argo CD applied (its annotation, owned by its entry) says so.
+    #[test]
+    fn the_configuration_the_controller_applied_client_side_is_its_evidence() {
+        let record = spec(&[("spec.replicas", Some(json!(5)))]);
+        let object = |replicas: u32, declared: u32| {
+            json!({
+                "metadata": {"annotations": {LAST_APPLIED: json!({"spec": {"replicas": declared}}).to_string()}},
+                "spec": {"replicas": replicas}
+            })
+        };
+        let argocd = json!({"f:metadata": {"f:annotations": {format!("f:{LAST_APPLIED}"): {}}}});
+        assert_eq!(
+            judge(&record, "u1", &object(5, 5), Some(&argocd)),
+            Evidence::Backported
+        );
+        // Git (as applied) still says 2: the 5 is not Git's.
+        assert_eq!(
+            judge(&record, "u1", &object(5, 2), Some(&argocd)),
+            Evidence::Nothing
+        );
+        // An annotation the controller's entry does not own is someone else's word.
+        let other = json!({"f:metadata": {"f:labels": {}}});
+        assert_eq!(
+            judge(&record, "u1", &object(5, 5), Some(&other)),
+            Evidence::Nothing
+        );
+        let mut unreadable = object(5, 5);
+        unreadable["metadata"]["annotations"][LAST_APPLIED] = json!("{not json");
+        assert_eq!(
+            judge(&record, "u1", &unreadable, Some(&argocd)),
+            Evidence::Nothing
         );
     }
 

@@ -182,6 +182,13 @@ impl PhaseChange {
         PhaseChange::new(Phase::Backported, "ControllerFoundNothingToApply", message)
     }
 
+    /// Argo CD reported the object Synced at a revision it did not deploy, with the recorded
+    /// values in place: it compared Git with them and found nothing to sync (`message` as its
+    /// Event says it).
+    pub fn backported_by_sync_status(message: String) -> PhaseChange {
+        PhaseChange::new(Phase::Backported, "ControllerFoundNothingToSync", message)
+    }
+
     /// The controller's write undid the recorded values of `fields`.
     pub fn reverted(fields: Vec<String>, message: String) -> PhaseChange {
         PhaseChange {

@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 use futures::StreamExt;
 use jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, ApiResource};
 use kube::core::admission::Operation;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -26,12 +26,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::{Decision, PolicyVerdict, Rule};
 use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, ReadBack, StoredReader};
+use crate::kube_state::{NamespaceCache, ReadBack, ResourceCatalog, StoredReader};
+use crate::ledger::argocd::{
+    ArgoSettings, SyncedInputs, SyncedProof, judge_synced, recorded_objects, synced_settlement,
+    tracking_of,
+};
 use crate::ledger::claims::{Claimed, Shown, WriteKind, claimed_fields, claims_of, makes_claims};
 use crate::ledger::controller::{
     StoredWrite, WrittenObject, plan_controller_write, plan_stored_settlements,
 };
 use crate::ledger::guard::LedgerGuard;
+use crate::ledger::phase::{awaiting_since, is_suspension};
 use crate::ledger::plan::{
     LedgerTask, RecordingPlan, Refusal, StoredChange, ledger_tasks, plan_recording, record_key,
     unrecorded_warning, waits_for_stored,
@@ -42,6 +47,20 @@ use crate::ledger::writes::RecordWriter;
 use crate::metrics::Metrics;
 use crate::policy::{BreakGlassRules, PolicySet};
 use crate::request::{AdmittedWrite, Landed, RequestFacts, ReviewObject};
+
+/// How long one read for Argo CD's evidence may take.
+const ARGOCD_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Argo CD's Applications.
+fn application_resource() -> ApiResource {
+    ApiResource {
+        group: "argoproj.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "argoproj.io/v1alpha1".into(),
+        kind: "Application".into(),
+        plural: "applications".into(),
+    }
+}
 
 /// How often the expiry task looks at the records by default (`serve --expiry-check-interval`).
 /// Expiry is noticed within this time.
@@ -55,13 +74,36 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(3);
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
 /// When the background task looks at the records, and what it deletes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Upkeep {
     /// Expiry is noticed within this time.
     pub expiry_interval: Duration,
     /// A record settled (Backported or Resolved) this long ago is deleted; None keeps it.
     pub retention: Option<Duration>,
+    /// Where Argo CD's status is read as evidence for records awaiting backport of objects it
+    /// tracks (every expiry check); None: not read.
+    pub argocd: Option<ArgoCdStatus>,
 }
+
+/// Argo CD's namespace (its Applications and settings) and how to find the resource of a
+/// recorded kind, to read what [`crate::ledger::argocd`] judges.
+#[derive(Clone)]
+pub struct ArgoCdStatus {
+    pub namespace: String,
+    pub resources: ResourceCatalog,
+}
+
+impl std::fmt::Debug for ArgoCdStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArgoCdStatus")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// At most this many records awaiting backport are looked up in Argo CD per expiry check (a
+/// few reads each): a backlog cannot turn the check into a burst of requests.
+const ARGOCD_RECORDS_PER_CHECK: usize = 20;
 
 #[derive(Clone)]
 pub struct Ledger {
@@ -93,6 +135,8 @@ struct Connected {
     authenticated_callers: AtomicBool,
     /// Admitted writes read back: settlements and record moves rest on what was stored.
     reader: StoredReader,
+    client: kube::Client,
+    argocd: Option<ArgoCdStatus>,
 }
 
 impl Ledger {
@@ -210,6 +254,8 @@ impl Ledger {
             guard: guard.clone(),
             authenticated_callers: AtomicBool::new(false),
             reader: StoredReader::new(Some(client.clone())),
+            client: client.clone(),
+            argocd: upkeep.argocd.clone(),
         });
         let api: Api<BackportRequirement> = Api::all(client);
         let watcher_task = tokio::spawn(connected.clone().watch(api, writer, shutdown.clone()));
@@ -411,6 +457,7 @@ impl Connected {
             }
             if self.ready.load(Ordering::Relaxed) {
                 self.expire_windows().await;
+                self.settle_by_argocd_status().await;
                 self.delete_past_retention().await;
                 self.refresh_gauges();
             }
@@ -676,6 +723,167 @@ impl Connected {
                 tracing::warn!(%error, record = %expiry.record.name_any(), "could not mark an expired window");
             }
         }
+    }
+
+    /// Records awaiting backport of objects Argo CD tracks, settled on what Argo CD reports when
+    /// it writes nothing ([`crate::ledger::argocd`]): the object, its Application and Argo CD's
+    /// settings, read from the API server, never from a review.
+    async fn settle_by_argocd_status(&self) {
+        let Some(argocd) = &self.argocd else {
+            return;
+        };
+        let now = Timestamp::now();
+        let policies = self.policies.load_full();
+        // Only where a policy guards Applications is their status Argo CD's word.
+        let labels = self.labels_of(&argocd.namespace);
+        if !policies
+            .policies()
+            .iter()
+            .any(|p| crate::ledger::argocd::guards_applications(p, &argocd.namespace, &labels))
+        {
+            return;
+        }
+        let awaiting: Vec<_> = self
+            .managed_records()
+            .into_iter()
+            .filter(|r| !is_suspension(r) && awaiting_since(r, now).is_some())
+            .take(ARGOCD_RECORDS_PER_CHECK)
+            .collect();
+        for record in awaiting {
+            let Some(policy) = policies
+                .policies()
+                .iter()
+                .find(|p| p.name == record.spec.policy)
+            else {
+                continue;
+            };
+            match self.argocd_proof(argocd, &record, policy, &policies).await {
+                Ok(Some((proof, regarding))) => {
+                    let settlement = synced_settlement(&record, &proof, regarding);
+                    self.writer.settle(settlement, Timestamp::now()).await;
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    tracing::debug!(record = %record.name_any(), %why, "Argo CD's status does not settle the record")
+                }
+            }
+        }
+    }
+
+    /// Argo CD's proof for every object `record` changed, and the object its Event is about;
+    /// Ok(None) when an object is not Argo CD's, Err saying why when the proof fails.
+    async fn argocd_proof(
+        &self,
+        argocd: &ArgoCdStatus,
+        record: &BackportRequirement,
+        policy: &crate::policy::GatePolicy,
+        policies: &PolicySet,
+    ) -> Result<Option<(SyncedProof, k8s_openapi::api::core::v1::ObjectReference)>, String> {
+        let namespace = record.metadata.namespace.clone().unwrap_or_default();
+        let objects = recorded_objects(record);
+        let mut proven = None;
+        for recorded in &objects {
+            let group = recorded
+                .api_version
+                .rsplit_once('/')
+                .map_or("", |(group, _)| group);
+            let served = argocd.resources.served().await.ok_or("no API discovery")?;
+            let Some(kind) = served
+                .kinds
+                .iter()
+                .find(|k| k.group == group && k.kind == recorded.kind && k.namespaced)
+            else {
+                return Ok(None);
+            };
+            let object = self
+                .get_json(&kind.api_resource(), &namespace, &recorded.name)
+                .await?
+                .ok_or("the object is gone")?;
+            let Some(tracking) = tracking_of(&object) else {
+                return Ok(None);
+            };
+            let app_namespace = tracking
+                .application_namespace
+                .clone()
+                .unwrap_or_else(|| argocd.namespace.clone());
+            let labels = self.labels_of(&app_namespace);
+            let application_guarded = policies
+                .policies()
+                .iter()
+                .any(|p| crate::ledger::argocd::guards_applications(p, &app_namespace, &labels));
+            let application = self
+                .get_json(
+                    &application_resource(),
+                    &app_namespace,
+                    &tracking.application,
+                )
+                .await?
+                .ok_or_else(|| {
+                    format!("no Application {app_namespace}/{}", tracking.application)
+                })?;
+            let settings = self.argocd_settings(&argocd.namespace).await?;
+            let inputs = SyncedInputs {
+                object: &object,
+                application: &application,
+                settings: &settings,
+                application_guarded,
+            };
+            let proof = judge_synced(record, recorded, policy, &inputs)?;
+            let regarding = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(recorded.api_version.clone()),
+                kind: Some(recorded.kind.clone()),
+                name: Some(recorded.name.clone()),
+                namespace: Some(namespace.clone()),
+                uid: Some(recorded.uid.clone()),
+                ..Default::default()
+            };
+            proven.get_or_insert((proof, regarding));
+        }
+        Ok(proven)
+    }
+
+    /// `namespace`'s labels as cached; none when unknown (a policy that selects namespaces by
+    /// label then does not count: only what is known to be guarded is trusted).
+    fn labels_of(&self, namespace: &str) -> std::collections::BTreeMap<String, String> {
+        self.namespaces
+            .get(namespace)
+            .and_then(|ns| ns.metadata.labels.clone())
+            .unwrap_or_default()
+    }
+
+    /// argocd-cm's and argocd-cmd-params-cm's data in `namespace` (empty when absent).
+    async fn argocd_settings(&self, namespace: &str) -> Result<ArgoSettings, String> {
+        let config_maps = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let data =
+            |object: Option<serde_json::Value>| -> std::collections::BTreeMap<String, String> {
+                object
+                    .and_then(|o| serde_json::from_value(o["data"].clone()).ok())
+                    .unwrap_or_default()
+            };
+        Ok(ArgoSettings {
+            argocd_cm: data(self.get_json(&config_maps, namespace, "argocd-cm").await?),
+            cmd_params: data(
+                self.get_json(&config_maps, namespace, "argocd-cmd-params-cm")
+                    .await?,
+            ),
+        })
+    }
+
+    /// One object as JSON; Ok(None) when it does not exist.
+    async fn get_json(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, String> {
+        let api: Api<kube::core::DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, resource);
+        let read = tokio::time::timeout(ARGOCD_READ_TIMEOUT, api.get_opt(name))
+            .await
+            .map_err(|_| format!("reading {}/{name} timed out", resource.plural))?
+            .map_err(|e| format!("reading {} {namespace}/{name} failed: {e}", resource.plural))?;
+        read.map(|o| serde_json::to_value(o).map_err(|e| e.to_string()))
+            .transpose()
     }
 
     /// Deletes records settled longer than the retention ago.

@@ -23,6 +23,11 @@ use super::testenv::run_build_script;
 /// The namespace of Argo CD's components, settings and Applications.
 pub const ARGOCD_NAMESPACE: &str = "argocd";
 
+/// Another namespace Applications may live in (Argo CD's "applications in any namespace": the
+/// controller's `--application-namespaces` and the `default` AppProject's `sourceNamespaces`
+/// name it), so that a test can have its Applications judged by a driftgate of its own.
+pub const APPS_NAMESPACE: &str = "resume-e2e-argocd";
+
 /// The ServiceAccount the application-controller runs as in a cluster Argo CD installs.
 const SERVICE_ACCOUNT: &str = "argocd-application-controller";
 
@@ -42,9 +47,38 @@ pub enum ArgoApply {
     ServerSide,
 }
 
+/// How a test's Application is made.
+#[derive(Clone, Copy, Debug)]
+pub struct AppOptions {
+    pub apply: ArgoApply,
+    /// `syncPolicy.retry.limit` (backoff 5 s, doubling): how often a failed sync is tried
+    /// again. None: Argo CD's default for automated sync, 5.
+    pub retry_limit: Option<u32>,
+    /// The compare option `ServerSideDiff=true`: Argo CD compares by server-side dry runs.
+    pub server_side_diff: bool,
+    /// The Application's own namespace: [`ARGOCD_NAMESPACE`] or [`APPS_NAMESPACE`].
+    pub app_namespace: &'static str,
+    /// How the app-of-apps applies the Application itself: server-side, or client-side (Argo
+    /// CD's default: the Application then carries the configuration applied, in
+    /// `kubectl.kubernetes.io/last-applied-configuration`).
+    pub applied: ArgoApply,
+}
+
+impl AppOptions {
+    pub const DEFAULT: AppOptions = AppOptions {
+        apply: ArgoApply::ClientSide,
+        retry_limit: None,
+        server_side_diff: false,
+        app_namespace: ARGOCD_NAMESPACE,
+        applied: ArgoApply::ServerSide,
+    };
+}
+
 pub struct ArgoCd {
     /// Redis, the repo-server and the controller, in the order they start.
     processes: Mutex<Vec<Guarded>>,
+    /// Each Application's namespace, by name (also its repository's), for refreshes.
+    namespaces: Mutex<std::collections::HashMap<String, &'static str>>,
     git: PathBuf,
     log: PathBuf,
 }
@@ -73,6 +107,7 @@ impl ArgoCd {
         std::fs::create_dir_all(&git).expect("the Git directory is created");
         ArgoCd {
             processes: Mutex::new(processes),
+            namespaces: Mutex::default(),
             git,
             log: scratch.join("argocd-application-controller.log"),
         }
@@ -86,6 +121,12 @@ impl ArgoCd {
     /// Commits `manifests` (as `app/manifests.yaml`, replacing what was there) to the `main`
     /// branch of "Git" repository `name`, created on first use, and returns the commit's sha.
     pub fn publish(&self, name: &str, manifests: &str) -> String {
+        self.publish_files(name, &[("app/manifests.yaml", manifests)])
+    }
+
+    /// Commits `files` (paths from the repository's root) as the whole of `app/` to the `main`
+    /// branch of "Git" repository `name`, created on first use, and returns the commit's sha.
+    pub fn publish_files(&self, name: &str, files: &[(&str, &str)]) -> String {
         let bare = self.repository(name);
         let work = self.git.join(format!("{name}.work"));
         if !work.exists() {
@@ -95,9 +136,14 @@ impl ArgoCd {
             );
             git(&work, &["checkout", "--quiet", "-B", "main"]);
         }
-        std::fs::create_dir_all(work.join("app")).unwrap();
-        std::fs::write(work.join("app/manifests.yaml"), manifests)
-            .expect("the manifests are written");
+        // Whatever the last commit held (a backport's branch merged, say) is replaced.
+        try_git(&work, &["pull", "--quiet", "--ff-only", "origin", "main"]);
+        let _ = std::fs::remove_dir_all(work.join("app"));
+        for (path, text) in files {
+            let path = work.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).expect("the manifests are written");
+        }
         git(&work, &["add", "--all"]);
         git(
             &work,
@@ -125,18 +171,50 @@ impl ArgoCd {
     /// `ServerSideApply=true` sync option). Applied as an app-of-apps Application applies it
     /// from Git ([`apply_as_argocd`]): the example policy's `gitops-argocd` refuses anyone else.
     pub fn application(&self, name: &str, namespace: &str, apply: ArgoApply) {
+        self.application_with(
+            name,
+            namespace,
+            AppOptions {
+                apply,
+                ..AppOptions::DEFAULT
+            },
+        );
+    }
+
+    /// [`ArgoCd::application`] with `options`.
+    pub fn application_with(&self, name: &str, namespace: &str, options: AppOptions) {
         self.assert_running();
         let repo = url(&self.repository(name));
-        let sync_options = match apply {
+        let sync_options = match options.apply {
             ArgoApply::ClientSide => "[]",
             ArgoApply::ServerSide => "[ServerSideApply=true]",
         };
-        apply_as_argocd(&format!(
+        let annotations = if options.server_side_diff {
+            "\n  annotations: {argocd.argoproj.io/compare-options: ServerSideDiff=true}"
+        } else {
+            ""
+        };
+        let retry = match options.retry_limit {
+            Some(limit) => format!(
+                "\n    retry:\n      limit: {limit}\n      backoff: {{duration: 5s, factor: 2, maxDuration: 1m}}"
+            ),
+            None => String::new(),
+        };
+        let app_namespace = options.app_namespace;
+        self.namespaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), app_namespace);
+        let apply = match options.applied {
+            ArgoApply::ServerSide => apply_as_argocd,
+            ArgoApply::ClientSide => apply_as_argocd_client_side,
+        };
+        apply(&format!(
             r#"apiVersion: argoproj.io/v1alpha1
 kind: Application
 metadata:
   name: {name}
-  namespace: {ARGOCD_NAMESPACE}
+  namespace: {app_namespace}{annotations}
 spec:
   project: default
   source:
@@ -150,9 +228,51 @@ spec:
     automated:
       prune: true
       selfHeal: true
-    syncOptions: {sync_options}
+    syncOptions: {sync_options}{retry}
 "#
         ));
+    }
+
+    /// A checkout of repository `name` of the on-call's own (a fresh clone, with her Git
+    /// identity), as `driftgate backport --repo` takes it.
+    pub fn checkout(&self, name: &str, dir: &Path) -> PathBuf {
+        let bare = self.repository(name);
+        let _ = std::fs::remove_dir_all(dir);
+        git(
+            &self.git,
+            &["clone", "--quiet", &url(&bare), &path_str(dir)],
+        );
+        git(dir, &["config", "user.name", "Alice Oncall"]);
+        git(dir, &["config", "user.email", "alice@example.test"]);
+        dir.to_owned()
+    }
+
+    /// Merges a checkout's current branch into `main` of its repository (the pull request
+    /// merged) and asks Application `name` to refresh; the commit's sha.
+    pub fn merge(&self, name: &str, checkout: &Path) -> String {
+        git(checkout, &["push", "--quiet", "origin", "HEAD:main"]);
+        let sha = git(checkout, &["rev-parse", "HEAD"]);
+        self.refresh(name);
+        sha
+    }
+
+    /// Application `name` as the admin reads it, as JSON.
+    pub fn application_json(&self, name: &str) -> serde_json::Value {
+        let out = control_plane()
+            .kubectl(
+                ADMIN,
+                &[
+                    "get",
+                    "application",
+                    name,
+                    "-n",
+                    self.namespace_of(name),
+                    "-o",
+                    "json",
+                ],
+            )
+            .ok();
+        serde_json::from_str(&out.stdout).expect("kubectl prints JSON")
     }
 
     /// Asks the controller to look at Git now rather than at its next resync, as the
@@ -166,10 +286,21 @@ spec:
                 "application",
                 name,
                 "-n",
-                ARGOCD_NAMESPACE,
+                self.namespace_of(name),
                 "argocd.argoproj.io/refresh=normal",
             ],
         );
+    }
+
+    /// The namespace Application `name` was made in ([`ARGOCD_NAMESPACE`] unless made
+    /// elsewhere).
+    pub fn namespace_of(&self, name: &str) -> &'static str {
+        self.namespaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .copied()
+            .unwrap_or(ARGOCD_NAMESPACE)
     }
 
     /// The bare repository `name`, made on first use.
@@ -234,6 +365,7 @@ metadata:
   namespace: {ARGOCD_NAMESPACE}
 spec:
   sourceRepos: ["*"]
+  sourceNamespaces: ["{APPS_NAMESPACE}"]
   destinations: [{{namespace: "*", server: "*"}}]
   clusterResourceWhitelist: [{{group: "*", kind: "*"}}]
 "#
@@ -258,6 +390,29 @@ pub fn apply_as_argocd(manifest: &str) {
                 "-f",
                 "-",
             ],
+            Some(manifest),
+        );
+        if out.success() {
+            return;
+        }
+        let by_rbac = out.stderr.contains("forbidden") && !out.stderr.contains("driftgate");
+        if !by_rbac || std::time::Instant::now() > deadline {
+            out.ok();
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// [`apply_as_argocd`] as an app-of-apps with Argo CD's default sync applies: `kubectl apply`
+/// client-side, field manager `argocd-controller`, which keeps the configuration applied in the
+/// object's `kubectl.kubernetes.io/last-applied-configuration`.
+pub fn apply_as_argocd_client_side(manifest: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = control_plane().kubectl_with_stdin(
+            ARGOCD,
+            &["apply", "--field-manager=argocd-controller", "-f", "-"],
             Some(manifest),
         );
         if out.success() {
@@ -358,7 +513,16 @@ fn start_repo_server(dir: &Path, redis: &str, address: &str, scratch: &Path) -> 
     std::fs::create_dir_all(&tmp).unwrap();
     let socket_dir = short_socket_dir();
     let mut command = Command::new(dir.join("argocd-repo-server"));
+    let path = match std::env::var_os("PATH") {
+        Some(path) => {
+            let mut dirs = vec![kustomize_bin(scratch)];
+            dirs.extend(std::env::split_paths(&path));
+            std::env::join_paths(dirs).expect("a PATH joins")
+        }
+        None => kustomize_bin(scratch).into_os_string(),
+    };
     command
+        .env("PATH", path)
         .env("TMPDIR", &tmp)
         .env("ARGOCD_ASK_PASS_SOCK", socket_dir.join("askpass.sock"))
         .env("ARGOCD_GPG_ENABLED", "false")
@@ -377,6 +541,31 @@ fn start_repo_server(dir: &Path, redis: &str, address: &str, scratch: &Path) -> 
         Duration::from_secs(5),
     );
     wait_listening(address, "argocd-repo-server", process)
+}
+
+/// A directory holding `kustomize` for the repo-server, which runs `kustomize build DIR` for a
+/// Kustomize source (its image ships the binary): kubectl's `kustomize` subcommand, the same
+/// sigs.k8s.io/kustomize library kubectl embeds, so that Kustomize sources render
+/// for real without another build.
+fn kustomize_bin(scratch: &Path) -> PathBuf {
+    let bin = scratch.join("bin");
+    let script = bin.join("kustomize");
+    if !script.exists() {
+        std::fs::create_dir_all(&bin).expect("the repo-server's bin directory is created");
+        let kubectl = super::testenv::binaries().kubectl();
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n# kustomize for Argo CD's repo-server: kubectl's embedded kustomize.\ncase \"$1\" in\n  build) shift; exec '{}' kustomize \"$@\" ;;\n  version) echo v5.7.1 ;;\n  *) echo \"kustomize $1: not provided to the e2e repo-server\" >&2; exit 1 ;;\nesac\n",
+                kubectl.display()
+            ),
+        )
+        .expect("the kustomize script is written");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .expect("the kustomize script is made executable");
+    }
+    bin
 }
 
 /// A directory for the askpass socket, one per test binary, whose path stays under the 108
@@ -398,6 +587,7 @@ fn start_controller(dir: &Path, redis: &str, repo_server: &str, scratch: &Path) 
         .args(["--repo-server", repo_server, "--repo-server-plaintext"])
         .args(["--redis", redis, "--logformat", "text"])
         .args(["--app-resync", "5", "--app-resync-jitter", "0"])
+        .args(["--application-namespaces", APPS_NAMESPACE])
         .args(["--self-heal-timeout-seconds", "0"])
         .arg(format!("--metrics-port={}", free_port()));
     Guarded::spawn(
@@ -474,6 +664,18 @@ fn wait_listening(address: &str, what: &str, mut process: Guarded) -> Guarded {
         std::thread::sleep(Duration::from_millis(100));
     }
     process
+}
+
+/// Runs git in `dir` when it may fail (a pull from a repository with no commit yet).
+fn try_git(dir: &Path, args: &[&str]) -> bool {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|out| out.status.success())
 }
 
 /// Runs git in `dir`, which must succeed; returns its trimmed stdout. The developer's git

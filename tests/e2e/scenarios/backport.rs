@@ -695,3 +695,202 @@ fn get_json_or_null(target: &str, namespace: &str) -> Value {
         Value::Null
     }
 }
+
+/// Issue 26, section 7: the on-call path with the real Argo CD, `driftgate backport` finding the
+/// manifest from the Application's own `spec.source.path`. Its Git is the harness's bare
+/// repository, the checkout a clone of it, the pull request merged by a push to `main`. The
+/// Application's self-heal is refused under the window until its retries run out
+/// (`retry.limit: 1`); the fix merged, Git equals the object and Argo CD writes nothing: the
+/// record settles on its status once the window is closed.
+async fn argo_oncall(
+    ns: &str,
+    tree: &[(&str, String)],
+) -> (String, crate::harness::KubectlOutput, PathBuf) {
+    use super::real_argocd::{FIRST_SYNC, refused_in_status, wait_for_app};
+    use crate::harness::argocd::{AppOptions, argocd};
+    let files: Vec<(&str, &str)> = tree.iter().map(|(p, t)| (*p, t.as_str())).collect();
+    argocd().publish_files(ns, &files);
+    argocd().application_with(
+        ns,
+        ns,
+        AppOptions {
+            retry_limit: Some(1),
+            ..AppOptions::DEFAULT
+        },
+    );
+    wait_for_app(ns, "the first sync", FIRST_SYNC, |app| {
+        (app["status"]["sync"]["status"] == "Synced"
+            && app["status"]["operationState"]["phase"] == "Succeeded")
+            .then_some(())
+    })
+    .await;
+    let record = fix_under_a_window(ns).await;
+    refused_in_status(ns, "ControllerHeld", Duration::from_secs(90)).await;
+    let repo = argocd().checkout(ns, &control_plane().dir().join("git").join(ns));
+    let written = backport(&record, ns, &repo, &[]).ok();
+    (record, written, repo)
+}
+
+/// Merges the backport's branch, closes alice's window and waits for the record to be
+/// Backported; the transition's reason.
+async fn argo_merged_and_settled(ns: &str, repo: &Path) -> String {
+    use crate::harness::argocd::argocd;
+    argocd().merge(ns, repo);
+    driftgate_cli(ALICE, &["break-glass", "close", "deployment/api", "-n", ns]).ok();
+    let settled = super::eventually(
+        "the record to be Backported by the real Argo CD",
+        || async {
+            records(ns).await.into_iter().find(|r| {
+                r.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == driftgate::ledger::record::Phase::Backported)
+            })
+        },
+    )
+    .await;
+    let last = settled.status.as_ref().unwrap().transitions.last().unwrap();
+    eprintln!("{ns}: Backported by {} ({})", last.reason, last.message);
+    let live = get_json("deployment/api", ns);
+    assert_eq!(live["spec"]["replicas"], 5);
+    assert_eq!(
+        live["spec"]["template"]["spec"]["containers"][0]["image"],
+        HOTFIX
+    );
+    last.reason.clone()
+}
+
+use std::time::Duration;
+
+/// A directory source reads only its own files: a stale copy of the manifest in a subdirectory
+/// is not what Argo CD applies, and is left alone.
+#[tokio::test]
+async fn an_argo_cd_directory_source_gets_the_backport_in_the_file_it_applies() {
+    install_crypto_provider();
+    shared();
+    let ns = "argo-prod-backport-dir";
+    let namespace = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n");
+    let stale = manifest(ns).replace("replicas: 2 #", "replicas: 3 #");
+    let tree = [
+        ("app/namespace.yaml", namespace),
+        ("app/api.yaml", manifest(ns)),
+        ("app/old/api.yaml", stale.clone()),
+    ];
+    let (_, written, repo) = argo_oncall(ns, &tree).await;
+    assert!(
+        written.stdout.contains(&format!(
+            "Argo CD's Application argocd/{ns} applies app (a directory source, its own files only); looking there (--path to choose)."
+        )) && written.stdout.contains("app/api.yaml:8: spec.replicas: 2 -> 5"),
+        "{}",
+        written.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("app/api.yaml")).unwrap(),
+        manifest(ns)
+            .replace("replicas: 2 #", "replicas: 5 #")
+            .replace(IMAGE, HOTFIX)
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("app/old/api.yaml")).unwrap(),
+        stale
+    );
+    assert_eq!(
+        argo_merged_and_settled(ns, &repo).await,
+        "ControllerFoundNothingToSync"
+    );
+}
+
+/// A Kustomize source (a kustomization.yaml in the Application's path, built by the
+/// repo-server): the overlay's patch gets the replicas, the base the image.
+#[tokio::test]
+async fn an_argo_cd_kustomize_source_gets_the_replicas_in_its_patch_and_the_image_in_its_base() {
+    install_crypto_provider();
+    shared();
+    let ns = "argo-prod-backport-kustomize";
+    let namespace = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n");
+    let patch = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: api\n  namespace: {ns}\nspec:\n  replicas: 2 # production's count\n"
+    );
+    let tree = [
+        (
+            "app/kustomization.yaml",
+            "resources:\n  - namespace.yaml\n  - base/api.yaml\npatches:\n  - path: replicas.yaml\n"
+                .to_owned(),
+        ),
+        ("app/namespace.yaml", namespace),
+        ("app/base/api.yaml", manifest(ns).replace("  replicas: 2 # raise with care: see RUNBOOK.md\n", "  replicas: 1\n")),
+        ("app/replicas.yaml", patch.clone()),
+    ];
+    let (_, written, repo) = argo_oncall(ns, &tree).await;
+    assert!(
+        written.stdout.contains(&format!(
+            "Argo CD's Application argocd/{ns} applies app (a Kustomize source); looking there"
+        )),
+        "{}",
+        written.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("app/replicas.yaml")).unwrap(),
+        patch.replace("replicas: 2 #", "replicas: 5 #")
+    );
+    let base = std::fs::read_to_string(repo.join("app/base/api.yaml")).unwrap();
+    assert!(
+        base.contains(HOTFIX) && base.contains("  replicas: 1\n"),
+        "{base}"
+    );
+    assert_eq!(
+        argo_merged_and_settled(ns, &repo).await,
+        "ControllerFoundNothingToSync"
+    );
+}
+
+/// An object an Application renders from a Helm chart is out of scope: said in a sentence,
+/// nothing written. (The Application names a chart repository; Argo CD's status is not needed,
+/// only what the object's tracking annotation points to.)
+#[tokio::test]
+async fn an_object_argo_cd_renders_from_a_helm_chart_is_out_of_scope_and_says_so() {
+    use crate::harness::argocd::{ARGOCD, apply_as_argocd};
+    install_crypto_provider();
+    shared();
+    let ns = "argo-prod-backport-helm";
+    // As Argo CD would have applied the chart's output: the Deployment tracked by Application
+    // argo-prod-backport-helm, whose source is a chart (automated sync off: there is no such
+    // chart repository here, and nothing is synced).
+    apply_as_argocd(&format!(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: {ns}\n  namespace: argocd\nspec:\n  project: default\n  source: {{repoURL: \"https://charts.example.test\", chart: api, targetRevision: 1.4.2}}\n  destination: {{server: \"https://kubernetes.default.svc\", namespace: {ns}}}\n"
+    ));
+    let tracked = namespace_with_api(ns).replace(
+        "  name: api\n",
+        &format!(
+            "  name: api\n  annotations: {{argocd.argoproj.io/tracking-id: \"{ns}:apps/Deployment:{ns}/api\"}}\n"
+        ),
+    );
+    control_plane()
+        .kubectl_with_stdin(
+            ARGOCD,
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=argocd-controller",
+                "-f",
+                "-",
+            ],
+            Some(&tracked),
+        )
+        .ok();
+    let record = fix_under_a_window(ns).await;
+    let repo = repository("argo-helm", &[("README.md", "# charts\n")]);
+    let refused = backport(&record, ns, &repo, &[]);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains(&format!(
+            "Deployment {ns}/api is rendered by Argo CD's Application argocd/{ns} from a Helm chart repository: driftgate backport writes directory and Kustomize sources only"
+        )),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(git(&repo, &["branch", "--show-current"]).trim(), "main");
+    // The Application names a chart repository that is not there: gone, Argo CD stops trying.
+    control_plane()
+        .kubectl(ARGOCD, &["delete", "application", ns, "-n", "argocd"])
+        .ok();
+}

@@ -6,6 +6,7 @@
 //! control plane and the shared driftgate. Anything asynchronous (Events, caches) is polled with
 //! a deadline.
 
+mod argocd_auto_resume;
 mod argocd_capture;
 mod auto_resume;
 mod backport;
@@ -22,6 +23,7 @@ mod gitops_objects;
 mod ledger_guard;
 mod normal_day;
 mod quickstart;
+mod real_argocd;
 mod real_flux;
 mod real_flux_capture;
 mod rotation;

@@ -412,3 +412,71 @@ async fn with_the_example_policy_a_normal_day_shows_only_the_replicas_git_and_th
         }])
     );
 }
+
+/// Issue 26, section 7: `scan` knows what Argo CD's application-controller writes as. The
+/// policy names it by its service account only; its syncs write as `argocd-controller`, not as
+/// the account's name: the objects the real Argo CD applied are clean, and a person's patch is
+/// drift.
+#[tokio::test]
+async fn scan_knows_the_field_manager_the_real_argo_cd_writes_with() {
+    use super::real_argocd::{FIRST_SYNC, wait_for_replicas};
+    use crate::harness::argocd::{AppOptions, argocd};
+    install_crypto_provider();
+    shared();
+    let ns = "scan-argocd";
+    let policy = POLICY
+        .replace("name: scan-test", "name: scan-argocd")
+        .replace(
+            "    - name: flux\n      usernames: [\"system:serviceaccount:flux-system:kustomize-controller\"]\n      fieldManagers: [\"kustomize-controller\"]\n",
+            "    - name: argocd\n      usernames: [\"system:serviceaccount:argocd:argocd-application-controller\"]\n",
+        );
+    assert!(policy.contains("name: argocd"), "{policy}");
+    let path = control_plane().dir().join("scan-argocd-policy.yaml");
+    std::fs::write(&path, policy).expect("the policy is written");
+    let scan = |args: &[&str]| {
+        let mut all = vec!["scan", "--policy", path.to_str().unwrap(), "-n", ns];
+        all.extend(args);
+        show(driftgate_cli(ADMIN, &all))
+    };
+    argocd().publish(
+        ns,
+        &(namespace_with_api(ns) + "\n---\n" + &config_map(ns, "settings", "{LOG_LEVEL: info}")),
+    );
+    argocd().application_with(ns, ns, AppOptions::DEFAULT);
+    wait_for_replicas(ns, ns, 2, FIRST_SYNC).await;
+    equipped(ns).await;
+
+    let clean = scan(&[]);
+    assert_eq!(clean.code, Some(0), "{}\n{}", clean.stdout, clean.stderr);
+    assert!(
+        clean.stderr.contains("Controller argocd (policy scan-argocd): field managers argocd-application-controller, argocd-controller (from its usernames (it lists no fieldManagers))"),
+        "{}",
+        clean.stderr
+    );
+
+    kubectl(
+        ADMIN,
+        &[
+            "patch",
+            "configmap/settings",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            r#"{"data":{"DEBUG":"on"}}"#,
+        ],
+    )
+    .ok();
+    let drift = scan(&[]);
+    assert_eq!(drift.code, Some(1), "{}\n{}", drift.stdout, drift.stderr);
+    let lines: Vec<&str> = drift.stdout.lines().filter(|l| l.starts_with(ns)).collect();
+    assert_eq!(lines.len(), 1, "{}", drift.stdout);
+    assert!(
+        lines[0].contains("ConfigMap/settings")
+            && lines[0].contains("drift")
+            && lines[0].contains("kubectl-patch")
+            && lines[0].ends_with("data.DEBUG"),
+        "{}",
+        drift.stdout
+    );
+}
