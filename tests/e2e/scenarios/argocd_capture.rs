@@ -224,6 +224,15 @@ async fn run(capture: &Capture) {
         &reviews,
         "Argo CD",
     );
+    // The example policy's Argo CD policies name the same identity and field manager (the
+    // others are Flux's).
+    assert_controller_named(
+        "policies/example.yaml",
+        ("argocd", &["production", "gitops", "staging"]),
+        ARGOCD_FIELD_MANAGER,
+        &reviews,
+        "Argo CD",
+    );
 }
 
 /// The first review of `operation` on a `kind`; the UPDATE is the Deployment's with 3 replicas

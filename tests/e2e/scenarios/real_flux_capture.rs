@@ -173,8 +173,12 @@ async fn the_reviews_the_real_flux_sends_match_the_fixtures_and_the_example_poli
     compare_or_write(&named, "the real Flux", REFRESH);
     assert_controller_named(
         "policies/example.yaml",
-        // gitops-argocd guards Argo CD's objects in argocd: Argo CD's controllers write them.
-        ("flux", &["gitops-argocd"]),
+        // gitops-argocd guards Argo CD's objects in argocd, production-argocd and staging-argocd
+        // the workloads Argo CD applies: Argo CD's controllers write there.
+        (
+            "flux",
+            &["gitops-argocd", "production-argocd", "staging-argocd"],
+        ),
         FLUX_FIELD_MANAGER,
         &picked.map(|(_, review)| review),
         "Flux",
