@@ -386,10 +386,23 @@ impl StoredReader {
     /// API server never stored (every read showed the version it was made to) from one that
     /// could not be read.
     pub async fn read_back_outcome(&self, write: &AdmittedWrite) -> ReadBack {
+        self.read_back_showing(write, |_| true).await
+    }
+
+    /// [`read_back_outcome`](Self::read_back_outcome), reading on while the object is stored at
+    /// a newer version that does not `show` the write: another write (a controller's status)
+    /// may have moved the version before this one landed, and the API server retries a write
+    /// that met such a conflict as a new request. Stored is then the last object read.
+    pub async fn read_back_showing(
+        &self,
+        write: &AdmittedWrite,
+        shows: impl Fn(&DynamicObject) -> bool,
+    ) -> ReadBack {
         let Some(client) = self.client.clone() else {
             return ReadBack::Unreadable;
         };
         let mut last_read_answered = false;
+        let mut stored_without_it = None;
         for delay in READ_BACK_DELAYS {
             tokio::time::sleep(delay).await;
             let live = match read_stored(client.clone(), &write.address, READ_BACK_TIMEOUT).await {
@@ -407,10 +420,18 @@ impl StoredReader {
             match write.landed(live.as_ref()) {
                 Landed::NotYet => last_read_answered = true,
                 Landed::Gone => return ReadBack::Gone,
-                Landed::Object(_) => {
-                    return live.map_or(ReadBack::Gone, |live| ReadBack::Stored(Box::new(live)));
-                }
+                Landed::Object(_) => match live {
+                    Some(live) if shows(&live) => return ReadBack::Stored(Box::new(live)),
+                    Some(live) => {
+                        last_read_answered = true;
+                        stored_without_it = Some(live);
+                    }
+                    None => return ReadBack::Gone,
+                },
             }
+        }
+        if let Some(live) = stored_without_it {
+            return ReadBack::Stored(Box::new(live));
         }
         if last_read_answered {
             tracing::debug!(object = %write.address.name, "an admitted write was not stored (refused elsewhere, or never made)");

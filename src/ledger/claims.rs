@@ -199,6 +199,13 @@ fn carries(stored: &Value, fields: &[ClaimedField]) -> bool {
         .all(|(held, f)| *held == f.after)
 }
 
+/// Whether the stored object carries every field of every claim: the write landed.
+pub fn carried_by(stored: &Value, claims: &[Claimed]) -> bool {
+    claims.iter().all(|claim| match claim {
+        Claimed::Change { fields, .. } | Claimed::Record { fields, .. } => carries(stored, fields),
+    })
+}
+
 /// Whether the stored object still holds every claimed field as it was before the write, and
 /// at least one of them differs from the claimed value: the write changed nothing the API
 /// server kept (other writes, a controller's status among them, may have moved the version).
@@ -385,6 +392,24 @@ mod tests {
 
     fn deployment(replicas: u64) -> Value {
         json!({"spec": {"replicas": replicas}})
+    }
+
+    /// The read-back reads on while a newer version does not carry the claims (a status write
+    /// moved the version, and the API server may still retry the write after that conflict).
+    #[test]
+    fn a_write_shows_once_the_stored_object_carries_every_claim() {
+        let claims = [
+            claimed_change("u1", &json!(5)),
+            Claimed::Record {
+                name: "deployment-api-1".into(),
+                fields: replicas_to(&json!(5)),
+            },
+        ];
+        assert!(carried_by(&deployment(5), &claims));
+        assert!(!carried_by(&deployment(3), &claims));
+        assert!(!carried_by(&json!({"spec": {}}), &claims));
+        let other = [claimed_change("u1", &json!(5)), claimed_change("u2", &json!(6))];
+        assert!(!carried_by(&deployment(5), &other));
     }
 
     #[test]

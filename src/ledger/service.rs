@@ -17,6 +17,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource};
+use kube::core::DynamicObject;
 use kube::core::admission::Operation;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -31,7 +32,9 @@ use crate::ledger::argocd::{
     ArgoSettings, SyncedInputs, SyncedProof, judge_synced, recorded_objects, synced_settlement,
     tracking_of,
 };
-use crate::ledger::claims::{Claimed, Shown, WriteKind, claimed_fields, claims_of, makes_claims};
+use crate::ledger::claims::{
+    Claimed, Shown, WriteKind, carried_by, claimed_fields, claims_of, makes_claims,
+};
 use crate::ledger::controller::{
     StoredWrite, WrittenObject, plan_controller_write, plan_stored_settlements,
 };
@@ -531,7 +534,10 @@ impl Connected {
         };
         let this = self.clone();
         tokio::spawn(async move {
-            let read_back = this.reader.read_back_outcome(&write).await;
+            let shows = |live: &DynamicObject| {
+                serde_json::to_value(live).is_ok_and(|stored| carried_by(&stored, &claims))
+            };
+            let read_back = this.reader.read_back_showing(&write, shows).await;
             let stored;
             let shown = match &read_back {
                 ReadBack::Stored(object) => match serde_json::to_value(object) {
@@ -573,10 +579,14 @@ impl Connected {
         };
         let this = self.clone();
         tokio::spawn(async move {
-            let Some(Some(live)) = this.reader.read_back(&write).await else {
+            let carried = |live: &DynamicObject| {
+                serde_json::to_value(live).is_ok_and(|v| change.is_carried_by(&v))
+            };
+            let ReadBack::Stored(live) = this.reader.read_back_showing(&write, carried).await
+            else {
                 return;
             };
-            if !serde_json::to_value(&live).is_ok_and(|v| change.is_carried_by(&v)) {
+            if !carried(&live) {
                 tracing::info!(object = %write.address.name, rule = %change.rule, user = %change.user, "the object as stored does not carry the change a review claimed: no record is changed");
                 return;
             }
