@@ -7,6 +7,8 @@
 #     cni/   the CNI plugins bridge, host-local, loopback and portmap (cni/go.mod)
 #     images/pause.tar   Kubernetes' pause image (build/pause/linux/pause.c of the same
 #            k8s.io/kubernetes module, compiled static), an OCI archive for `ctr images import`
+#     images/kubectl.tar   what the chart's `helm test` Pod runs (`sh` and `kubectl`): Debian's
+#            busybox-static (pinned by version and sha256 below) and the control plane's kubectl
 # Each upstream has a go.mod of its own, so that each is built with the dependency versions its
 # own go.mod selects (one module for all three pulled containerd 2.3 and k8s.io 0.36 in through
 # the CNI plugins' requirements). A binary already there that reports the pinned version is kept.
@@ -32,6 +34,9 @@ for v in k8s_version containerd_version runc_version cni_version; do
 done
 # The pause image's tag, as Kubernetes' build/pause/Makefile sets it for this release.
 pause_tag=3.10.1
+# The helm test image's shell: Debian bookworm's busybox-static.
+busybox_deb="busybox-static=1:1.35.0-4+deb12u1+b1"
+busybox_sha256=3d3fdbe91d4660c873e14b092c213fe81c1da6362daa236eb25d0171eb108744
 out="${DRIFTGATE_TESTENV_DIR:-$HOME/.cache/driftgate/testenv}/node-$k8s_version-containerd-$containerd_version-runc-$runc_version-cni-$cni_version"
 
 # name | module directory | main package | where | cgo | build tags | -ldflags -X | version args | expected in the version output
@@ -66,6 +71,7 @@ cached() {
   [[ "$said" == *"$expected"* ]]
 }
 pause_cached() { [[ -s "$out/images/pause.tar" ]]; }
+kubectl_image_cached() { [[ -s "$out/images/kubectl.tar" ]]; }
 
 missing=0
 for entry in "${binaries[@]}"; do
@@ -73,6 +79,7 @@ for entry in "${binaries[@]}"; do
   cached "$out/$where/$name" "$version_args" "$expected" || missing=1
 done
 pause_cached || missing=1
+kubectl_image_cached || missing=1
 if (( missing == 0 )); then
   echo "driftgate e2e: node (Kubernetes $k8s_version, containerd $containerd_version, runc $runc_version, CNI plugins $cni_version) cached in $out" >&2
   echo "$out"
@@ -132,5 +139,29 @@ if ! pause_cached; then
     '{"User": "65535:65535", "Entrypoint": ["/pause"]}' "$out/images/pause.tar.tmp"
   mv "$out/images/pause.tar.tmp" "$out/images/pause.tar"
   echo "driftgate e2e: built the pause image in $((SECONDS - start))s" >&2
+fi
+
+if ! kubectl_image_cached; then
+  echo "driftgate e2e: building the helm test image (busybox, kubectl $k8s_version) ..." >&2
+  start=$SECONDS
+  control_plane="$(bash "$testenv/build.sh")"
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  (cd "$work" && apt-get download "$busybox_deb" >/dev/null 2>&1) ||
+    { echo "driftgate e2e: apt-get download $busybox_deb failed (apt-get update first?)" >&2; exit 1; }
+  echo "$busybox_sha256  $(echo "$work"/busybox-static_*.deb)" | sha256sum --check --quiet - ||
+    { echo "driftgate e2e: busybox-static does not have the pinned sha256 $busybox_sha256" >&2; exit 1; }
+  dpkg-deb -x "$work"/busybox-static_*.deb "$work/deb"
+  rootfs="$work/rootfs"
+  mkdir -p "$rootfs/bin" "$rootfs/usr/local/bin" "$rootfs/tmp"
+  cp "$work/deb/bin/busybox" "$rootfs/bin/busybox"
+  for applet in sh cat echo env ls sleep; do ln -s busybox "$rootfs/bin/$applet"; done
+  cp "$control_plane/kubectl" "$rootfs/usr/local/bin/kubectl"
+  chmod 0755 "$rootfs/bin/busybox" "$rootfs/usr/local/bin/kubectl"
+  chmod 1777 "$rootfs/tmp"
+  bash "$here/oci-image.sh" "$rootfs" "driftgate.local/e2e-kubectl:e2e" \
+    '{"User": "65532:65532"}' "$out/images/kubectl.tar.tmp"
+  mv "$out/images/kubectl.tar.tmp" "$out/images/kubectl.tar"
+  echo "driftgate e2e: built the helm test image in $((SECONDS - start))s" >&2
 fi
 echo "$out"
