@@ -7,4 +7,5 @@
 
 #[path = "../e2e/harness/mod.rs"]
 mod harness;
+mod helm;
 mod pod;
