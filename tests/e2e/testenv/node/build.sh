@@ -147,8 +147,10 @@ if ! kubectl_image_cached; then
   control_plane="$(bash "$testenv/build.sh")"
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
+  # A machine whose package lists are missing or older than the pin needs them read first.
   (cd "$work" && apt-get download "$busybox_deb" >/dev/null 2>&1) ||
-    { echo "driftgate e2e: apt-get download $busybox_deb failed (apt-get update first?)" >&2; exit 1; }
+    { apt-get update -qq >/dev/null 2>&1 && (cd "$work" && apt-get download "$busybox_deb" >/dev/null 2>&1); } ||
+    { echo "driftgate e2e: apt-get download $busybox_deb failed (as root: apt-get update)" >&2; exit 1; }
   echo "$busybox_sha256  $(echo "$work"/busybox-static_*.deb)" | sha256sum --check --quiet - ||
     { echo "driftgate e2e: busybox-static does not have the pinned sha256 $busybox_sha256" >&2; exit 1; }
   dpkg-deb -x "$work"/busybox-static_*.deb "$work/deb"
