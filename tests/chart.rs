@@ -898,6 +898,12 @@ fn helm_test_expects_a_dry_run_write_in_a_guarded_namespace_to_be_denied() {
         );
     }
     assert_eq!(tests.0.len(), 4, "{:?}", tests.kinds());
+    // The Pod itself stays until the next test, so that `helm test --logs` can read its log
+    // after a success too (helm fetches logs once the hooks have run and been cleaned up).
+    assert_eq!(
+        pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
+        "before-hook-creation"
+    );
 
     // Another webhook name is the denial looked for; a release install never has these objects.
     let renamed = render_tests(&["helmTest.namespace=prod-a", "webhook.name=gate.example.com"]);

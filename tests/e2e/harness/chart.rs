@@ -17,7 +17,7 @@ use super::repo_path;
 pub const RELEASE: &str = "driftgate";
 pub const NAMESPACE: &str = "driftgate";
 
-fn helm() -> &'static PathBuf {
+pub fn helm() -> &'static PathBuf {
     static HELM: OnceLock<PathBuf> = OnceLock::new();
     HELM.get_or_init(|| {
         let script = repo_path("charts/driftgate/ci/install-helm.sh");

@@ -6,19 +6,27 @@
 //! (`--use-service-account-credentials`: each writes as its own service account), so Deployments
 //! get ReplicaSets and Pods, a deleted Namespace is emptied and goes, the garbage collector
 //! deletes dependents, and every namespace gets its `default` ServiceAccount (the ServiceAccount
-//! admission plugin is on) and `kube-root-ca.crt`. No scheduler runs: Pods stay Pending.
+//! admission plugin is on) and `kube-root-ca.crt`. No scheduler runs: Pods stay Pending, unless a
+//! test binary joins a node (`harness::node`, which brings kube-scheduler).
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::node::NODE_IP;
 use super::pki::{self, Ca};
 use super::process::Guarded;
 use super::testenv::binaries;
+
+/// The Services' ClusterIP range (`--service-cluster-ip-range`).
+pub const SERVICE_CIDR: &str = "10.0.0.0/24";
+/// The `kubernetes` Service's ClusterIP, the first of [`SERVICE_CIDR`]: what pods reach the API
+/// server at (`KUBERNETES_SERVICE_HOST`), so its serving certificate names it.
+pub const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 
 /// Who a request comes from: a client certificate with CN `user` and one O per group (at most
 /// two, see [`Ca::client`]). The API server adds `system:authenticated`.
@@ -89,6 +97,9 @@ pub const CONTROLLERS: &[&str] = &[
     "disruption-controller",
     "resourcequota-controller",
     "pod-garbage-collector-controller",
+    // Takes the not-ready taint kubelet registers a node with off once it is Ready (the e2e
+    // node's, harness::node); with no node it has nothing to do.
+    "node-lifecycle-controller",
     "persistentvolumeclaim-protection-controller",
     "service-lb-controller",
 ];
@@ -155,7 +166,19 @@ subjects:
   - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:serviceaccount:kube-system:horizontal-pod-autoscaler"}
 "#;
 
+/// What the control plane is set up with besides the test identities' RBAC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// driftgate's ServiceAccount RBAC (the chart's) and its backport records' CRD, as the tests
+    /// that run driftgate outside the cluster need: [`control_plane`].
+    Driftgate,
+    /// Neither, as a user's cluster is before `helm install` (which would refuse to take over
+    /// objects it did not create): [`bare_control_plane`].
+    Bare,
+}
+
 pub struct ControlPlane {
+    setup: Setup,
     /// Scratch directory: certificates, kubeconfigs, etcd's data, logs. Removed when etcd exits.
     dir: PathBuf,
     url: String,
@@ -167,12 +190,26 @@ pub struct ControlPlane {
     processes: Mutex<Vec<Guarded>>,
 }
 
-/// The control plane, started by the first test that asks for it. It lives as long as the test
-/// binary: etcd, kube-apiserver and kube-controller-manager run under [`Guarded`], so they exit
-/// with it.
+static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
+
+/// The control plane, started by the first test that asks for it, with driftgate's RBAC and CRD
+/// ([`Setup::Driftgate`]) unless [`bare_control_plane`] started it first. It lives as long as the
+/// test binary: etcd, kube-apiserver and kube-controller-manager run under [`Guarded`], so they
+/// exit with it.
 pub fn control_plane() -> &'static ControlPlane {
-    static CONTROL_PLANE: LazyLock<ControlPlane> = LazyLock::new(ControlPlane::start);
-    &CONTROL_PLANE
+    CONTROL_PLANE.get_or_init(|| ControlPlane::start(Setup::Driftgate))
+}
+
+/// The control plane without driftgate's RBAC and CRD ([`Setup::Bare`]), for a binary that
+/// installs the chart with helm. Panics if [`control_plane`] has started it with them already.
+pub fn bare_control_plane() -> &'static ControlPlane {
+    let plane = CONTROL_PLANE.get_or_init(|| ControlPlane::start(Setup::Bare));
+    assert_eq!(
+        plane.setup,
+        Setup::Bare,
+        "the control plane was started with driftgate's RBAC and CRD; start the bare one first"
+    );
+    plane
 }
 
 /// A TCP port that was free a moment ago.
@@ -235,7 +272,7 @@ impl KubectlOutput {
 }
 
 impl ControlPlane {
-    fn start() -> ControlPlane {
+    fn start(setup: Setup) -> ControlPlane {
         let started = Instant::now();
         let bins = binaries();
         let nanos = SystemTime::now()
@@ -249,7 +286,18 @@ impl ControlPlane {
         let ca = Ca::new();
         let ca_pem = ca.cert_pem();
         write(&dir.join("ca.crt"), &ca_pem);
-        let serving = ca.serving("kube-apiserver");
+        // Pods reach the API server through the `kubernetes` Service (harness::node), by its
+        // ClusterIP (client-go and kube-rs in a pod) or its DNS names.
+        let serving = ca.serving_for(
+            "kube-apiserver",
+            &[
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+            &[IpAddr::V4(KUBERNETES_SERVICE_IP)],
+        );
         write(&dir.join("apiserver.crt"), &serving.cert);
         write(&dir.join("apiserver.key"), &serving.key);
         let service_account = pki::service_account_key();
@@ -257,6 +305,17 @@ impl ControlPlane {
         write(&dir.join("sa.key"), &service_account.key);
         let webhook_client_ca = Ca::named("driftgate e2e webhook client CA");
         let admission_config = write_webhook_client_config(&dir, &webhook_client_ca);
+        // What the API server presents to a kubelet (logs, exec): the node's kubelet trusts the
+        // cluster CA's client certificates (harness::node).
+        let kubelet_client = ca.client("kube-apiserver-kubelet-client", &["system:masters"]);
+        write(
+            &dir.join("apiserver-kubelet-client.crt"),
+            &kubelet_client.cert,
+        );
+        write(
+            &dir.join("apiserver-kubelet-client.key"),
+            &kubelet_client.key,
+        );
 
         let etcd_port = free_port();
         let peer_port = free_port();
@@ -301,7 +360,20 @@ impl ControlPlane {
             .arg(format!("--client-ca-file={}", path("ca.crt")))
             .arg(format!("--secure-port={port}"))
             .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
+            // The `kubernetes` Service's endpoint, for pods: the node's bridge address, where
+            // harness::node forwards to this loopback port. Without a node nothing is there, and
+            // nothing in the host uses the Service. (127.0.0.1 cannot be an endpoint at all.)
+            .arg(format!("--advertise-address={NODE_IP}"))
+            .arg(format!(
+                "--kubelet-client-certificate={}",
+                path("apiserver-kubelet-client.crt")
+            ))
+            .arg(format!(
+                "--kubelet-client-key={}",
+                path("apiserver-kubelet-client.key")
+            ))
+            // The node's InternalIP (its bridge address): never a host name to look up.
+            .arg("--kubelet-preferred-address-types=InternalIP")
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
             .arg(format!("--service-account-key-file={}", path("sa.pub")))
             .arg(format!(
@@ -309,7 +381,7 @@ impl ControlPlane {
                 path("sa.key")
             ))
             .arg("--authorization-mode=RBAC")
-            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            .arg(format!("--service-cluster-ip-range={SERVICE_CIDR}"))
             .arg("--enable-admission-plugins=ValidatingAdmissionWebhook")
             // The API server presents a client certificate to every webhook it calls, as a
             // cluster whose webhooks authenticate it is configured.
@@ -330,6 +402,7 @@ impl ControlPlane {
         ));
 
         let control_plane = ControlPlane {
+            setup,
             dir,
             url,
             ca,
@@ -358,6 +431,20 @@ impl ControlPlane {
         );
         *control_plane.lock_processes() = processes;
         control_plane.apply(ADMIN, RBAC);
+        if setup == Setup::Driftgate {
+            control_plane.install_driftgate_rbac_and_crd();
+        }
+        eprintln!(
+            "driftgate e2e: control plane at {} ready in {:.1}s (scratch {})",
+            control_plane.url,
+            started.elapsed().as_secs_f64(),
+            control_plane.dir.display()
+        );
+        control_plane
+    }
+
+    fn install_driftgate_rbac_and_crd(&self) {
+        let control_plane = self;
         // driftgate's own permissions are the chart's, so the tests prove the chart grants
         // enough (the chart tests prove it grants no more).
         control_plane.apply(ADMIN, &super::chart::rbac_manifest());
@@ -382,13 +469,6 @@ impl ControlPlane {
                 ],
             )
             .ok();
-        eprintln!(
-            "driftgate e2e: control plane at {} ready in {:.1}s (scratch {})",
-            control_plane.url,
-            started.elapsed().as_secs_f64(),
-            control_plane.dir.display()
-        );
-        control_plane
     }
 
     /// kube-controller-manager as a cluster runs it: its own kubeconfig, each controller with

@@ -14,6 +14,7 @@ pub mod control_plane;
 pub mod driftgate;
 pub mod flux;
 pub mod forge;
+pub mod node;
 pub mod pki;
 pub mod process;
 pub mod proxy;
@@ -33,4 +34,5 @@ pub use driftgate::{
 
 // rustls needs a process-wide crypto provider before kube-rs builds a TLS client; the one the
 // server installs.
+#[allow(unused_imports)]
 pub use ::driftgate::server::tls::install_crypto_provider;

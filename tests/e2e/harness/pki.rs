@@ -63,6 +63,12 @@ impl Ca {
 
     /// A serving certificate for loopback.
     pub fn serving(&self, common_name: &str) -> Pair {
+        self.serving_for(common_name, &[], &[])
+    }
+
+    /// A serving certificate for loopback and these DNS names and IP addresses too (a Service's
+    /// names and ClusterIP, for a server that pods reach).
+    pub fn serving_for(&self, common_name: &str, dns_names: &[&str], ips: &[IpAddr]) -> Pair {
         let mut params = CertificateParams::default();
         let mut name = DistinguishedName::new();
         name.push(DnType::CommonName, common_name);
@@ -71,6 +77,13 @@ impl Ca {
             SanType::DnsName("localhost".try_into().expect("a DNS name")),
             SanType::IpAddress(IpAddr::from([127, 0, 0, 1])),
         ];
+        for dns_name in dns_names {
+            let dns_name = (*dns_name).try_into().expect("a DNS name");
+            params.subject_alt_names.push(SanType::DnsName(dns_name));
+        }
+        params
+            .subject_alt_names
+            .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.sign(params)
     }

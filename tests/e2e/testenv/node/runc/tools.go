@@ -1,0 +1,7 @@
+//go:build tools
+
+package runc
+
+import (
+	_ "github.com/opencontainers/runc"
+)
