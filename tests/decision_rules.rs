@@ -868,6 +868,38 @@ fn cases() -> Vec<Case> {
             false,
             Rule::WindowTooLong,
         ),
+        // An existing window is open up to maxDuration plus the clock tolerance from now, and
+        // too long one second beyond (the bound of the webhook's check, `window_state`).
+        case(
+            "a window exactly maxDuration and the clock tolerance away is open",
+            Req::update(
+                "alice",
+                with_window("20261130T130100Z", Some("INC-1")),
+                deployment(
+                    json!({"app": "api", LABEL: "20261130T130100Z"}),
+                    json!({REASON: "INC-1"}),
+                    "api:2",
+                    3,
+                ),
+            ),
+            true,
+            Rule::BreakGlassWindow,
+        ),
+        case(
+            "a window one second beyond maxDuration and the clock tolerance is too long",
+            Req::update(
+                "alice",
+                with_window("20261130T130101Z", Some("INC-1")),
+                deployment(
+                    json!({"app": "api", LABEL: "20261130T130101Z"}),
+                    json!({REASON: "INC-1"}),
+                    "api:2",
+                    3,
+                ),
+            ),
+            false,
+            Rule::WindowTooLong,
+        ),
         case(
             "malformed window label",
             Req::update(

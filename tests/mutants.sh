@@ -8,6 +8,7 @@
 #   bash tests/mutants.sh src/ownership.rs      # some of them
 #   bash tests/mutants.sh src/decision/mod.rs --shard 1/4   # extra options go to cargo-mutants
 #   bash tests/mutants.sh src/ownership.rs --iterate    # only the mutants not caught last time
+#   bash tests/mutants.sh src/decision/window.rs --in-place  # in a worktree of its own: mutates it
 #
 # Hours, not minutes (~580 mutants; on 2 shared cores a mutant takes 30 s to 3 min), so not part
 # of .ci/run. Two passes keep each build small: first every mutant against the tests that cover
@@ -54,8 +55,14 @@ first_pass_tests() {
 # --jobs 1 and nice: the cores are shared. --timeout bounds a mutant that loops (the tests take
 # ~3 s). -C goes to the build and the test run alike; no debug info for driftgate itself makes
 # each build a fifth cheaper.
+# --in-place (mutate this checkout and build in its own target dir, warm: no cold build of the
+# dependencies in a scratch copy) runs one mutant at a time by itself, and takes no --jobs.
+jobs=(--jobs 1)
+for arg in ${extra[@]+"${extra[@]}"}; do
+  [ "$arg" = --in-place ] && jobs=()
+done
 mutants() {
-  nice -n 15 cargo mutants --config tests/mutants.toml --jobs 1 --file "$file" \
+  nice -n 15 cargo mutants --config tests/mutants.toml ${jobs[@]+"${jobs[@]}"} --file "$file" \
     --timeout 60 --build-timeout 900 --output "$out/$name" \
     --cargo-arg=--config=profile.dev.package.driftgate.debug=0 "$@"
 }

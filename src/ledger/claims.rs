@@ -408,7 +408,10 @@ mod tests {
         assert!(carried_by(&deployment(5), &claims));
         assert!(!carried_by(&deployment(3), &claims));
         assert!(!carried_by(&json!({"spec": {}}), &claims));
-        let other = [claimed_change("u1", &json!(5)), claimed_change("u2", &json!(6))];
+        let other = [
+            claimed_change("u1", &json!(5)),
+            claimed_change("u2", &json!(6)),
+        ];
         assert!(!carried_by(&deployment(5), &other));
     }
 
