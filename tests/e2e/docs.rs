@@ -45,25 +45,6 @@ const EXIT_CODES: &[(&str, i32)] = &[("driftgate scan ", 1)];
 /// commands shown after it in the same block (`backport`, `backlog link`) read it open.
 const LAST: &[&str] = &["driftgate backlog resolve "];
 
-/// The scan policy the README's `scan` reads (`scan-policy.yaml`): its output is
-/// `scenarios/scan.rs`'s, whose policy guards `scan-*`.
-const SCAN_POLICY: &str = r#"
-apiVersion: driftgate.dev/v1alpha1
-kind: GatePolicy
-metadata:
-  name: scan-test
-spec:
-  mode: Audit
-  namespaces:
-    include: ["scan-*"]
-  resources:
-    include: ["apps/Deployment", "core/ConfigMap"]
-  controllers:
-    - name: flux
-      usernames: ["system:serviceaccount:flux-system:kustomize-controller"]
-      fieldManagers: ["kustomize-controller"]
-"#;
-
 /// The documented cluster commands, in the order of their pages (the [`LAST`] ones at the end).
 fn cluster_commands() -> Vec<Shown> {
     let mut commands: Vec<Shown> = DOCS
@@ -151,7 +132,12 @@ async fn every_cluster_command_the_readmes_show_runs_against_the_real_api_server
     let kubeconfig = kubeconfig_in(&home);
     checkout(&home.join("src/gitops"));
     checkout(&home.join("src/payments-gitops"));
-    std::fs::write(home.join("scan-policy.yaml"), SCAN_POLICY).unwrap();
+    // The README's `scan` output is `scenarios/scan.rs`'s, with its policy (guarding `scan-*`).
+    std::fs::write(
+        home.join("scan-policy.yaml"),
+        crate::scenarios::scan::POLICY,
+    )
+    .unwrap();
 
     flux_apply(&namespace_with_api(NS)).ok();
     // The scanned namespace: a ConfigMap someone created by hand is drift.

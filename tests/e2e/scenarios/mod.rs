@@ -27,7 +27,7 @@ mod real_argocd;
 mod real_flux;
 mod real_flux_capture;
 mod rotation;
-mod scan;
+pub mod scan;
 mod scope;
 mod subresources;
 mod suspensions;

@@ -19,7 +19,7 @@ use super::{api_deployment, eventually, flux_apply, kubectl, namespace_with_api,
 /// This test's policy: guards Deployments and ConfigMaps in `scan-*`; Flux by its field
 /// manager, Kubernetes' controllers by their usernames only (scan derives their manager), the
 /// HPA as a delegation on `spec.replicas`.
-const POLICY: &str = r#"
+pub const POLICY: &str = r#"
 apiVersion: driftgate.dev/v1alpha1
 kind: GatePolicy
 metadata:
