@@ -12,8 +12,8 @@
 #
 # Hours, not minutes (~580 mutants; on 2 shared cores a mutant takes 30 s to 3 min), so not part
 # of .ci/run. Two passes keep each build small: first every mutant against the tests that cover
-# its file (below), then the survivors again with the library's unit tests, tests/decision_rules.rs
-# and tests/properties.rs. A mutant only the end-to-end suite would catch is reported missed.
+# its file (below), then the survivors again with the library's unit tests, tests/decision_rules.rs,
+# tests/properties.rs, and tests/events.rs and tests/silence.rs (what a rule's properties do). A mutant only the end-to-end suite would catch is reported missed.
 # Exits 1 when a mutant survives. With --iterate the counts are of this run's mutants (the
 # earlier catches are in previously_caught.txt). Results: $MUTANTS_OUT/FILE/mutants.out (the second pass) and
 # mutants.out.old beside it (the first); default $CARGO_TARGET_DIR/mutants or target/mutants.
@@ -86,6 +86,7 @@ for file in "${files[@]}"; do
   # which tries both again, decides.
   mutants "${tests[@]}" ${extra[@]+"${extra[@]}"} || { rc=$?; [ $rc -eq 2 ] || [ $rc -eq 3 ]; }
   mutants --iterate --baseline skip -C --lib -C --test=decision_rules -C --test=properties \
+    -C --test=events -C --test=silence \
     ${second_extra[@]+"${second_extra[@]}"} || status=1
   first=$out/$name/mutants.out.old
   second=$out/$name/mutants.out
