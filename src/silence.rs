@@ -416,7 +416,12 @@ spec:
     fn held_and_refused_reverts_count_as_writes_a_delegation_does_not() {
         let mut silence = silence_after_30m();
         let now = at("2026-12-01T03:00:00Z");
-        for rule in [Rule::ControllerHeld, Rule::RevertRefused] {
+        // The controller closing a window (removing the label Git does not declare) is its write.
+        for rule in [
+            Rule::ControllerHeld,
+            Rule::RevertRefused,
+            Rule::BreakGlassClosed,
+        ] {
             silence.last_write.clear();
             silence.observe(&policies(), &flux_wrote(rule), now);
             assert_eq!(

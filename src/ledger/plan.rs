@@ -1191,6 +1191,22 @@ spec:
     }
 
     #[test]
+    fn amending_a_windows_reason_is_recorded_as_every_change_of_a_window_is() {
+        let policies = policies();
+        let request = update("alice", "Deployment", "dep-uid", 5);
+        let amended = decision(&request, Rule::BreakGlassAmended, None);
+        let tasks: Vec<Rule> = ledger_tasks(&RequestFacts::new(&request), &amended, &policies)
+            .into_iter()
+            .map(|task| match task {
+                LedgerTask::Record { verdict, .. } => verdict.rule,
+                LedgerTask::JudgeControllerWrite { verdict, .. } => verdict.rule,
+            })
+            .collect();
+        assert_eq!(tasks, [Rule::BreakGlassAmended]);
+        assert!(unrecorded_warning(&RequestFacts::new(&request), &amended).is_some());
+    }
+
+    #[test]
     fn an_unrecorded_change_names_the_user_object_policy_and_rule_and_says_retry() {
         let request = update("alice", "Deployment", "dep-uid", 5);
         let mut decision = decision(&request, Rule::BreakGlassWindow, None);
