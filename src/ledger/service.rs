@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 use futures::StreamExt;
 use jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource};
+use kube::api::Api;
 use kube::core::DynamicObject;
 use kube::core::admission::Operation;
 use kube::runtime::reflector::{self, Store};
@@ -27,7 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decision::{Decision, PolicyVerdict, Rule};
 use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, ReadBack, ResourceCatalog, StoredReader};
+use crate::kube_state::{
+    NamespaceCache, ReadBack, ReadStoredError, ResourceCatalog, StoredReader, read_stored,
+};
 use crate::ledger::argocd::{
     ArgoSettings, SyncedInputs, SyncedProof, judge_synced, recorded_objects, synced_settlement,
     tracking_of,
@@ -49,20 +51,51 @@ use crate::ledger::upkeep::{is_managed, plan_expiry, plan_retention, record_gaug
 use crate::ledger::writes::RecordWriter;
 use crate::metrics::Metrics;
 use crate::policy::{BreakGlassRules, PolicySet};
-use crate::request::{AdmittedWrite, Landed, RequestFacts, ReviewObject};
+use crate::request::{AdmittedWrite, Landed, RequestFacts, ReviewObject, StoredAddress};
 
 /// How long one read for Argo CD's evidence may take.
 const ARGOCD_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Argo CD's Applications.
-fn application_resource() -> ApiResource {
-    ApiResource {
-        group: "argoproj.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "argoproj.io/v1alpha1".into(),
-        kind: "Application".into(),
-        plural: "applications".into(),
+/// Where an object Argo CD's evidence reads is stored: group, version and plural of its kind.
+fn argocd_address(
+    (group, version, plural): (&str, &str, &str),
+    namespace: &str,
+    name: &str,
+) -> StoredAddress {
+    StoredAddress {
+        group: group.to_owned(),
+        version: version.to_owned(),
+        plural: plural.to_owned(),
+        namespace: Some(namespace.to_owned()),
+        name: name.to_owned(),
     }
+}
+
+/// Argo CD's Applications, and the ConfigMaps holding its settings.
+const APPLICATIONS: (&str, &str, &str) = ("argoproj.io", "v1alpha1", "applications");
+const CONFIG_MAPS: (&str, &str, &str) = ("", "v1", "configmaps");
+
+/// Why Argo CD's status settles no record this check (logged, never a refusal).
+#[derive(Debug, thiserror::Error)]
+enum ArgoEvidenceError {
+    #[error("reading {plural} {namespace}/{name} failed: {source}")]
+    Read {
+        plural: String,
+        namespace: String,
+        name: String,
+        #[source]
+        source: ReadStoredError,
+    },
+    #[error(
+        "the cluster's resources are not known yet (API discovery), so the recorded kind cannot be read"
+    )]
+    NoDiscovery,
+    #[error("the object {0} is gone")]
+    Gone(String),
+    #[error("there is no Application {0}")]
+    NoApplication(String),
+    #[error("Argo CD's status proves nothing: {0}")]
+    NotProven(String),
 }
 
 /// How often the expiry task looks at the records by default (`serve --expiry-check-interval`).
@@ -759,6 +792,9 @@ impl Connected {
             .filter(|r| !is_suspension(r) && awaiting_since(r, now).is_some())
             .take(ARGOCD_RECORDS_PER_CHECK)
             .collect();
+        // Argo CD's settings, read at most once per check, by the first object Argo CD tracks:
+        // every proof reads the same two ConfigMaps.
+        let mut settings = None;
         for record in awaiting {
             let Some(policy) = policies
                 .policies()
@@ -767,7 +803,10 @@ impl Connected {
             else {
                 continue;
             };
-            match self.argocd_proof(argocd, &record, policy, &policies).await {
+            match self
+                .argocd_proof(argocd, &mut settings, &record, policy, &policies)
+                .await
+            {
                 Ok(Some((proof, regarding))) => {
                     let settlement = synced_settlement(&record, &proof, regarding);
                     self.writer.settle(settlement, Timestamp::now()).await;
@@ -785,19 +824,24 @@ impl Connected {
     async fn argocd_proof(
         &self,
         argocd: &ArgoCdStatus,
+        settings: &mut Option<ArgoSettings>,
         record: &BackportRequirement,
         policy: &crate::policy::GatePolicy,
         policies: &PolicySet,
-    ) -> Result<Option<(SyncedProof, k8s_openapi::api::core::v1::ObjectReference)>, String> {
+    ) -> Result<Option<(SyncedProof, k8s_openapi::api::core::v1::ObjectReference)>, ArgoEvidenceError>
+    {
         let namespace = record.metadata.namespace.clone().unwrap_or_default();
-        let objects = recorded_objects(record);
+        let served = argocd
+            .resources
+            .served()
+            .await
+            .ok_or(ArgoEvidenceError::NoDiscovery)?;
         let mut proven = None;
-        for recorded in &objects {
+        for recorded in &recorded_objects(record) {
             let group = recorded
                 .api_version
                 .rsplit_once('/')
                 .map_or("", |(group, _)| group);
-            let served = argocd.resources.served().await.ok_or("no API discovery")?;
             let Some(kind) = served
                 .kinds
                 .iter()
@@ -805,10 +849,15 @@ impl Connected {
             else {
                 return Ok(None);
             };
+            let at = (
+                kind.group.as_str(),
+                kind.version.as_str(),
+                kind.resource.as_str(),
+            );
             let object = self
-                .get_json(&kind.api_resource(), &namespace, &recorded.name)
+                .get_json(argocd_address(at, &namespace, &recorded.name))
                 .await?
-                .ok_or("the object is gone")?;
+                .ok_or_else(|| ArgoEvidenceError::Gone(format!("{namespace}/{}", recorded.name)))?;
             let Some(tracking) = tracking_of(&object) else {
                 return Ok(None);
             };
@@ -822,23 +871,31 @@ impl Connected {
                 .iter()
                 .any(|p| crate::ledger::argocd::guards_applications(p, &app_namespace, &labels));
             let application = self
-                .get_json(
-                    &application_resource(),
+                .get_json(argocd_address(
+                    APPLICATIONS,
                     &app_namespace,
                     &tracking.application,
-                )
+                ))
                 .await?
                 .ok_or_else(|| {
-                    format!("no Application {app_namespace}/{}", tracking.application)
+                    ArgoEvidenceError::NoApplication(format!(
+                        "{app_namespace}/{}",
+                        tracking.application
+                    ))
                 })?;
-            let settings = self.argocd_settings(&argocd.namespace).await?;
+            let read = match settings.take() {
+                Some(read) => read,
+                None => self.argocd_settings(&argocd.namespace).await?,
+            };
+            let settings = &*settings.insert(read);
             let inputs = SyncedInputs {
                 object: &object,
                 application: &application,
-                settings: &settings,
+                settings,
                 application_guarded,
             };
-            let proof = judge_synced(record, recorded, policy, &inputs)?;
+            let proof = judge_synced(record, recorded, policy, &inputs)
+                .map_err(ArgoEvidenceError::NotProven)?;
             let regarding = k8s_openapi::api::core::v1::ObjectReference {
                 api_version: Some(recorded.api_version.clone()),
                 kind: Some(recorded.kind.clone()),
@@ -862,38 +919,34 @@ impl Connected {
     }
 
     /// argocd-cm's and argocd-cmd-params-cm's data in `namespace` (empty when absent).
-    async fn argocd_settings(&self, namespace: &str) -> Result<ArgoSettings, String> {
-        let config_maps = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+    async fn argocd_settings(&self, namespace: &str) -> Result<ArgoSettings, ArgoEvidenceError> {
         let data =
             |object: Option<serde_json::Value>| -> std::collections::BTreeMap<String, String> {
                 object
                     .and_then(|o| serde_json::from_value(o["data"].clone()).ok())
                     .unwrap_or_default()
             };
+        let read = |name: &str| self.get_json(argocd_address(CONFIG_MAPS, namespace, name));
         Ok(ArgoSettings {
-            argocd_cm: data(self.get_json(&config_maps, namespace, "argocd-cm").await?),
-            cmd_params: data(
-                self.get_json(&config_maps, namespace, "argocd-cmd-params-cm")
-                    .await?,
-            ),
+            argocd_cm: data(read("argocd-cm").await?),
+            cmd_params: data(read("argocd-cmd-params-cm").await?),
         })
     }
 
-    /// One object as JSON; Ok(None) when it does not exist.
+    /// One object as JSON, read through [`read_stored`]; Ok(None) when it does not exist.
     async fn get_json(
         &self,
-        resource: &ApiResource,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<serde_json::Value>, String> {
-        let api: Api<kube::core::DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, resource);
-        let read = tokio::time::timeout(ARGOCD_READ_TIMEOUT, api.get_opt(name))
+        address: StoredAddress,
+    ) -> Result<Option<serde_json::Value>, ArgoEvidenceError> {
+        let read = read_stored(self.client.clone(), &address, ARGOCD_READ_TIMEOUT)
             .await
-            .map_err(|_| format!("reading {}/{name} timed out", resource.plural))?
-            .map_err(|e| format!("reading {} {namespace}/{name} failed: {e}", resource.plural))?;
-        read.map(|o| serde_json::to_value(o).map_err(|e| e.to_string()))
-            .transpose()
+            .map_err(|source| ArgoEvidenceError::Read {
+                plural: address.plural.clone(),
+                namespace: address.namespace.clone().unwrap_or_default(),
+                name: address.name.clone(),
+                source,
+            })?;
+        Ok(read.and_then(|o| serde_json::to_value(o).ok()))
     }
 
     /// Deletes records settled longer than the retention ago.
