@@ -30,7 +30,7 @@ use std::sync::Arc;
 use crate::events::{EventReason, PlannedEvent};
 use crate::fieldpath::FieldPath;
 use crate::ledger::controller::Settlement;
-use crate::ledger::evidence::{digest, latest_changes, owns, value_at};
+use crate::ledger::evidence::{applied_by_controller, digest, latest_changes, value_at};
 use crate::ledger::phase::PhaseChange;
 use crate::ledger::record::{BackportRequirement, RecordedObject};
 use crate::policy::document::{GuardedOperation, PolicyMode};
@@ -38,8 +38,6 @@ use crate::policy::{GatePolicy, NamespaceLabels};
 
 /// Argo CD's annotation tracking (its default in v3): `APP:GROUP/KIND:NAMESPACE/NAME`.
 pub const TRACKING_ANNOTATION: &str = "argocd.argoproj.io/tracking-id";
-/// What client-side apply declared, written by the applier (Argo CD's default).
-pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// Per-object and per-Application sync options (`ServerSideApply=true`).
 const SYNC_OPTIONS_ANNOTATION: &str = "argocd.argoproj.io/sync-options";
 /// Per-Application compare options (`ServerSideDiff=true`).
@@ -191,9 +189,7 @@ pub fn guards_applications(
 /// field manager of one of `policy`'s controllers held by windows, on the object itself) owns
 /// the annotation: Argo CD's client-side apply writes it with Git's manifest.
 pub fn declared_by_controller(object: &Value, policy: &GatePolicy) -> Option<Value> {
-    let text = object["metadata"]["annotations"][LAST_APPLIED_ANNOTATION].as_str()?;
-    let path = FieldPath::new(["metadata", "annotations", LAST_APPLIED_ANNOTATION]);
-    let owned = object["metadata"]["managedFields"]
+    object["metadata"]["managedFields"]
         .as_array()?
         .iter()
         .filter(|entry| entry["subresource"].as_str().unwrap_or("").is_empty())
@@ -202,11 +198,7 @@ pub fn declared_by_controller(object: &Value, policy: &GatePolicy) -> Option<Val
                 .as_str()
                 .is_some_and(|manager| is_controller_manager(policy, manager))
         })
-        .any(|entry| owns(&entry["fieldsV1"], object, &path));
-    if !owned {
-        return None;
-    }
-    serde_json::from_str(text).ok()
+        .find_map(|entry| applied_by_controller(&entry["fieldsV1"], object))
 }
 
 /// Whether `manager` is a field manager one of `policy`'s GitOps controllers (those windows
@@ -419,7 +411,7 @@ pub fn recorded_objects(record: &BackportRequirement) -> Vec<RecordedObject> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::evidence::digest;
+    use crate::ledger::evidence::LAST_APPLIED_ANNOTATION;
     use crate::ledger::plan::tests::{at, open_record};
     use crate::ledger::record::{RecordedChange, RecordedField};
     use crate::policy::PolicySet;

@@ -135,12 +135,12 @@ pub fn owns(fields_v1: &Value, object: &Value, path: &FieldPath) -> bool {
 }
 
 /// The client-side apply annotation: the configuration its writer applied.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// The configuration the controller applied client-side (Argo CD's default), when its own field
 /// set owns the annotation that holds it: Git's manifest as the controller last applied it.
-fn applied_by_controller(fields: &Value, object: &Value) -> Option<Value> {
-    let path = FieldPath::new(["metadata", "annotations", LAST_APPLIED]);
+pub fn applied_by_controller(fields: &Value, object: &Value) -> Option<Value> {
+    let path = FieldPath::new(["metadata", "annotations", LAST_APPLIED_ANNOTATION]);
     if !owns(fields, object, &path) {
         return None;
     }
@@ -385,11 +385,12 @@ mod tests {
         let record = spec(&[("spec.replicas", Some(json!(5)))]);
         let object = |replicas: u32, declared: u32| {
             json!({
-                "metadata": {"annotations": {LAST_APPLIED: json!({"spec": {"replicas": declared}}).to_string()}},
+                "metadata": {"annotations": {LAST_APPLIED_ANNOTATION: json!({"spec": {"replicas": declared}}).to_string()}},
                 "spec": {"replicas": replicas}
             })
         };
-        let argocd = json!({"f:metadata": {"f:annotations": {format!("f:{LAST_APPLIED}"): {}}}});
+        let argocd =
+            json!({"f:metadata": {"f:annotations": {format!("f:{LAST_APPLIED_ANNOTATION}"): {}}}});
         assert_eq!(
             judge(&record, "u1", &object(5, 5), Some(&argocd)),
             Evidence::Backported
@@ -406,7 +407,7 @@ mod tests {
             Evidence::Nothing
         );
         let mut unreadable = object(5, 5);
-        unreadable["metadata"]["annotations"][LAST_APPLIED] = json!("{not json");
+        unreadable["metadata"]["annotations"][LAST_APPLIED_ANNOTATION] = json!("{not json");
         assert_eq!(
             judge(&record, "u1", &unreadable, Some(&argocd)),
             Evidence::Nothing
