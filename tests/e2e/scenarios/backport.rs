@@ -726,6 +726,16 @@ async fn argo_oncall(
     .await;
     let record = fix_under_a_window(ns).await;
     refused_in_status(ns, "ControllerHeld", Duration::from_secs(90)).await;
+    // Until its retries run out, Argo CD may try the refused sync again at the revision it
+    // started with: run after the merge and the close, it would revert the fix (the record then
+    // ends Reverted, the old values win until the next sync). Seen in CI under load.
+    wait_for_app(
+        ns,
+        "the refused self-heal to run out of retries",
+        Duration::from_secs(90),
+        |app| (app["status"]["operationState"]["phase"] == "Failed").then_some(()),
+    )
+    .await;
     let repo = argocd().checkout(ns, &control_plane().dir().join("git").join(ns));
     let written = backport(&record, ns, &repo, &[]).ok();
     (record, written, repo)
@@ -750,9 +760,8 @@ async fn argo_merged_and_settled(ns: &str, repo: &Path) -> String {
     .await;
     let last = settled.status.as_ref().unwrap().transitions.last().unwrap();
     eprintln!("{ns}: Backported by {} ({})", last.reason, last.message);
-    // Argo CD may still run the retry of the sync refused under the window, at the revision
-    // before the merge, once the window is closed: the object then holds Git's old values
-    // until its sync of the merged revision (seen once on a loaded machine). It ends with the fix.
+    // Backported, the object holds the fix as Git now declares it (the refused sync's retries
+    // ran out before the merge: `argo_oncall`).
     super::eventually(
         "the object to hold the fix as Git now declares it",
         || async {
