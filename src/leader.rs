@@ -15,6 +15,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -126,27 +130,85 @@ async fn campaign(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
-    let Some(manager) = manager(client, &settings, &shutdown).await else {
-        return;
-    };
-    let (mut state, elector) = manager.watch().await;
+    // kube-lease-manager's standby sleeps until the expiry it last read: a leader that releases
+    // the Lease as it stops (a rolling update, `kubectl delete pod`) would be succeeded only
+    // then, and usually by its own replacement pod, which reads the Lease fresh. Watching the
+    // Lease, a standby that sees it released starts a new round at once (a new manager reads
+    // the Lease afresh and takes it).
+    let mut released = released_leases(client.clone(), &settings);
     loop {
-        publish(&leading, &metrics, &settings, *state.borrow_and_update());
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            changed = state.changed() => if changed.is_err() { break },
+        let Some(manager) = manager(client.clone(), &settings, &shutdown).await else {
+            return;
+        };
+        let (mut state, elector) = manager.watch().await;
+        let next = loop {
+            publish(&leading, &metrics, &settings, *state.borrow_and_update());
+            let standby = !*state.borrow();
+            tokio::select! {
+                () = shutdown.cancelled() => break Round::Stop,
+                changed = state.changed() => if changed.is_err() { break Round::Stop },
+                Some(()) = released.next(), if standby => break Round::Again,
+            }
+        };
+        if next == Round::Stop {
+            publish(&leading, &metrics, &settings, false);
         }
-    }
-    publish(&leading, &metrics, &settings, false);
-    // Closing the channel makes kube-lease-manager release the Lease (when held) and return.
-    drop(state);
-    match elector.await {
-        Ok(Ok(_)) => {}
-        Ok(Err(error)) => {
-            tracing::warn!(%error, lease = %settings.name, "releasing the leader Lease failed; another replica takes over when it expires")
+        // Closing the channel makes kube-lease-manager release the Lease (when held) and return.
+        drop(state);
+        match elector.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(%error, lease = %settings.name, "releasing the leader Lease failed; another replica takes over when it expires")
+            }
+            Err(error) => tracing::warn!(%error, "the leader election task failed"),
         }
-        Err(error) => tracing::warn!(%error, "the leader election task failed"),
+        if next == Round::Stop {
+            return;
+        }
+        tracing::info!(lease = %settings.name, namespace = %settings.namespace, "the leader released the Lease: campaigning for it now");
     }
+}
+
+/// What a standby does once a round of the election ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Round {
+    /// Shut down (or the election task ended): release the Lease when held.
+    Stop,
+    /// The Lease was seen released: campaign again with a fresh read of it.
+    Again,
+}
+
+/// One item each time the watched Lease is seen with no holder (released, as
+/// kube-lease-manager does on shutdown). Watch failures are retried with backoff and logged.
+fn released_leases(client: kube::Client, settings: &LeaseSettings) -> BoxStream<'static, ()> {
+    let api: kube::Api<Lease> = kube::Api::namespaced(client, &settings.namespace);
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={}", settings.name));
+    let lease = settings.name.clone();
+    watcher(api, by_name)
+        .default_backoff()
+        .filter_map(move |event| {
+            let released = match event {
+                Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
+                    is_released(&lease)
+                }
+                Ok(_) => false,
+                Err(error) => {
+                    tracing::warn!(%error, %lease, "watching the leader Lease failed; a released Lease is then noticed when it would have expired");
+                    false
+                }
+            };
+            std::future::ready(released.then_some(()))
+        })
+        .boxed()
+}
+
+/// Whether nobody holds the Lease (kube-lease-manager clears the holder when it releases).
+fn is_released(lease: &Lease) -> bool {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.holder_identity.as_deref())
+        .is_none_or(str::is_empty)
 }
 
 /// The Lease manager, once the Lease could be read or created (retried until `shutdown`).
@@ -221,5 +283,21 @@ mod tests {
         assert_eq!(settings(4).grace_seconds(), 1);
         // kube-lease-manager panics unless 0 < grace < duration.
         assert_eq!(settings(2).grace_seconds(), 1);
+    }
+
+    #[test]
+    fn a_lease_without_a_holder_is_released() {
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        let held_by = |holder: Option<&str>| Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_owned),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        };
+        assert!(is_released(&held_by(None)));
+        assert!(is_released(&held_by(Some(""))));
+        assert!(is_released(&Lease::default()));
+        assert!(!is_released(&held_by(Some("driftgate-7d9f-abcde"))));
     }
 }

@@ -538,7 +538,11 @@ fn the_chart_installed_with_helm_serves_rolls_fails_over_and_uninstalls_cleanly(
         "--timeout",
         "5m",
     ]);
-    watch.finish(plane, "helm upgrade --set enforcement=Enforce");
+    assert_eq!(
+        watch.finish(plane, "helm upgrade --set enforcement=Enforce"),
+        0,
+        "the upgrade unarmed the gate the leader had armed"
+    );
     eventually("bob refused under Enforce", Duration::from_secs(60), || {
         let out = plane.kubectl(
             BOB,
@@ -576,9 +580,8 @@ fn the_chart_installed_with_helm_serves_rolls_fails_over_and_uninstalls_cleanly(
         "--timeout",
         "5m",
     ]);
-    // A user's `helm test` right after the upgrade may land while the gate is unarmed (its
-    // write is then admitted unreviewed, and the test fails): it waits for the leader here.
-    watch.finish(plane, "the helm test values' upgrade");
+    // The upgrade kept the armed gate (the chart's `lookup`): a `helm test` right after it is
+    // reviewed (were the gate unarmed, its write would be admitted and the test fail).
     let tested = helm.run(&[
         "test",
         RELEASE,
@@ -588,19 +591,27 @@ fn the_chart_installed_with_helm_serves_rolls_fails_over_and_uninstalls_cleanly(
         "--timeout",
         "3m",
     ]);
+    assert_eq!(
+        watch.finish(plane, "the helm test values' upgrade"),
+        0,
+        "the upgrade unarmed the gate the leader had armed"
+    );
     assert!(
         tested.contains("PASS: driftgate denied the write"),
         "{tested}"
     );
 
-    // A rolling upgrade (a new pod template) while Flux keeps writing and bob keeps trying.
-    // helm first applies the chart's webhook configuration, the gate unarmed again until the
-    // leader re-arms it (the gap the chart README's "The gate is installed unarmed" measures):
-    // that gap is measured here, and the writers start once the gate is armed again, while the
-    // replicas are still being replaced, so that what they count is the roll under the PDB.
+    // A rolling upgrade (a new pod template) while Flux keeps writing and bob keeps trying:
+    // the writers start before `helm upgrade` and stop once the new replicas serve. helm's
+    // apply keeps the gate the leader armed (the chart's `lookup`), the watch counts any
+    // unarmed version it writes.
     flux_applies_rolling_first(plane);
     let before: Vec<String> = replicas(plane).into_iter().map(|(name, _)| name).collect();
     let watch = GateWatch::start(plane, &dir, "roll");
+    let stop = Arc::new(AtomicBool::new(false));
+    let flux = writer(stop.clone(), true);
+    let bob = writer(stop.clone(), false);
+    std::thread::sleep(Duration::from_secs(2));
     helm.run(&[
         "upgrade",
         RELEASE,
@@ -611,10 +622,6 @@ fn the_chart_installed_with_helm_serves_rolls_fails_over_and_uninstalls_cleanly(
         "--set-string",
         "podAnnotations.driftgate-e2e/roll=1",
     ]);
-    let unarmed_versions = watch.finish(plane, "the rolling upgrade's apply");
-    let stop = Arc::new(AtomicBool::new(false));
-    let flux = writer(stop.clone(), true);
-    let bob = writer(stop.clone(), false);
     let old_left_at_start = replicas(plane)
         .iter()
         .filter(|(name, _)| before.contains(name))
@@ -652,11 +659,12 @@ fn the_chart_installed_with_helm_serves_rolls_fails_over_and_uninstalls_cleanly(
     });
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
+    let unarmed_versions = watch.finish(plane, "the rolling upgrade");
     let flux = flux.join().expect("the Flux writer");
     let bob = bob.join().expect("bob's writer");
     let after: Vec<String> = replicas(plane).into_iter().map(|(name, _)| name).collect();
     eprintln!(
-        "driftgate e2e: during the roll ({old_left_at_start} old replicas left when the writers started; helm's apply unarmed the gate {} times before) Flux wrote {} times ({} refused), bob tried {} times ({} admitted); the PDB's currentHealthy was at least {least_healthy}",
+        "driftgate e2e: during the roll ({old_left_at_start} old replicas left when helm's apply returned; the gate written unarmed {} times) Flux wrote {} times ({} refused), bob tried {} times ({} admitted); the PDB's currentHealthy was at least {least_healthy}",
         unarmed_versions,
         flux.admitted + flux.refused,
         flux.refused,
@@ -665,7 +673,11 @@ fn the_chart_installed_with_helm_serves_rolls_fails_over_and_uninstalls_cleanly(
     );
     assert!(
         old_left_at_start >= 1,
-        "the roll was over before the writers started: {before:?}"
+        "the roll was over when helm's apply returned: {before:?}"
+    );
+    assert_eq!(
+        unarmed_versions, 0,
+        "the upgrade unarmed the gate the leader had armed"
     );
     assert!(
         before.iter().all(|name| !after.contains(name)),
@@ -695,12 +707,9 @@ fn the_chart_installed_with_helm_serves_rolls_fails_over_and_uninstalls_cleanly(
         "the PDB saw {least_healthy} healthy replicas"
     );
 
-    // The leader's pod deleted: a replica still running takes the Lease over within its
-    // duration (15 s) or so, and says so. Which one is a race: the deleted leader
-    // releases the Lease as it stops, but the other replica (kube-lease-manager) sleeps until the
-    // expiry it last saw before it looks again, while the Deployment's replacement asks as it
-    // starts; on this node the replacement usually wins.
-    // After the roll the Lease may still name a replaced pod until it expires.
+    // The leader's pod deleted: the other replica takes the Lease over, and says so. The
+    // deleted leader releases the Lease as it stops; the other replica watches the Lease and
+    // campaigns the moment it is released, long before the Deployment's replacement starts.
     let old_leader = eventually(
         "one of the new replicas leading",
         Duration::from_secs(60),
@@ -743,8 +752,10 @@ fn the_chart_installed_with_helm_serves_rolls_fails_over_and_uninstalls_cleanly(
         running.contains(&new_leader),
         "{new_leader} leads but is not running: {running:?}"
     );
-    // Within two Lease durations: the standby looks again only once the expiry it saw passes.
-    assert!(took < Duration::from_secs(30), "no new leader for {took:?}");
+    assert_eq!(
+        new_leader, other[0],
+        "the leader's replacement took the Lease, not the replica that was running"
+    );
     eventually(
         "the new leader's log saying it leads",
         Duration::from_secs(30),
