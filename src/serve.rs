@@ -572,11 +572,13 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     let client = kube_client(&args).await?;
     let mut tasks = Vec::new();
     // Only the leader writes the webhook configuration (its namespaceSelector and caBundle) and
-    // GatePolicy statuses; without a Lease, this replica does.
+    // GatePolicy statuses; without a Lease, this replica does. A stopping replica steps down at
+    // SIGTERM, not after draining its reviews: a running one takes the Lease at once.
+    let step_down = shutdown.child_token();
     let leading = match (&client, args.leader.lease_settings(instance_name(&args))) {
         (Some(client), Some(lease)) => {
             let (leading, task) =
-                Leadership::spawn(client.clone(), lease, metrics.clone(), shutdown.clone());
+                Leadership::spawn(client.clone(), lease, metrics.clone(), step_down.clone());
             tasks.push(task);
             leading
         }
@@ -886,6 +888,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     wait_for_signal(force_reload).await;
     tracing::info!(delay = ?args.shutdown_delay, grace = ?args.shutdown_grace, "shutting down: readiness off, then finishing in-flight reviews");
     state.accepting.store(false, Ordering::Relaxed);
+    step_down.cancel();
     tokio::time::sleep(args.shutdown_delay).await;
     handle.graceful_shutdown(Some(args.shutdown_grace));
     let _ = webhook.await;
