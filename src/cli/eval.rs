@@ -6,14 +6,16 @@ use std::process::ExitCode;
 
 use clap::Args;
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
+use kube::core::admission::AdmissionResponse;
 
-use crate::cli::testsuite::namespace_for;
-use crate::decision::{DecisionInput, decide};
+use crate::decision::{Decision, DecisionInput, decide, may_guard};
 use crate::error::{Error, Result};
 use crate::policy::PolicySet;
-use crate::request::RequestFacts;
-use crate::review::{read_object, read_review};
+use crate::request::{RequestFacts, scope_namespace};
+use crate::review::lazy::parse_lazily;
+use crate::review::{ReviewError, parse_review, read_object, read_review_body};
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
@@ -45,7 +47,7 @@ pub(crate) fn parse_now(now: Option<&str>) -> Result<Timestamp> {
 }
 
 /// Exit 0 when every review was decided (whatever the decisions), 2 when any input could not
-/// be read; the readable ones are still decided and printed.
+/// be read; the readable ones are still decided and printed, in the order given.
 /// `program` names the binary as it was run, in its error lines.
 pub fn eval(args: &EvalArgs, program: &str, out: &mut impl Write) -> ExitCode {
     let setup = || -> Result<(PolicySet, Timestamp, Vec<DynamicObject>, Option<DynamicObject>)> {
@@ -66,37 +68,211 @@ pub fn eval(args: &EvalArgs, program: &str, out: &mut impl Write) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let context = OfflineContext {
+        namespaces: &namespaces,
+        parent: parent.as_ref(),
+        now,
+    };
+    let evaluate = |path: &PathBuf| -> Result<String> {
+        let (body, name) = read_review_body(path)?;
+        let decided = decide_body(&policies, &body, &context)
+            .map_err(|source| Error::Review { path: name, source })?;
+        Ok(serde_json::to_string(&decided.response.into_review())
+            .expect("an AdmissionReview always serializes"))
+    };
+    // Reviews are independent: CI runs `eval` over whole repositories, so each core takes a
+    // contiguous share (the answers are printed in the order given).
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .clamp(1, args.reviews.len().max(1));
+    let share = args.reviews.len().div_ceil(workers).max(1);
+    let outcomes: Vec<Result<String>> = std::thread::scope(|scope| {
+        let shares: Vec<_> = args
+            .reviews
+            .chunks(share)
+            .map(|paths| scope.spawn(|| paths.iter().map(evaluate).collect::<Vec<_>>()))
+            .collect();
+        shares
+            .into_iter()
+            .flat_map(|share| share.join().expect("an eval worker never panics"))
+            .collect()
+    });
     let mut unreadable = 0;
-    for path in &args.reviews {
-        let request = match read_review(path) {
-            Ok(request) => request,
+    for outcome in outcomes {
+        match outcome {
+            Ok(line) => {
+                if writeln!(out, "{line}").is_err() {
+                    return ExitCode::from(2);
+                }
+            }
             Err(error) => {
                 eprintln!("{program} eval: {error}");
                 unreadable += 1;
-                continue;
             }
-        };
-        let decision = decide(
-            &policies,
-            &DecisionInput {
-                request: &RequestFacts::new(&request),
-                resource: None,
-                namespace: namespace_for(&namespaces, request.namespace.as_deref()),
-                parent: parent.as_ref(),
-                recent_deletes: None,
-                now,
-                silence: None,
-            },
-        );
-        let review = decision.to_response(&request).into_review();
-        let line = serde_json::to_string(&review).expect("an AdmissionReview always serializes");
-        if writeln!(out, "{line}").is_err() {
-            return ExitCode::from(2);
         }
     }
     if unreadable > 0 {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// What the server would have read beside a review (its Namespace from the cache, the parent
+/// of a subresource from the API server), given offline as files.
+pub(crate) struct OfflineContext<'a> {
+    pub namespaces: &'a [DynamicObject],
+    pub parent: Option<&'a DynamicObject>,
+    pub now: Timestamp,
+}
+
+/// A review decided offline, and the answer the webhook would give.
+pub(crate) struct Decided {
+    pub decision: Decision,
+    pub response: AdmissionResponse,
+}
+
+/// Decides a review body as the webhook's request path reads it: in one pass, its objects left
+/// unread when no policy may guard the write, else their heads read and the rest only when a
+/// rule asks. What that path cannot read is read whole (`parse_review`), as the server's
+/// fallback does; an error says why the review could not be read.
+pub(crate) fn decide_body(
+    policies: &PolicySet,
+    body: &[u8],
+    context: &OfflineContext<'_>,
+) -> std::result::Result<Decided, ReviewError> {
+    if let Some(envelope) = parse_lazily(body) {
+        let namespace = namespace_for(
+            context.namespaces,
+            scope_namespace(envelope.request().into()),
+        );
+        if !may_guard(policies, envelope.request(), namespace) {
+            let request = envelope.without_objects();
+            let facts = RequestFacts::new(&request);
+            let decision = decide_offline(policies, &facts, namespace, context);
+            let response = decision.to_response(&request);
+            return Ok(Decided { decision, response });
+        }
+        if let Some(review) = envelope.read_heads() {
+            let facts = RequestFacts::of_lazy(&review);
+            let decision = decide_offline(policies, &facts, namespace, context);
+            if !review.fell_back() {
+                let response = decision.to_response(review.request());
+                return Ok(Decided { decision, response });
+            }
+        }
+    }
+    let request = parse_review(body)?;
+    let facts = RequestFacts::new(&request);
+    let namespace = namespace_for(context.namespaces, facts.scope_namespace());
+    let decision = decide_offline(policies, &facts, namespace, context);
+    let response = decision.to_response(&request);
+    Ok(Decided { decision, response })
+}
+
+/// The metadata of the Namespace named `name` among `namespaces`.
+fn namespace_for<'a>(
+    namespaces: &'a [DynamicObject],
+    name: Option<&str>,
+) -> Option<&'a ObjectMeta> {
+    let name = name?;
+    namespaces
+        .iter()
+        .find(|ns| ns.metadata.name.as_deref() == Some(name))
+        .map(|ns| &ns.metadata)
+}
+
+fn decide_offline(
+    policies: &PolicySet,
+    facts: &RequestFacts<'_>,
+    namespace: Option<&ObjectMeta>,
+    context: &OfflineContext<'_>,
+) -> Decision {
+    decide(
+        policies,
+        &DecisionInput {
+            request: facts,
+            resource: None,
+            namespace,
+            parent: context.parent,
+            recent_deletes: None,
+            now: context.now,
+            silence: None,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn example() -> PolicySet {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/example.yaml");
+        PolicySet::load(&path).unwrap_or_else(|errors| panic!("{errors}"))
+    }
+
+    fn context(now: &str) -> (Vec<DynamicObject>, Timestamp) {
+        (Vec::new(), now.parse().unwrap())
+    }
+
+    /// Every fixture is decided offline as the two-step read decides it: the one-pass read
+    /// changes how a review is read, never what is decided.
+    #[test]
+    fn the_one_pass_read_decides_every_fixture_as_the_whole_read_does() {
+        let policies = example();
+        let (namespaces, now) = context("2026-11-30T09:00:00Z");
+        let context = OfflineContext {
+            namespaces: &namespaces,
+            parent: None,
+            now,
+        };
+        let fixtures = crate::review::tests::fixtures();
+        assert!(fixtures.len() >= 30);
+        for (name, body) in fixtures {
+            let request = parse_review(&body).unwrap();
+            let whole = decide_offline(&policies, &RequestFacts::new(&request), None, &context);
+            let one_pass = decide_body(&policies, &body, &context).unwrap().decision;
+            assert_eq!(
+                (one_pass.allowed, &one_pass.record.rule, &one_pass.message),
+                (whole.allowed, &whole.record.rule, &whole.message),
+                "{name}"
+            );
+            assert_eq!(one_pass.warnings, whole.warnings, "{name}");
+        }
+    }
+
+    /// A write no policy may guard is decided from its envelope, as the webhook decides it:
+    /// an object the whole read refuses (here a name that is not a string) is never read.
+    #[test]
+    fn an_unguarded_write_is_decided_without_reading_its_objects() {
+        let policies = example();
+        let (namespaces, now) = context("2026-11-30T09:00:00Z");
+        let context = OfflineContext {
+            namespaces: &namespaces,
+            parent: None,
+            now,
+        };
+        let body = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "b1e5c0de-0000-4000-8000-000000000001",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "name": "settings",
+                "namespace": "team-sandbox",
+                "operation": "UPDATE",
+                "userInfo": {"username": "bob"},
+                "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 5}},
+                "oldObject": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
+            }
+        })
+        .to_string();
+        assert!(parse_review(body.as_bytes()).is_err());
+        let decided = decide_body(&policies, body.as_bytes(), &context).unwrap();
+        assert!(decided.decision.allowed, "{}", decided.decision.message);
+        assert_eq!(decided.response.uid, "b1e5c0de-0000-4000-8000-000000000001");
     }
 }

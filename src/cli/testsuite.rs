@@ -27,11 +27,11 @@ use jiff::Timestamp;
 use kube::core::DynamicObject;
 use serde::Deserialize;
 
-use crate::decision::{Decision, DecisionInput, decide};
+use crate::cli::eval::{OfflineContext, decide_body};
+use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::policy::PolicySet;
-use crate::request::RequestFacts;
-use crate::review::{read_object, read_review};
+use crate::review::{read_object, read_review_body};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -206,7 +206,7 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
                 )));
             }
         };
-        let request = read_review(&base.join(&case.review))?;
+        let (body, review_file) = read_review_body(&base.join(&case.review))?;
         let namespace_files = case
             .namespaces
             .as_ref()
@@ -219,19 +219,17 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
             Some(file) => Some(objects.get(&base.join(file))?.clone()),
             None => None,
         };
-        let namespace = namespace_for(&namespaces, request.namespace.as_deref());
-        let decision = decide(
-            &policies,
-            &DecisionInput {
-                request: &RequestFacts::new(&request),
-                resource: None,
-                namespace,
-                parent: parent.as_ref(),
-                recent_deletes: None,
-                now,
-                silence: None,
-            },
-        );
+        let context = OfflineContext {
+            namespaces: &namespaces,
+            parent: parent.as_ref(),
+            now,
+        };
+        let decision = decide_body(&policies, &body, &context)
+            .map_err(|source| Error::Review {
+                path: review_file,
+                source,
+            })?
+            .decision;
         results.push(CaseResult {
             suite: document.metadata.name.clone(),
             name: case.name.clone(),
@@ -239,18 +237,6 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
         });
     }
     Ok(results)
-}
-
-/// The metadata of the Namespace named `name` among `namespaces`.
-pub fn namespace_for<'a>(
-    namespaces: &'a [DynamicObject],
-    name: Option<&str>,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta> {
-    let name = name?;
-    namespaces
-        .iter()
-        .find(|ns| ns.metadata.name.as_deref() == Some(name))
-        .map(|ns| &ns.metadata)
 }
 
 fn check(expect: &Expectation, decision: &Decision) -> Vec<String> {

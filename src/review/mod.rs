@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::ops::Deref;
 
 pub mod lazy;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kube::core::admission::AdmissionRequest;
 use kube::core::{DynamicObject, TypeMeta};
@@ -438,7 +438,13 @@ pub(crate) fn name_from_objects<T>(
 
 /// Reads a review from a file.
 pub fn read_review(path: &Path) -> Result<AdmissionRequest<DynamicObject>> {
-    // `-` is standard input (`kubectl get ... | driftgate eval -`), named so in errors.
+    let (body, name) = read_review_body(path)?;
+    parse_review(&body).map_err(|source| Error::Review { path: name, source })
+}
+
+/// The bytes of a review file, and the file's name for errors about it: `-` is standard input
+/// (`kubectl get ... | driftgate eval -`), named so.
+pub fn read_review_body(path: &Path) -> Result<(Vec<u8>, PathBuf)> {
     let (body, name) = if path == Path::new("-") {
         let mut body = Vec::new();
         let read = std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut body);
@@ -450,10 +456,7 @@ pub fn read_review(path: &Path) -> Result<AdmissionRequest<DynamicObject>> {
         path: name.to_owned(),
         source,
     })?;
-    parse_review(&body).map_err(|source| Error::Review {
-        path: name.to_owned(),
-        source,
-    })
+    Ok((body, name.to_owned()))
 }
 
 /// Reads one Kubernetes object from a YAML or JSON file (a Namespace, a parent object).
