@@ -991,11 +991,24 @@ async fn with_server_side_diff_argo_cds_dry_runs_are_held_and_then_settle_the_ba
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
-    assert_eq!(
-        transitions(&record).last(),
-        Some(&("Backported", "ControllerFoundNothingToApply".to_owned())),
+    // Two of Argo CD's dry runs carrying the fix settle it; or, when its sync of the new
+    // revision comes first, that sync's apply does (its last-applied annotation changes, so the
+    // patch is not empty): seen once on a loaded machine. Either is Git caught up, seen in what
+    // the controller sent; a comparison's status alone never settles it here.
+    let settled_by = transitions(&record).last().cloned();
+    assert!(
+        matches!(
+            settled_by
+                .as_ref()
+                .map(|(phase, reason)| (*phase, reason.as_str())),
+            Some((
+                "Backported",
+                "ControllerFoundNothingToApply" | "ControllerCarriedChange"
+            ))
+        ),
         "{record:#?}"
     );
+    eprintln!("{ns}: {settled_by:?}");
     wait_for_app(ns, "Synced at the fix", WITHIN, |app| {
         (app["status"]["sync"]["status"] == "Synced"
             && app["status"]["sync"]["revision"] == revision.as_str())
