@@ -1007,7 +1007,9 @@ fn rbac_grants_exactly_what_driftgate_calls() {
         let mut expected: BTreeSet<String> = [
             "coordination.k8s.io/leases:create",
             "coordination.k8s.io/leases[driftgate-leader]:get",
+            "coordination.k8s.io/leases[driftgate-leader]:list",
             "coordination.k8s.io/leases[driftgate-leader]:patch",
+            "coordination.k8s.io/leases[driftgate-leader]:watch",
             // The controllers' last-write records, beside it.
             "coordination.k8s.io/leases:get",
             "coordination.k8s.io/leases:list",
