@@ -22,6 +22,7 @@ pub mod lingering;
 pub mod metrics;
 pub mod ownership;
 pub mod policy;
+pub mod reading;
 pub mod reports;
 pub mod request;
 pub mod review;

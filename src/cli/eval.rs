@@ -8,14 +8,15 @@ use clap::Args;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
-use kube::core::admission::AdmissionResponse;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 
 use crate::decision::{Decision, DecisionInput, decide, may_guard};
 use crate::error::{Error, Result};
 use crate::policy::PolicySet;
+use crate::reading::{read_lazily, read_whole};
 use crate::request::{RequestFacts, scope_namespace};
 use crate::review::lazy::parse_lazily;
-use crate::review::{ReviewError, parse_review, read_object, read_review_body};
+use crate::review::{ReviewError, parse_envelope, read_object, read_review_body};
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
@@ -132,41 +133,34 @@ pub(crate) struct Decided {
     pub response: AdmissionResponse,
 }
 
-/// Decides a review body as the webhook's request path reads it: in one pass, its objects left
-/// unread when no policy may guard the write, else their heads read and the rest only when a
-/// rule asks. What that path cannot read is read whole (`parse_review`), as the server's
-/// fallback does; an error says why the review could not be read.
+/// Decides a review body as the webhook reads it ([`crate::reading`]): in one pass, its objects
+/// left unread when no policy may guard the write, else their heads read and the rest only when
+/// a rule asks; what that pass cannot read is read whole, as the webhook's fallback does. An
+/// error says why the review or its object could not be read.
 pub(crate) fn decide_body(
     policies: &PolicySet,
     body: &[u8],
     context: &OfflineContext<'_>,
 ) -> std::result::Result<Decided, ReviewError> {
-    if let Some(envelope) = parse_lazily(body) {
-        let namespace = namespace_for(
-            context.namespaces,
-            scope_namespace(envelope.request().into()),
-        );
-        if !may_guard(policies, envelope.request(), namespace) {
-            let request = envelope.without_objects();
-            let facts = RequestFacts::new(&request);
-            let decision = decide_offline(policies, &facts, namespace, context);
-            let response = decision.to_response(&request);
+    let scope = |request: &AdmissionRequest<DynamicObject>| {
+        let namespace = namespace_for(context.namespaces, scope_namespace(request.into()));
+        (may_guard(policies, request, namespace), namespace)
+    };
+    if let Some((read, namespace)) = parse_lazily(body).and_then(|e| read_lazily(e, scope)) {
+        let facts = read.facts();
+        let decision = decide_offline(policies, &facts, namespace, context);
+        if !facts.fell_back() {
+            let response = decision.to_response(facts.request());
             return Ok(Decided { decision, response });
         }
-        if let Some(review) = envelope.read_heads() {
-            let facts = RequestFacts::of_lazy(&review);
-            let decision = decide_offline(policies, &facts, namespace, context);
-            if !review.fell_back() {
-                let response = decision.to_response(review.request());
-                return Ok(Decided { decision, response });
-            }
-        }
     }
-    let request = parse_review(body)?;
-    let facts = RequestFacts::new(&request);
-    let namespace = namespace_for(context.namespaces, facts.scope_namespace());
-    let decision = decide_offline(policies, &facts, namespace, context);
-    let response = decision.to_response(&request);
+    let read = read_whole(parse_envelope(body)?, scope);
+    if let Some(error) = read.unreadable {
+        return Err(error.into());
+    }
+    let facts = RequestFacts::new(&read.request);
+    let decision = decide_offline(policies, &facts, read.namespace, context);
+    let response = decision.to_response(facts.request());
     Ok(Decided { decision, response })
 }
 
@@ -207,6 +201,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::review::parse_review;
 
     fn example() -> PolicySet {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/example.yaml");
@@ -274,5 +269,39 @@ mod tests {
         let decided = decide_body(&policies, body.as_bytes(), &context).unwrap();
         assert!(decided.decision.allowed, "{}", decided.decision.message);
         assert_eq!(decided.response.uid, "b1e5c0de-0000-4000-8000-000000000001");
+    }
+
+    /// A guarded write with an object far deeper than the one-pass read takes (alice's edit
+    /// under her window, 9,000 levels added) is read whole and decided, from a thread with an
+    /// eval worker's 2 MiB of stack (the decision does not recurse into it: measured).
+    #[test]
+    fn a_deep_object_is_read_whole_and_decided() {
+        let policies = example();
+        let (namespaces, now) = context("2026-11-30T09:00:00Z");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/break-glass-use-edit.json");
+        let mut review: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        // Written as text: serializing a value this deep would itself need the stack.
+        review["request"]["object"]["spec"]["deep"] = serde_json::json!("DEEP");
+        let deep = format!("{}\"bottom\"{}", "{\"a\":".repeat(9_000), "}".repeat(9_000));
+        let body = serde_json::to_string(&review)
+            .unwrap()
+            .replace("\"DEEP\"", &deep)
+            .into_bytes();
+        let decided = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || {
+                let context = OfflineContext {
+                    namespaces: &namespaces,
+                    parent: None,
+                    now,
+                };
+                decide_body(&policies, &body, &context).map(|d| d.decision.allowed)
+            })
+            .unwrap()
+            .join()
+            .expect("decided without overflowing its stack");
+        assert_eq!(decided.ok(), Some(true));
     }
 }

@@ -43,9 +43,10 @@ use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog, S
 use crate::ledger::service::Ledger;
 use crate::metrics::{Metrics, ReviewLabels};
 use crate::policy::PolicySet;
+use crate::reading::{ReadReview, read_lazily, read_whole};
 use crate::request::{AdmittedWrite, RequestFacts, scope_namespace};
-use crate::review::lazy::{LazyEnvelope, LazyReview, parse_lazily};
-use crate::review::{Envelope, Review, SHALLOW_DEPTH, Unreadable, parse_envelope, stack_for};
+use crate::review::lazy::parse_lazily;
+use crate::review::{SHALLOW_DEPTH, parse_envelope, stack_for};
 use crate::silence::DEFAULT_SILENCE_AFTER;
 use crate::text::{MAX_NAME_CHARS, echo};
 use cascade::CascadeReader;
@@ -490,9 +491,8 @@ async fn validate(
     };
     let policies = state.policies.load();
     // One pass over the body first; what it cannot read or judge goes the two-step way.
-    if let Some((read, namespace)) =
-        parse_lazily(&body).and_then(|e| read_lazily(&state, &policies, e))
-    {
+    let in_scope = |request: &AdmissionRequest<DynamicObject>| scope(&state, &policies, request);
+    if let Some((read, namespace)) = parse_lazily(&body).and_then(|e| read_lazily(e, in_scope)) {
         // The one description of the request, for the decision, its Events and the log line.
         let facts = read.facts();
         let decision = review(&state, &policies, namespace.as_deref(), &facts).await;
@@ -504,7 +504,10 @@ async fn validate(
         Ok(envelope) => envelope,
         Err(error) => return bad_request(&state, error.to_string()),
     };
-    let read = read(&state, &policies, envelope);
+    let read = read_whole(envelope, |request| scope(&state, &policies, request));
+    if let Some(error) = &read.unreadable {
+        tracing::warn!(uid = %read.request.uid, %error, "could not read the object of a review");
+    }
     let facts = RequestFacts::new(&read.request);
     let decision = judge(&state, &policies, &read, &facts).await;
     answer(&state, &policies, &facts, &decision, started)
@@ -525,40 +528,6 @@ fn answer(
     let elapsed = started.elapsed();
     observe(state, facts, decision, elapsed);
     axum::Json(response).into_response()
-}
-
-/// A review read in one pass: without its objects when no policy may guard the write,
-/// else with their heads read and their remainders left for the rules that ask.
-// One lives per request, on its stack, moved once: boxing either variant would cost an
-// allocation per review to save a copy.
-#[allow(clippy::large_enum_variant)]
-enum LazyRead<'a> {
-    Unguarded(AdmissionRequest<DynamicObject>),
-    Guarded(LazyReview<'a>),
-}
-
-impl LazyRead<'_> {
-    fn facts(&self) -> RequestFacts<'_> {
-        match self {
-            LazyRead::Unguarded(request) => RequestFacts::new(request),
-            LazyRead::Guarded(review) => RequestFacts::of_lazy(review),
-        }
-    }
-}
-
-/// Scope is judged from the envelope alone, as in [`read`], with the Namespace the decision
-/// then reads; `None` when an object's head is not readable, for the two-step path to say why.
-fn read_lazily<'a>(
-    state: &AppState,
-    policies: &PolicySet,
-    envelope: LazyEnvelope<'a>,
-) -> Option<(LazyRead<'a>, Option<Arc<Namespace>>)> {
-    let (guarded, namespace) = scope(state, policies, envelope.request());
-    if !guarded {
-        return Some((LazyRead::Unguarded(envelope.without_objects()), namespace));
-    }
-    let review = envelope.read_heads()?;
-    Some((LazyRead::Guarded(review), namespace))
 }
 
 /// What the in-memory trackers keep of one review (for gauges, refusals and reports): each is
@@ -650,48 +619,11 @@ fn entry_time(object: &DynamicObject, manager: &str) -> Option<Timestamp> {
         .max()
 }
 
-/// A review as read: with its objects, unless no policy may guard it (then they are never
-/// read) or they could not be read (`unreadable` says why).
-struct ReadReview {
-    request: Review,
-    namespace: Option<Arc<Namespace>>,
-    unreadable: Option<String>,
-}
-
-/// Reads the objects of a review only when a policy may guard its write, judged from the
-/// envelope alone, so that nothing in its objects (depth, size, validity) can turn an
-/// unguarded write into an error.
-fn read(state: &AppState, policies: &PolicySet, envelope: Envelope<'_>) -> ReadReview {
-    let (guarded, namespace) = scope(state, policies, envelope.request());
-    if !guarded {
-        return ReadReview {
-            request: envelope.without_objects(),
-            namespace,
-            unreadable: None,
-        };
-    }
-    match envelope.read_objects() {
-        Ok(request) => ReadReview {
-            request,
-            namespace,
-            unreadable: None,
-        },
-        Err(Unreadable { review, error }) => {
-            tracing::warn!(uid = %review.uid, %error, "could not read the object of a review");
-            ReadReview {
-                request: review,
-                namespace,
-                unreadable: Some(error.to_string()),
-            }
-        }
-    }
-}
-
 /// Decides a review as read, refusing a guarded write whose objects could not be read.
 async fn judge(
     state: &AppState,
     policies: &PolicySet,
-    read: &ReadReview,
+    read: &ReadReview<Option<Arc<Namespace>>>,
     facts: &RequestFacts<'_>,
 ) -> Decision {
     if let Some(problem) = &read.unreadable {
@@ -704,7 +636,7 @@ async fn judge(
             now: (state.clock)(),
             silence: None,
         };
-        return unreadable(policies, &input, problem);
+        return unreadable(policies, &input, &problem.to_string());
     }
     let depth = read.request.depth();
     let namespace = read.namespace.as_deref();
