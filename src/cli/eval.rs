@@ -208,8 +208,13 @@ mod tests {
         PolicySet::load(&path).unwrap_or_else(|errors| panic!("{errors}"))
     }
 
-    fn context(now: &str) -> (Vec<DynamicObject>, Timestamp) {
-        (Vec::new(), now.parse().unwrap())
+    /// Eval's context with no Namespace files, at the fixtures' time.
+    fn at_fixture_time() -> OfflineContext<'static> {
+        OfflineContext {
+            namespaces: &[],
+            parent: None,
+            now: "2026-11-30T09:00:00Z".parse().unwrap(),
+        }
     }
 
     /// Every fixture is decided offline as the two-step read decides it: the one-pass read
@@ -217,12 +222,7 @@ mod tests {
     #[test]
     fn the_one_pass_read_decides_every_fixture_as_the_whole_read_does() {
         let policies = example();
-        let (namespaces, now) = context("2026-11-30T09:00:00Z");
-        let context = OfflineContext {
-            namespaces: &namespaces,
-            parent: None,
-            now,
-        };
+        let context = at_fixture_time();
         let fixtures = crate::review::tests::fixtures();
         assert!(fixtures.len() >= 30);
         for (name, body) in fixtures {
@@ -243,12 +243,7 @@ mod tests {
     #[test]
     fn an_unguarded_write_is_decided_without_reading_its_objects() {
         let policies = example();
-        let (namespaces, now) = context("2026-11-30T09:00:00Z");
-        let context = OfflineContext {
-            namespaces: &namespaces,
-            parent: None,
-            now,
-        };
+        let context = at_fixture_time();
         let body = serde_json::json!({
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
@@ -277,7 +272,6 @@ mod tests {
     #[test]
     fn a_deep_object_is_read_whole_and_decided() {
         let policies = example();
-        let (namespaces, now) = context("2026-11-30T09:00:00Z");
         let path =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/break-glass-use-edit.json");
         let mut review: serde_json::Value =
@@ -292,12 +286,7 @@ mod tests {
         let decided = std::thread::Builder::new()
             .stack_size(2 * 1024 * 1024)
             .spawn(move || {
-                let context = OfflineContext {
-                    namespaces: &namespaces,
-                    parent: None,
-                    now,
-                };
-                decide_body(&policies, &body, &context).map(|d| d.decision.allowed)
+                decide_body(&policies, &body, &at_fixture_time()).map(|d| d.decision.allowed)
             })
             .unwrap()
             .join()
