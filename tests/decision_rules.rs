@@ -3168,6 +3168,30 @@ fn every_spelling_the_controllers_honour_is_judged_as_a_suspension() {
         )
         .says("alice may not suspend Deployment prod-payments/api: a write that suspends the GitOps controller may change nothing else, and this one also changes spec.template.spec.containers"),
         case(
+            "alice's ssa: Ignore and three other changes: the three named, none more",
+            Req::update("alice", open(), {
+                let mut d = marked(json!({"team": "payments"}), json!({SSA: "Ignore"}), true);
+                d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("api:2");
+                d["spec"]["replicas"] = json!(5);
+                d
+            }),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("and this one also changes metadata.labels.team, spec.replicas, spec.template.spec.containers[0].image; suspend it on its own first"),
+        case(
+            "alice's ssa: Ignore and four other changes: three named, and one more",
+            Req::update("alice", open(), {
+                let mut d = marked(json!({"team": "payments"}), json!({SSA: "Ignore", "note": "x"}), true);
+                d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("api:2");
+                d["spec"]["replicas"] = json!(5);
+                d
+            }),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("and this one also changes metadata.labels.team, metadata.annotations.note, spec.replicas, 1 more; suspend it on its own first"),
+        case(
             "bob's ssa: Ignore and an image change: not an opener, so told that first",
             Req::update("bob", plain(), {
                 let mut d = marked(none(), json!({SSA: "Ignore"}), false);
