@@ -1770,6 +1770,7 @@ fn warnings_and_records_for_break_glass_use() {
         ["spec.template.spec.containers[0].image"]
     );
     assert_eq!(decision.audit_annotations["decision"], "allowed");
+    assert_eq!(decision.verdict_word(), "allowed");
     assert_eq!(decision.audit_annotations["rule"], "BreakGlassWindow");
     assert_eq!(decision.audit_annotations["policy"], "prod");
 
@@ -1884,11 +1885,14 @@ fn every_matching_policy_must_admit_and_audit_only_warns() {
     assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
     assert!(d.warnings[0].contains("audit-everything"));
     assert_eq!(d.audit_annotations["decision"], "allowed-audit");
+    // The metrics' and the log line's `decision` is the audit annotation's.
+    assert_eq!(d.verdict_word(), "allowed-audit");
     assert_eq!(d.record.verdicts.len(), 2);
     // bob: denied by flux-only; the audit warning still rides along.
     let d = decide_for("bob", "prod-payments");
     assert!(!d.allowed);
     assert_eq!(d.audit_annotations["policy"], "flux-only");
+    assert_eq!(d.verdict_word(), "denied");
     // Outside prod, only the Audit policy applies.
     let d = decide_for("bob", "dev");
     assert!(d.allowed);
