@@ -546,5 +546,9 @@ fn without_namespace_wide_windows_a_cascade_refusal_offers_no_namespace_window()
         "{}",
         decision.message
     );
-    assert!(!decision.message.contains("namespace/"), "{}", decision.message);
+    assert!(
+        !decision.message.contains("namespace/"),
+        "{}",
+        decision.message
+    );
 }
