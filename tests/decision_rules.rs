@@ -1979,6 +1979,40 @@ fn namespace_objects_are_scoped_by_their_own_name() {
     assert_eq!(d.record.rule, Rule::BreakGlassOpened);
 }
 
+/// may_guard is conservative, not careless: what no policy judges is answered unread, so that
+/// it waits for no read of the API server.
+#[test]
+fn may_guard_answers_unread_what_no_policy_judges() {
+    let policies = policies();
+    let event = json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "api.1", "namespace": "prod-payments"}, "reason": "Scaled"});
+    let mut write = Req::update("bob", event.clone(), event);
+    write.kind = ("", "Event");
+    write.resource = ("", "events");
+    write.name = "api.1";
+    // An Event in a guarded namespace: the policy's resources leave Events out.
+    assert!(!may_guard(&policies, &write.build(), None));
+    // A Deployment in a namespace the policy does not guard.
+    let elsewhere = Req::update("bob", plain(), edited()).ns("dev");
+    assert!(!may_guard(&policies, &elsewhere.build(), None));
+    // The Deployment in the guarded namespace is read.
+    let guarded = Req::update("bob", plain(), edited());
+    assert!(may_guard(&policies, &guarded.build(), None));
+    // Under a policy that guards only creation, its update is not; its delete is, for the
+    // policy's deletions, which judge deletes whatever its operations say.
+    let creates_only = PolicySet::from_yaml(
+        "inline",
+        &(POLICY.to_owned() + "  deletions: {}\n  operations: [CREATE]\n"),
+    )
+    .unwrap();
+    assert!(!may_guard(&creates_only, &guarded.build(), None));
+    assert!(may_guard(
+        &creates_only,
+        &Req::delete("bob", plain()).build(),
+        None
+    ));
+}
+
 /// `breakGlass.reasonPattern`: every reason must match it (e.g. a ticket id).
 #[test]
 fn a_policy_can_require_a_reason_pattern() {
@@ -2539,6 +2573,20 @@ fn check(
     let mut failures = Vec::new();
     for case in cases {
         let decision = decided(policies, &case, recent);
+        // As in every_rule_in_order: a write judged by any rule must pass may_guard, which
+        // the server asks first, from the envelope alone, to answer OutOfScope unread.
+        let namespace: Option<ObjectMeta> = case
+            .namespace
+            .clone()
+            .map(|v| serde_json::from_value(v).unwrap());
+        if decision.record.rule != Rule::OutOfScope
+            && !may_guard(policies, &case.req.build(), namespace.as_ref())
+        {
+            failures.push(format!(
+                "{}: judged by rule {}, yet may_guard would have answered OutOfScope unread",
+                case.name, decision.record.rule
+            ));
+        }
         // An Audit policy's refusal is a warning.
         let said = format!("{} {}", decision.message, decision.warnings.join(" "));
         if decision.allowed != case.allowed
@@ -3559,11 +3607,14 @@ fn the_suspension_namespaces_are_read_from_the_envelope_but_not_their_leases() {
 /// The test policy guarding ClusterRoles and CRDs too, with Kubernetes' ClusterRole
 /// aggregation controller as a controller windows do not hold.
 fn cluster_scoped_policies() -> PolicySet {
-    let text = POLICY.replace(
+    PolicySet::from_yaml("inline", &cluster_scoped_text()).unwrap()
+}
+
+fn cluster_scoped_text() -> String {
+    POLICY.replace(
         "  delegations:\n",
         "    - name: kubernetes\n      usernames: [\"system:serviceaccount:kube-system:clusterrole-aggregation-controller\"]\n      heldByWindows: false\n  delegations:\n",
-    ) + "  deletions: {}\n  clusterScoped:\n    resources:\n      - {group: rbac.authorization.k8s.io, kind: ClusterRole}\n      - {group: apiextensions.k8s.io, kind: CustomResourceDefinition}\n";
-    PolicySet::from_yaml("inline", &text).unwrap()
+    ) + "  deletions: {}\n  clusterScoped:\n    resources:\n      - {group: rbac.authorization.k8s.io, kind: ClusterRole}\n      - {group: apiextensions.k8s.io, kind: CustomResourceDefinition}\n"
 }
 
 /// ClusterRole `viewer` (no namespace) with `labels` and `annotations`, reading `verbs`.
@@ -3705,6 +3756,47 @@ fn cluster_scoped_objects_follow_the_namespaces_rules_with_windows_on_the_object
         ),
     ];
     check(&guarding, cases, None);
+    // may_guard (the server's read of the envelope alone) is conservative, not careless: a
+    // cluster-scoped kind no policy lists is answered unread.
+    let binding = Req {
+        kind: ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+        resource: ("rbac.authorization.k8s.io", "clusterrolebindings"),
+        ..Req::update("bob", role(get.clone()), role(get_list.clone())).cluster_role()
+    };
+    assert!(!may_guard(&guarding, &binding.build(), None));
+
+    // A policy that guards only updates still protects the kinds it lists from deletion (its
+    // deletions judge a delete whatever its operations say), and leaves their creation unread.
+    let only_updates = PolicySet::from_yaml(
+        "inline",
+        &(cluster_scoped_text() + "  operations: [UPDATE]\n"),
+    )
+    .unwrap();
+    let create = Req::update("bob", Value::Null, role(get.clone()))
+        .op("CREATE")
+        .cluster_role();
+    assert!(!may_guard(&only_updates, &create.build(), None));
+    let cases = vec![
+        case(
+            "bob deletes a CRD, where the policy guards only updates",
+            Req::delete("bob", crd(json!({}))).widgets_crd(),
+            false,
+            Rule::DeletionProtected,
+        ),
+        case(
+            "bob creates a ClusterRole, where the policy guards only updates",
+            create,
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "bob edits a ClusterRole, where the policy guards only updates",
+            Req::update("bob", role(get.clone()), role(get_list.clone())).cluster_role(),
+            false,
+            Rule::NotPermitted,
+        ),
+    ];
+    check(&only_updates, cases, None);
 
     // Without clusterScoped, the same writes are nobody's: ClusterRoles and CRDs are out of
     // scope, as before.
