@@ -735,6 +735,27 @@ fn cases() -> Vec<Case> {
         )
         .says("more than maxDuration 4h from now"),
         case(
+            "alice opens a window exactly maxDuration and the clock tolerance away",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T1301Z", Some("INC-1")),
+            ),
+            true,
+            Rule::BreakGlassOpened,
+        ),
+        case(
+            "... one minute beyond",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T1302Z", Some("INC-1")),
+            ),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("more than maxDuration 4h from now"),
+        case(
             "alice extends",
             Req::update(
                 "alice",
@@ -3702,7 +3723,9 @@ fn cluster_scoped_objects_follow_the_namespaces_rules_with_windows_on_the_object
             Req::update("alice", role(get.clone()), open(get.clone())).cluster_role(),
             true,
             Rule::BreakGlassOpened,
-        ),
+        )
+        // The aggregation controller is one windows never hold.
+        .says("; controller flux is held off it until then; "),
         case(
             "alice edits it under the window",
             Req::update("alice", open(get.clone()), open(get_list.clone())).cluster_role(),
