@@ -735,6 +735,27 @@ fn cases() -> Vec<Case> {
         )
         .says("more than maxDuration 4h from now"),
         case(
+            "alice opens a window exactly maxDuration and the clock tolerance away",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T1301Z", Some("INC-1")),
+            ),
+            true,
+            Rule::BreakGlassOpened,
+        ),
+        case(
+            "... one minute beyond",
+            Req::update(
+                "alice",
+                plain(),
+                with_window("20261130T1302Z", Some("INC-1")),
+            ),
+            false,
+            Rule::BreakGlassRefused,
+        )
+        .says("more than maxDuration 4h from now"),
+        case(
             "alice extends",
             Req::update(
                 "alice",
@@ -1770,6 +1791,7 @@ fn warnings_and_records_for_break_glass_use() {
         ["spec.template.spec.containers[0].image"]
     );
     assert_eq!(decision.audit_annotations["decision"], "allowed");
+    assert_eq!(decision.verdict_word(), "allowed");
     assert_eq!(decision.audit_annotations["rule"], "BreakGlassWindow");
     assert_eq!(decision.audit_annotations["policy"], "prod");
 
@@ -1884,11 +1906,14 @@ fn every_matching_policy_must_admit_and_audit_only_warns() {
     assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
     assert!(d.warnings[0].contains("audit-everything"));
     assert_eq!(d.audit_annotations["decision"], "allowed-audit");
+    // The metrics' and the log line's `decision` is the audit annotation's.
+    assert_eq!(d.verdict_word(), "allowed-audit");
     assert_eq!(d.record.verdicts.len(), 2);
     // bob: denied by flux-only; the audit warning still rides along.
     let d = decide_for("bob", "prod-payments");
     assert!(!d.allowed);
     assert_eq!(d.audit_annotations["policy"], "flux-only");
+    assert_eq!(d.verdict_word(), "denied");
     // Outside prod, only the Audit policy applies.
     let d = decide_for("bob", "dev");
     assert!(d.allowed);
@@ -1973,6 +1998,40 @@ fn namespace_objects_are_scoped_by_their_own_name() {
     let d = run(&request);
     assert!(d.allowed, "{}", d.message);
     assert_eq!(d.record.rule, Rule::BreakGlassOpened);
+}
+
+/// may_guard is conservative, not careless: what no policy judges is answered unread, so that
+/// it waits for no read of the API server.
+#[test]
+fn may_guard_answers_unread_what_no_policy_judges() {
+    let policies = policies();
+    let event = json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "api.1", "namespace": "prod-payments"}, "reason": "Scaled"});
+    let mut write = Req::update("bob", event.clone(), event);
+    write.kind = ("", "Event");
+    write.resource = ("", "events");
+    write.name = "api.1";
+    // An Event in a guarded namespace: the policy's resources leave Events out.
+    assert!(!may_guard(&policies, &write.build(), None));
+    // A Deployment in a namespace the policy does not guard.
+    let elsewhere = Req::update("bob", plain(), edited()).ns("dev");
+    assert!(!may_guard(&policies, &elsewhere.build(), None));
+    // The Deployment in the guarded namespace is read.
+    let guarded = Req::update("bob", plain(), edited());
+    assert!(may_guard(&policies, &guarded.build(), None));
+    // Under a policy that guards only creation, its update is not; its delete is, for the
+    // policy's deletions, which judge deletes whatever its operations say.
+    let creates_only = PolicySet::from_yaml(
+        "inline",
+        &(POLICY.to_owned() + "  deletions: {}\n  operations: [CREATE]\n"),
+    )
+    .unwrap();
+    assert!(!may_guard(&creates_only, &guarded.build(), None));
+    assert!(may_guard(
+        &creates_only,
+        &Req::delete("bob", plain()).build(),
+        None
+    ));
 }
 
 /// `breakGlass.reasonPattern`: every reason must match it (e.g. a ticket id).
@@ -2535,6 +2594,20 @@ fn check(
     let mut failures = Vec::new();
     for case in cases {
         let decision = decided(policies, &case, recent);
+        // As in every_rule_in_order: a write judged by any rule must pass may_guard, which
+        // the server asks first, from the envelope alone, to answer OutOfScope unread.
+        let namespace: Option<ObjectMeta> = case
+            .namespace
+            .clone()
+            .map(|v| serde_json::from_value(v).unwrap());
+        if decision.record.rule != Rule::OutOfScope
+            && !may_guard(policies, &case.req.build(), namespace.as_ref())
+        {
+            failures.push(format!(
+                "{}: judged by rule {}, yet may_guard would have answered OutOfScope unread",
+                case.name, decision.record.rule
+            ));
+        }
         // An Audit policy's refusal is a warning.
         let said = format!("{} {}", decision.message, decision.warnings.join(" "));
         if decision.allowed != case.allowed
@@ -3168,6 +3241,30 @@ fn every_spelling_the_controllers_honour_is_judged_as_a_suspension() {
         )
         .says("alice may not suspend Deployment prod-payments/api: a write that suspends the GitOps controller may change nothing else, and this one also changes spec.template.spec.containers"),
         case(
+            "alice's ssa: Ignore and three other changes: the three named, none more",
+            Req::update("alice", open(), {
+                let mut d = marked(json!({"team": "payments"}), json!({SSA: "Ignore"}), true);
+                d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("api:2");
+                d["spec"]["replicas"] = json!(5);
+                d
+            }),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("and this one also changes metadata.labels.team, spec.replicas, spec.template.spec.containers[0].image; suspend it on its own first"),
+        case(
+            "alice's ssa: Ignore and four other changes: three named, and one more",
+            Req::update("alice", open(), {
+                let mut d = marked(json!({"team": "payments"}), json!({SSA: "Ignore", "note": "x"}), true);
+                d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("api:2");
+                d["spec"]["replicas"] = json!(5);
+                d
+            }),
+            false,
+            Rule::SuspensionRefused,
+        )
+        .says("and this one also changes metadata.labels.team, metadata.annotations.note, spec.replicas, 1 more; suspend it on its own first"),
+        case(
             "bob's ssa: Ignore and an image change: not an opener, so told that first",
             Req::update("bob", plain(), {
                 let mut d = marked(none(), json!({SSA: "Ignore"}), false);
@@ -3531,11 +3628,14 @@ fn the_suspension_namespaces_are_read_from_the_envelope_but_not_their_leases() {
 /// The test policy guarding ClusterRoles and CRDs too, with Kubernetes' ClusterRole
 /// aggregation controller as a controller windows do not hold.
 fn cluster_scoped_policies() -> PolicySet {
-    let text = POLICY.replace(
+    PolicySet::from_yaml("inline", &cluster_scoped_text()).unwrap()
+}
+
+fn cluster_scoped_text() -> String {
+    POLICY.replace(
         "  delegations:\n",
         "    - name: kubernetes\n      usernames: [\"system:serviceaccount:kube-system:clusterrole-aggregation-controller\"]\n      heldByWindows: false\n  delegations:\n",
-    ) + "  deletions: {}\n  clusterScoped:\n    resources:\n      - {group: rbac.authorization.k8s.io, kind: ClusterRole}\n      - {group: apiextensions.k8s.io, kind: CustomResourceDefinition}\n";
-    PolicySet::from_yaml("inline", &text).unwrap()
+    ) + "  deletions: {}\n  clusterScoped:\n    resources:\n      - {group: rbac.authorization.k8s.io, kind: ClusterRole}\n      - {group: apiextensions.k8s.io, kind: CustomResourceDefinition}\n"
 }
 
 /// ClusterRole `viewer` (no namespace) with `labels` and `annotations`, reading `verbs`.
@@ -3623,7 +3723,9 @@ fn cluster_scoped_objects_follow_the_namespaces_rules_with_windows_on_the_object
             Req::update("alice", role(get.clone()), open(get.clone())).cluster_role(),
             true,
             Rule::BreakGlassOpened,
-        ),
+        )
+        // The aggregation controller is one windows never hold.
+        .says("; controller flux is held off it until then; "),
         case(
             "alice edits it under the window",
             Req::update("alice", open(get.clone()), open(get_list.clone())).cluster_role(),
@@ -3677,6 +3779,47 @@ fn cluster_scoped_objects_follow_the_namespaces_rules_with_windows_on_the_object
         ),
     ];
     check(&guarding, cases, None);
+    // may_guard (the server's read of the envelope alone) is conservative, not careless: a
+    // cluster-scoped kind no policy lists is answered unread.
+    let binding = Req {
+        kind: ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+        resource: ("rbac.authorization.k8s.io", "clusterrolebindings"),
+        ..Req::update("bob", role(get.clone()), role(get_list.clone())).cluster_role()
+    };
+    assert!(!may_guard(&guarding, &binding.build(), None));
+
+    // A policy that guards only updates still protects the kinds it lists from deletion (its
+    // deletions judge a delete whatever its operations say), and leaves their creation unread.
+    let only_updates = PolicySet::from_yaml(
+        "inline",
+        &(cluster_scoped_text() + "  operations: [UPDATE]\n"),
+    )
+    .unwrap();
+    let create = Req::update("bob", Value::Null, role(get.clone()))
+        .op("CREATE")
+        .cluster_role();
+    assert!(!may_guard(&only_updates, &create.build(), None));
+    let cases = vec![
+        case(
+            "bob deletes a CRD, where the policy guards only updates",
+            Req::delete("bob", crd(json!({}))).widgets_crd(),
+            false,
+            Rule::DeletionProtected,
+        ),
+        case(
+            "bob creates a ClusterRole, where the policy guards only updates",
+            create,
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "bob edits a ClusterRole, where the policy guards only updates",
+            Req::update("bob", role(get.clone()), role(get_list.clone())).cluster_role(),
+            false,
+            Rule::NotPermitted,
+        ),
+    ];
+    check(&only_updates, cases, None);
 
     // Without clusterScoped, the same writes are nobody's: ClusterRoles and CRDs are out of
     // scope, as before.

@@ -193,6 +193,16 @@ fn pruning_a_statefulset_that_would_take_its_claim_is_refused_with_what_to_do() 
         "{}",
         decision.message
     );
+    // Five are named, and no more follow.
+    let five = DeletionCascade::Read((0..5).map(|i| plain(&format!("data-web-{i}"))).collect());
+    let decision = decide(&policies(), &prune_statefulset(), namespace(), Some(&five));
+    assert!(
+        decision
+            .message
+            .contains("data-web-3 and data-web-4, which it owns"),
+        "{}",
+        decision.message
+    );
     // At most five are named.
     let many = DeletionCascade::Read((0..7).map(|i| plain(&format!("data-web-{i}"))).collect());
     let decision = decide(&policies(), &prune_statefulset(), namespace(), Some(&many));
@@ -515,4 +525,30 @@ fn a_policy_that_guards_no_deletes_still_reads_their_objects_for_the_cascade() {
         Some(&DeletionCascade::Read(vec![])),
     );
     assert_eq!(verdict(&decision), (true, Rule::OutOfScope));
+}
+
+/// Without namespace-wide windows, a cascade's refusal offers none: what it offers is marking
+/// the protected object, or deleting the owner alone.
+#[test]
+fn without_namespace_wide_windows_a_cascade_refusal_offers_no_namespace_window() {
+    let text = std::fs::read_to_string(common::path("policies/example.yaml"))
+        .unwrap()
+        .replace("namespaceWide: true", "namespaceWide: false");
+    let policies = PolicySet::from_yaml("no-namespace-windows", &text).unwrap();
+    let cascade = DeletionCascade::Read(vec![plain("data-web-0")]);
+    let decision = decide(&policies, &prune_statefulset(), namespace(), Some(&cascade));
+    assert_eq!(verdict(&decision), (false, Rule::DeletionProtected));
+    assert!(
+        decision.message.contains(
+            "If that is meant, mark it first, in Git or with kubectl annotate persistentvolumeclaim/data-web-0 -n prod-db \
+             driftgate.dev/allow-deletion=true; to delete it alone and keep what it owns: kubectl delete statefulset/web -n prod-db --cascade=orphan;"
+        ),
+        "{}",
+        decision.message
+    );
+    assert!(
+        !decision.message.contains("namespace/"),
+        "{}",
+        decision.message
+    );
 }

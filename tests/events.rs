@@ -1396,3 +1396,32 @@ fn a_verdict_refusing_in_words_has_an_event_in_those_words() {
          opener to run driftgate backlog resolve."
     );
 }
+
+/// A verdict refusing in words keeps them for its Event: a long `why` gives way there, and
+/// the policy, the rule and what to do next stay whole. Made from its message alone, the note
+/// would be the message cut at the end, what to do next lost.
+#[test]
+fn a_verdict_refusing_in_words_keeps_what_to_do_next_when_its_why_is_long() {
+    let (request, mut decision) = decided("record-resolve-by-bob.json");
+    let words = RefusalWords {
+        subject: "bob may not resolve BackportRequirement prod-payments/deployment-api-4f1c2a9b7e"
+            .into(),
+        why: "w".repeat(2 * MAX_NOTE_BYTES),
+        next: "Ask an opener to run driftgate backlog resolve".into(),
+        owner: String::new(),
+    };
+    decision.record.verdicts = vec![driftgate::decision::PolicyVerdict::enforced_refusal(
+        "production".into(),
+        Rule::ResolveRefused,
+        words,
+    )];
+    let event = only_event(&request, &decision);
+    assert_bounded(&event);
+    assert!(
+        event.note.ends_with(
+            "(policy \"production\", rule ResolveRefused). Ask an opener to run driftgate backlog resolve."
+        ),
+        "{}",
+        event.note
+    );
+}

@@ -159,3 +159,20 @@ pub(super) fn deletion_guards(policy: &GatePolicy, request: RequestEnvelope<'_>)
         && (rules.protects(&kind.group, &kind.kind, &resource.resource)
             || policy.guards_resource(&resource.group, &kind.kind, &resource.resource))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cached Namespace without labels is known to have none, which a selector may ask for
+    /// (`DoesNotExist`, `NotIn`); without the Namespace they are unknown.
+    #[test]
+    fn a_namespace_without_labels_is_known_to_have_none() {
+        let meta = ObjectMeta::default();
+        match namespace_labels(Some(&meta)) {
+            NamespaceLabels::Known(labels) => assert!(labels.is_empty(), "{labels:?}"),
+            NamespaceLabels::Unknown => panic!("a cached Namespace's labels are known"),
+        }
+        assert!(matches!(namespace_labels(None), NamespaceLabels::Unknown));
+    }
+}

@@ -239,3 +239,39 @@ pub(super) fn capitalized(text: &str) -> String {
         None => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plurals_are_english() {
+        for (kind, plural_of) in [
+            ("PersistentVolumeClaim", "PersistentVolumeClaims"),
+            ("Ingress", "Ingresses"),
+            ("Mailbox", "Mailboxes"),
+            ("Batch", "Batches"),
+            ("Mesh", "Meshes"),
+            ("NetworkPolicy", "NetworkPolicies"),
+            ("Gateway", "Gateways"),
+        ] {
+            assert_eq!(plural(kind), plural_of, "{kind}");
+        }
+    }
+
+    #[test]
+    fn kubectl_names_core_and_apps_kinds_by_kind_and_others_by_resource() {
+        assert_eq!(
+            kubectl_type("", "PersistentVolumeClaim", "persistentvolumeclaims"),
+            "persistentvolumeclaim"
+        );
+        assert_eq!(
+            kubectl_type("apps", "StatefulSet", "statefulsets"),
+            "statefulset"
+        );
+        assert_eq!(
+            kubectl_type("postgresql.cnpg.io", "Cluster", "clusters"),
+            "clusters.postgresql.cnpg.io"
+        );
+    }
+}
