@@ -360,6 +360,24 @@ struct Tally {
     samples: Vec<String>,
 }
 
+/// bob's merge patch of the ConfigMap Flux writes during the roll: `data.bob` set to `value`.
+fn bob_patches_rolling(plane: &ControlPlane, value: &str) -> KubectlOutput {
+    let patch = serde_json::json!({"data": {"bob": value}}).to_string();
+    plane.kubectl(
+        BOB,
+        &[
+            "-n",
+            NS,
+            "patch",
+            "configmap",
+            "rolling",
+            "--type=merge",
+            "-p",
+            &patch,
+        ],
+    )
+}
+
 /// Writes every 200 ms until `stop`: Flux applying a ConfigMap in `payments` (each time another
 /// value), or bob patching it. Counts what was admitted and refused.
 fn writer(stop: Arc<AtomicBool>, flux: bool) -> std::thread::JoinHandle<Tally> {
@@ -385,19 +403,7 @@ fn writer(stop: Arc<AtomicBool>, flux: bool) -> std::thread::JoinHandle<Tally> {
                     )),
                 )
             } else {
-                plane.kubectl(
-                    BOB,
-                    &[
-                        "-n",
-                        NS,
-                        "patch",
-                        "configmap",
-                        "rolling",
-                        "--type=merge",
-                        "-p",
-                        &format!(r#"{{"data":{{"bob":"{i}"}}}}"#),
-                    ],
-                )
+                bob_patches_rolling(plane, &i.to_string())
             };
             if out.success() {
                 tally.admitted += 1;
@@ -768,19 +774,7 @@ fn the_chart_installed_with_helm_serves_rolls_fails_over_and_uninstalls_cleanly(
         },
     );
     assert_refused(
-        &plane.kubectl(
-            BOB,
-            &[
-                "-n",
-                NS,
-                "patch",
-                "configmap",
-                "rolling",
-                "--type=merge",
-                "-p",
-                r#"{"data":{"bob":"after"}}"#,
-            ],
-        ),
+        &bob_patches_rolling(plane, "after"),
         "bob may not update ConfigMap payments/rolling",
     );
 
@@ -806,19 +800,7 @@ fn the_chart_installed_with_helm_serves_rolls_fails_over_and_uninstalls_cleanly(
         "webhook configurations left: {}",
         configurations.stdout
     );
-    let bob_after = plane.kubectl(
-        BOB,
-        &[
-            "-n",
-            NS,
-            "patch",
-            "configmap",
-            "rolling",
-            "--type=merge",
-            "-p",
-            r#"{"data":{"bob":"uninstalled"}}"#,
-        ],
-    );
+    let bob_after = bob_patches_rolling(plane, "uninstalled");
     assert!(
         bob_after.success() && !bob_after.stderr.contains("driftgate"),
         "bob's write after uninstall: {}",
