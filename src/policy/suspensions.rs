@@ -564,6 +564,19 @@ impl Checker<'_> {
 
     fn suspension_path(&mut self, at: &str, path: &Spanned<String>) -> Option<FieldPath> {
         match FieldPath::parse(&path.value) {
+            // Under status is the controller's report, which no controller reads as an order to
+            // stop, and which the webhook leaves to the other rules when written alone.
+            Ok(parsed) if parsed.segments().first().is_some_and(|s| s == "status") => {
+                self.error(
+                    path.referenced,
+                    format!("{at}.path"),
+                    format!(
+                        "\"{}\" is under status, which the controller reports and no controller reads as a suspension; name the field a user sets to suspend it (e.g. spec.suspend)",
+                        path.value
+                    ),
+                );
+                None
+            }
             Ok(parsed) if parsed.segments().first().is_some_and(|s| s != "metadata") => {
                 Some(parsed)
             }
