@@ -12,8 +12,9 @@
 # starts every server on loopback with the development certificates, checks first that they
 # decide every fixture alike (a difference not listed in opa/differences.json stops the run),
 # then drives each with oha over HTTPS/1.1 keep-alive (as kube-apiserver calls webhooks) and
-# HTTP/2, with a 30 KB Deployment UPDATE and a small Pod CREATE: saturated, at a fixed rate, and
-# saturated with server and load generator pinned to one core each.
+# HTTP/2, with a 30 KB Deployment UPDATE, a small Pod CREATE and a human's 4 KB edit of a
+# ConfigMap (which every engine must diff to refuse): saturated, at a fixed rate, and saturated
+# with server and load generator pinned to one core each.
 #
 # The machine's speed drifts within minutes, so no scenario is measured for one server and then
 # for the next: each scenario runs every server back to back (one round), LOAD_ROUNDS times,
@@ -35,7 +36,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 OHA_VERSION=1.16.0
-OPA_VERSION=v1.22.3
 TOOLS="${DRIFTGATE_TOOLS:-$HOME/.cache/driftgate/tools}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/driftgate/target}"
 DURATION="${LOAD_DURATION:-10}"
@@ -51,7 +51,7 @@ QUIET_WAIT="${LOAD_QUIET_WAIT:-600}"
 RESULTS="${LOAD_RESULTS:-tests/benches/results}"
 LIB="python3 tests/benches/loadlib.py"
 OHA="$TOOLS/bin/oha"
-OPA="$TOOLS/bin/opa"
+OPA=
 
 WORK="$(mktemp -d)"
 PIDS=()
@@ -75,12 +75,8 @@ if ! [ -x "$OHA" ] || [ "$("$OHA" --version 2>/dev/null)" != "oha $OHA_VERSION" 
   CARGO_TARGET_DIR="$HOME/.cache/driftgate/target-oha-install" \
     cargo install oha --version "$OHA_VERSION" --locked --root "$TOOLS"
 fi
-if [ "$WITH_OPA" != 0 ] &&
-  { ! [ -x "$OPA" ] || ! "$OPA" version 2>/dev/null | grep -x "Version: ${OPA_VERSION#v}" >/dev/null; }; then
-  if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-    export PATH="/usr/local/go/bin:$PATH"
-  fi
-  GOBIN="$TOOLS/bin" go install "github.com/open-policy-agent/opa@$OPA_VERSION"
+if [ "$WITH_OPA" != 0 ]; then
+  OPA=$(DRIFTGATE_TOOLS="$TOOLS" bash tests/benches/opa/build.sh)
 fi
 "$OHA" --version
 if [ "$WITH_OPA" != 0 ]; then "$OPA" version | sed -n 1p; fi
@@ -130,10 +126,11 @@ exec > >(tee "$RESULTS/output.txt") 2>&1
 declare -A BODY=(
   [deploy30k]=tests/fixtures/bench-deployment-update-30k.json
   [pod]=tests/fixtures/replicaset-controller-create-pod.json
+  [edit]=tests/fixtures/namespace-window-configmap-edit.json
 )
 # Each is "review protocol mode placement", named with dashes.
 SCENARIOS=()
-for body in deploy30k pod; do
+for body in deploy30k pod edit; do
   for proto in h1 h2; do
     SCENARIOS+=("$body $proto saturated shared" "$body $proto fixed shared")
   done
