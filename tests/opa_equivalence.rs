@@ -45,11 +45,14 @@ fn shifted_fixtures(shift: jiff::SignedDuration) -> BTreeMap<String, Value> {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let mut review: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut review: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         for side in ["object", "oldObject"] {
             // `pointer_mut`, not indexing, which would add the keys it does not find.
-            let pointer = format!("/request/{side}/metadata/labels/{}", LABEL.replace('/', "~1"));
+            let pointer = format!(
+                "/request/{side}/metadata/labels/{}",
+                LABEL.replace('/', "~1")
+            );
             let Some(label) = review.pointer_mut(&pointer) else {
                 continue;
             };
@@ -89,7 +92,11 @@ fn driftgate_outcomes(dir: &Path, names: &[&String], now: Timestamp) -> Vec<Stri
         .lines()
         .map(|line| outcome(&serde_json::from_str(line).unwrap()))
         .collect();
-    assert_eq!(outcomes.len(), names.len(), "one answer per fixture: {stdout}");
+    assert_eq!(
+        outcomes.len(),
+        names.len(),
+        "one answer per fixture: {stdout}"
+    );
     outcomes
 }
 
