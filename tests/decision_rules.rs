@@ -2674,6 +2674,18 @@ fn protected_deletes_need_a_deliberate_act_whoever_asks() {
             Rule::DeletionProtected,
         )
         .says("bob may not delete PersistentVolumeClaim prod-payments/data: the policy protects every PersistentVolumeClaim from deletion by anyone, the GitOps controller included, unless deleting it is a deliberate act (policy \"prod\", rule DeletionProtected). If it is meant, mark it first, in Git or with kubectl annotate persistentvolumeclaim/data -n prod-payments driftgate.dev/allow-deletion=true, or delete it under a break-glass window (user carol; group sre-oncall may open one: driftgate break-glass open persistentvolumeclaim/data -n prod-payments --for 1h"),
+        // Only deletes are protected, and only where the policy guards.
+        case(
+            "bob labels a PVC: an update, which deletion protection does not judge",
+            Req::update(
+                "bob",
+                pvc(json!({}), json!({})),
+                pvc(json!({"tier": "gold"}), json!({})),
+            )
+            .pvc(),
+            true,
+            Rule::OutOfScope,
+        ),
         case(
             "Flux prunes a PVC marked for deletion (PVCs are otherwise out of scope)",
             Req::delete(FLUX, pvc(json!({}), allow.clone())).pvc(),
@@ -2753,6 +2765,22 @@ fn protected_deletes_need_a_deliberate_act_whoever_asks() {
         ),
     ];
     check(&deletions_policies("Enforce"), cases, None);
+    // Where a policy judges suspensions only (flux-system), its deletion protection does not
+    // reach: the namespace is judged, but not guarded.
+    let with_suspensions = PolicySet::from_yaml(
+        "inline",
+        &(deletions_text("Enforce") + "  suspensions: {}\n"),
+    )
+    .unwrap();
+    let flux_system = vec![case(
+        "Flux prunes a PVC where the policy judges suspensions only",
+        Req::delete(FLUX, pvc(json!({}), json!({})))
+            .pvc()
+            .ns("flux-system"),
+        true,
+        Rule::OutOfScope,
+    )];
+    check(&with_suspensions, flux_system, None);
 
     // Audit only warns, with the same words.
     let audit = vec![
