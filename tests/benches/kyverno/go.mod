@@ -4,7 +4,7 @@
 // fails; build.sh checks that it still matches Kyverno's go.mod.
 module driftgate.dev/tests/benches/kyverno
 
-go 1.26.0
+go 1.26.6
 
 require github.com/kyverno/kyverno v1.19.1
 
