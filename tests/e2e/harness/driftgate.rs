@@ -394,6 +394,11 @@ impl Driftgate {
         );
     }
 
+    /// The `driftgate serve` process's PID, for its CPU time and memory in /proc.
+    pub fn pid(&self) -> Option<u32> {
+        self.lock_process().pid()
+    }
+
     /// Kills the process (SIGKILL: a crash), leaving its webhook configurations registered, as
     /// the API server sees a driftgate that died.
     pub fn kill(&self) {

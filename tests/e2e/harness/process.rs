@@ -97,6 +97,21 @@ impl Guarded {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// The process's own PID (not its guard's), for reading its CPU time and memory from
+    /// /proc: the guard's child that is not the guard's own `sh` watcher. None once it has exited.
+    pub fn pid(&self) -> Option<u32> {
+        let guard = self.guard.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{guard}/task/{guard}/children")).ok()?;
+        children
+            .split_whitespace()
+            .filter_map(|pid| pid.parse::<u32>().ok())
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim() != "sh")
+            })
+    }
+
     /// The exit status, once the process has exited.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.guard.try_wait().ok().flatten()
