@@ -780,7 +780,8 @@ fn start_kyverno() -> Peer {
 }
 
 /// Gatekeeper's manager out of the cluster (`--debug-use-fake-pod`), as its release manifest runs
-/// the webhook Deployment (`--operation=webhook`, `http.send` disabled, its namespace exempt) but
+/// the webhook Deployment (`--operation=webhook`, `http.send` disabled, its namespace exempt) plus
+/// the audit Deployment's `generate` (the constraint CRD from the template), but
 /// with a serving certificate from the harness's CA for 127.0.0.1 instead of its own rotation
 /// (which names the in-cluster Service). The benchmark registers its webhook configuration.
 fn start_gatekeeper() -> Peer {
@@ -808,6 +809,9 @@ fn start_gatekeeper() -> Peer {
         .arg(format!("--cert-dir={}", certs.display()))
         .arg("--disable-cert-rotation")
         .arg("--operation=webhook")
+        // The release manifest's audit Deployment generates a template's constraint CRD; with
+        // the webhook's operation alone the Constraint's kind never exists.
+        .arg("--operation=generate")
         .arg("--exempt-namespace=gatekeeper-system")
         .arg("--disable-opa-builtin={http.send}")
         .arg("--debug-use-fake-pod")
