@@ -414,6 +414,37 @@ fn cases() -> Vec<Case> {
             true,
             Rule::Controller,
         ),
+        // Discovery does not know the resource: objects of the resource's own group (not a
+        // Scale) are taken for the object itself; those of another group are not.
+        case(
+            "a status write of a kind discovery does not know that changes a label is judged as the object",
+            Req::update(
+                "bob",
+                plain(),
+                deployment(json!({"app": "api", "tier": "x"}), json!({}), "api:1", 3),
+            )
+            .status(),
+            false,
+            Rule::NotPermitted,
+        )
+        .undiscovered()
+        .says("bob may not update Deployment prod-payments/api (through status):"),
+        case(
+            "a status write whose objects are of another group is not taken for the object",
+            {
+                let mut r = Req::update(
+                    "bob",
+                    plain(),
+                    deployment(json!({"app": "api", "tier": "x"}), json!({}), "api:1", 3),
+                )
+                .status();
+                r.kind = ("example.dev", "Deployment");
+                r
+            },
+            true,
+            Rule::OutOfScope,
+        )
+        .undiscovered(),
         case(
             "a status write that changes annotations is judged as the object",
             Req::update(
@@ -1036,6 +1067,15 @@ fn cases() -> Vec<Case> {
         )
         .undiscovered()
         .says("could not resolve the kind behind resource \"rollouts.argoproj.io\""),
+        // An empty kind is no kind: never taken as resolved.
+        case(
+            "bob scales a resource discovery names with an empty kind",
+            Req::update("bob", scale(3), scale(5)).scale(),
+            false,
+            Rule::NotPermitted,
+        )
+        .resolved("")
+        .says("could not resolve the kind behind resource \"deployments\""),
         case(
             "the HPA scales a resource discovery does not know: still its delegation",
             Req::update(HPA, scale(3), scale(5)).scale(),
@@ -2178,6 +2218,33 @@ fn kubernetes_controllers_never_need_the_parent_of_a_subresource() {
     };
     assert!(!for_user(GARBAGE_COLLECTOR));
     assert!(for_user(FLUX));
+}
+
+#[test]
+fn a_refused_subresource_write_needs_the_parent_for_its_window() {
+    // A Scale carries no labels: bob refused on `scale` may still be under a window on the
+    // Deployment, which only the parent shows; without break-glass rules there is none to find.
+    let request = Req::update("bob", scale(3), scale(5)).scale().build();
+    let decide_under = |policies: &PolicySet| {
+        let decision = decide(
+            policies,
+            &DecisionInput {
+                request: &RequestFacts::new(&request),
+                resource: None,
+                namespace: None,
+                parent: None,
+                recent_deletes: None,
+                now: now(),
+                silence: None,
+            },
+        );
+        assert_eq!(decision.record.rule, Rule::NotPermitted);
+        driftgate::decision::needs_parent(policies, &decision)
+    };
+    assert!(decide_under(&policies()));
+    let head = POLICY.split("  breakGlass:").next().expect("the policy has a head");
+    let without_break_glass = PolicySet::from_yaml("inline", head).expect("the policy loads");
+    assert!(!decide_under(&without_break_glass));
 }
 
 /// driftgate's own identity, and who may change the records' CRD, as `serve` is told them.
