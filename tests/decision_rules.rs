@@ -2242,7 +2242,10 @@ fn a_refused_subresource_write_needs_the_parent_for_its_window() {
         driftgate::decision::needs_parent(policies, &decision)
     };
     assert!(decide_under(&policies()));
-    let head = POLICY.split("  breakGlass:").next().expect("the policy has a head");
+    let head = POLICY
+        .split("  breakGlass:")
+        .next()
+        .expect("the policy has a head");
     let without_break_glass = PolicySet::from_yaml("inline", head).expect("the policy loads");
     assert!(!decide_under(&without_break_glass));
 }
