@@ -49,10 +49,11 @@ pub use self::scope::may_guard;
 use self::scope::*;
 use self::suspension::*;
 pub use self::verdict::*;
-pub use self::window::EXPIRY_CLOCK_TOLERANCE;
 use self::window::*;
 pub use self::words::only_writers;
 use self::words::*;
+pub use crate::window::{BreakGlassWindow, EXPIRY_CLOCK_TOLERANCE, WindowScope};
+use crate::window::{WindowState, latest_expiry, window_state};
 
 /// Inputs to a decision besides the policies.
 #[derive(Clone, Copy, Debug)]
