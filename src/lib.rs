@@ -34,5 +34,6 @@ pub mod suspensions;
 pub mod text;
 mod throttle;
 pub mod timefmt;
+pub mod window;
 
 pub use error::{Error, Result};

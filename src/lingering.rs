@@ -15,7 +15,7 @@ use kube::core::admission::Operation;
 use crate::decision::Decision;
 use crate::policy::PolicySet;
 use crate::request::RequestFacts;
-use crate::timefmt::parse_expiry;
+use crate::window::{WindowScope, window_state};
 
 /// At most this many labelled objects are remembered (the oldest-seen go first beyond it).
 pub const MAX_TRACKED: usize = 10_000;
@@ -97,7 +97,7 @@ impl LingeringLabels {
         } else {
             facts.object()
         };
-        let Some(labels) = object.map(|o| o.metadata().labels.as_ref()) else {
+        let Some(meta) = object.map(|o| o.metadata()) else {
             return false;
         };
         let found = decision.record.verdicts.iter().find_map(|verdict| {
@@ -106,11 +106,10 @@ impl LingeringLabels {
                 .iter()
                 .find(|p| p.name == verdict.policy)?;
             let rules = policy.break_glass.as_ref()?;
-            let value = labels?.get(&rules.label)?;
-            let expires_at = parse_expiry(value).ok()?;
+            let state = window_state(meta, rules, now, WindowScope::Object);
             Some(Labelled {
                 policy: policy.name.clone(),
-                expires_at,
+                expires_at: state.window()?.expires_at,
                 seen: now,
             })
         });

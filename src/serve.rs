@@ -26,6 +26,7 @@ use crate::ledger::service::{Ledger, Upkeep};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::reports::{DEFAULT_DENIAL_LIMITS, RecentDenials};
+use crate::server::cascade::CascadeReader;
 use crate::server::client_auth::{
     ClientAuth, ClientAuthSettings, ExpectedNames, HandshakeLog, spawn_client_ca_reloader,
 };
@@ -544,321 +545,491 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     let settings = args.settings()?;
     let metrics = Arc::new(Metrics::new());
     metrics.log_lines_dropped.attach(log.dropped.clone());
-    let shutdown = CancellationToken::new();
     // Read before anything else: a client CA file that does not load is a fatal error.
     let client_auth = match &settings.client_auth {
         Some(settings) => Some(Arc::new(ClientAuth::load(settings, &metrics)?)),
         None => None,
     };
-
-    // A bad policy leaves the process up and not ready, polling the file (never a crash loop):
-    // until it loads, the set is empty and every review is answered 503 (see reload.rs).
-    let policies = Arc::new(ArcSwap::from_pointee(PolicySet::default()));
-    let policy_status = Arc::new(PolicyStatus::default());
-    // The files' set joined with the GatePolicy objects' (none without --gatepolicies).
-    let sources = Arc::new(PolicySources::new(policies.clone(), args.audit_only));
-    if args.audit_only {
-        tracing::info!(
-            "--audit-only: every policy is served in Audit; nothing is refused, what would be is reported"
-        );
-    }
-    let seen = load_at_start(
-        settings.policy.clone(),
-        sources.as_ref(),
-        &policy_status,
-        &metrics,
-    );
-
-    let client = kube_client(&args).await?;
-    let mut tasks = Vec::new();
+    let policies = Policies::load(&args, &settings, &metrics);
+    let mut startup = Startup {
+        client: kube_client(&args).await?,
+        metrics,
+        shutdown: CancellationToken::new(),
+        tasks: Vec::new(),
+    };
     // Only the leader writes the webhook configuration (its namespaceSelector and caBundle) and
     // GatePolicy statuses; without a Lease, this replica does. A stopping replica steps down at
     // SIGTERM, not after draining its reviews: a running one takes the Lease at once.
-    let step_down = shutdown.child_token();
-    let leading = match (&client, args.leader.lease_settings(instance_name(&args))) {
-        (Some(client), Some(lease)) => {
-            let (leading, task) =
-                Leadership::spawn(client.clone(), lease, metrics.clone(), step_down.clone());
-            tasks.push(task);
-            leading
-        }
-        _ => Leadership::sole(),
-    };
-    if let Some(client_auth) = &client_auth {
-        tasks.push(spawn_client_ca_reloader(
-            client_auth.clone(),
-            args.reload_interval,
-            metrics.clone(),
-            shutdown.clone(),
-        ));
-    }
-    let tls_config = match &settings.tls {
-        TlsSource::Files(files) => {
-            let config = load_rustls_config(files, client_auth.as_ref()).await?;
-            tasks.push(spawn_tls_reloader(
-                config.clone(),
-                files.clone(),
-                client_auth.clone(),
-                args.reload_interval,
-                metrics.clone(),
-                shutdown.clone(),
-            ));
-            config
-        }
-        TlsSource::Secret(runtime) => {
-            let client = client
-                .clone()
-                .ok_or(crate::certs::runtime::RuntimeCertError::NoCluster)?;
-            let slot = Arc::new(CertSlot::default());
-            tasks.extend(crate::certs::runtime::spawn(
-                client,
-                runtime.clone(),
-                slot.clone(),
-                leading.clone(),
-                metrics.clone(),
-                shutdown.clone(),
-            ));
-            wait_for_certificate(&slot, &runtime.name).await;
-            RustlsConfig::from_config(server_config_with_resolver(slot, client_auth.as_ref()))
-        }
-    };
-    let namespaces = match &client {
-        Some(client) => {
-            let (cache, task) =
-                NamespaceCache::spawn(client.clone(), metrics.clone(), shutdown.clone());
-            tasks.push(task);
-            cache
-        }
-        None => NamespaceCache::disabled(),
-    };
-    let parents = ParentLookup::new(client.clone(), Duration::from_secs(2), metrics.clone());
-    let resources = match &client {
-        Some(client) => {
-            let catalog = ResourceCatalog::new(client.clone(), Duration::from_millis(1500));
-            // Read before the first review needs it; a review that comes first waits for it.
-            let first = catalog.clone();
-            tasks.push(tokio::spawn(async move { first.refresh(true).await }));
-            catalog
-        }
-        None => ResourceCatalog::disabled(),
-    };
-    // What a DELETE would take with it: a few metadata lists, within the parent lookup's time.
-    let cascades = match &client {
-        Some(client) => crate::server::cascade::CascadeReader::new(
-            client.clone(),
-            resources.clone(),
-            Duration::from_secs(2),
-        ),
-        None => crate::server::cascade::CascadeReader::disabled(),
-    };
+    let step_down = startup.shutdown.child_token();
+    let leading = startup.leadership(&args, &step_down);
+    let tls_config = startup
+        .tls_config(&settings, client_auth.as_ref(), &leading)
+        .await?;
+    let reads = startup.cluster_reads();
     let (events, events_task) = EventSink::spawn(
-        client.clone(),
+        startup.client.clone(),
         instance_name(&args),
         args.event_queue,
-        metrics.clone(),
-        shutdown.clone(),
+        startup.metrics.clone(),
+        startup.shutdown.clone(),
     );
+    let ledger = startup.ledger(&args, &events, &policies.set, &reads);
+    startup.suspensions(&args, &policies.set, &events, &leading);
+    let gatepolicies = gatepolicy_source(
+        &args,
+        startup.client.as_ref(),
+        &policies.sources,
+        &startup.metrics,
+        leading.clone(),
+        &mut startup.tasks,
+        &startup.shutdown,
+    )?;
+    if let (None, Some(client)) = (&args.ledger.service_account, &startup.client) {
+        let task = ledger.learn_writer(client.clone(), startup.shutdown.clone());
+        startup.tasks.push(task);
+    }
+    // The gate is armed only once the webhook port serves (blast_radius::HoldReason::NotServing).
+    let (serving, serving_seen) = tokio::sync::watch::channel(false);
+    startup.selector_keeper(&args, &policies, &reads, &leading, serving_seen);
+    let denials = startup.reports(&args, &ledger, &policies.set, &reads, &leading);
+    // With a client CA every review comes through a handshake that verified the API server;
+    // without one, every review is a claim, confirmed by reading back what the API server stored.
+    let caller_authenticated = client_auth.is_some();
+    let mut state = AppState::new(
+        policies.set.clone(),
+        reads.namespaces,
+        reads.parents,
+        events,
+        startup.metrics.clone(),
+    )
+    .with_policy_status(policies.status.clone())
+    .with_gatepolicies(gatepolicies)
+    .with_ledger(ledger.with_authenticated_callers(caller_authenticated))
+    .with_resources(reads.resources)
+    .with_cascades(reads.cascades)
+    .with_body_budget(args.max_body_bytes_in_flight)
+    .with_silence_after(args.controller_silence_after)
+    .with_read_back(startup.client.clone(), caller_authenticated);
+    if let Some(denials) = denials {
+        state = state.with_denials(denials);
+    }
+    let state = Arc::new(state);
+    startup.state_tasks(&args, &state, &policies.set);
+    let force_reload = Arc::new(Notify::new());
+    startup.tasks.push(spawn_policy_reloader(
+        policies.seen,
+        policies.sources,
+        policies.status,
+        args.reload_interval,
+        force_reload.clone(),
+        startup.metrics.clone(),
+        startup.shutdown.clone(),
+    ));
 
-    let ledger = match &client {
-        Some(client) => {
-            let (ledger, ledger_tasks) = Ledger::spawn(
-                client.clone(),
-                events.clone(),
-                metrics.clone(),
-                policies.clone(),
-                namespaces.clone(),
-                Upkeep {
+    let ports = Ports::serve(&args, &settings, tls_config, &state, &startup).await?;
+    tracing::info!(webhook = %ports.bound, admin = %settings.admin_addr, policy = %settings.policy.display(), cluster = startup.client.is_some(), caller_authenticated = client_auth.is_some(), audit_only = args.audit_only, "driftgate serving");
+    let _ = serving.send(true);
+    log_client_auth(client_auth.as_deref());
+    if args.dev {
+        print_dev_hint(ports.bound);
+    }
+
+    wait_for_signal(force_reload).await;
+    tracing::info!(delay = ?args.shutdown_delay, grace = ?args.shutdown_grace, "shutting down: readiness off, then finishing in-flight reviews");
+    state.accepting.store(false, Ordering::Relaxed);
+    step_down.cancel();
+    tokio::time::sleep(args.shutdown_delay).await;
+    ports.handle.graceful_shutdown(Some(args.shutdown_grace));
+    let _ = ports.webhook.await;
+    startup.shutdown.cancel();
+    let _ = ports.admin.await;
+    let _ = events_task.await;
+    for task in startup.tasks {
+        let _ = task.await;
+    }
+    tracing::info!("driftgate stopped");
+    Ok(())
+}
+
+/// The policies `serve` serves: the set every review reads, its load status, where it comes
+/// from, and what the first load saw (for the reloader).
+struct Policies {
+    set: Arc<ArcSwap<PolicySet>>,
+    status: Arc<PolicyStatus>,
+    sources: Arc<PolicySources>,
+    seen: crate::server::reload::Seen,
+}
+
+impl Policies {
+    /// A bad policy leaves the process up and not ready, polling the file (never a crash loop):
+    /// until it loads, the set is empty and every review is answered 503 (see reload.rs).
+    fn load(args: &ServeArgs, settings: &ServeSettings, metrics: &Arc<Metrics>) -> Policies {
+        let set = Arc::new(ArcSwap::from_pointee(PolicySet::default()));
+        let status = Arc::new(PolicyStatus::default());
+        // The files' set joined with the GatePolicy objects' (none without --gatepolicies).
+        let sources = Arc::new(PolicySources::new(set.clone(), args.audit_only));
+        if args.audit_only {
+            tracing::info!(
+                "--audit-only: every policy is served in Audit; nothing is refused, what would be is reported"
+            );
+        }
+        let seen = load_at_start(settings.policy.clone(), sources.as_ref(), &status, metrics);
+        Policies {
+            set,
+            status,
+            sources,
+            seen,
+        }
+    }
+}
+
+/// What `serve` has started so far: the cluster client (none with --no-kube or --dev), the
+/// metrics, the token that stops the background tasks, and their handles, awaited at the end.
+struct Startup {
+    client: Option<kube::Client>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What the webhook reads from the cluster while it decides (each disabled without a client).
+struct ClusterReads {
+    namespaces: NamespaceCache,
+    parents: ParentLookup,
+    resources: ResourceCatalog,
+    cascades: CascadeReader,
+}
+
+impl Startup {
+    fn leadership(
+        &mut self,
+        args: &ServeArgs,
+        step_down: &CancellationToken,
+    ) -> tokio::sync::watch::Receiver<bool> {
+        match (
+            &self.client,
+            args.leader.lease_settings(instance_name(args)),
+        ) {
+            (Some(client), Some(lease)) => {
+                let (leading, task) = Leadership::spawn(
+                    client.clone(),
+                    lease,
+                    self.metrics.clone(),
+                    step_down.clone(),
+                );
+                self.tasks.push(task);
+                leading
+            }
+            _ => Leadership::sole(),
+        }
+    }
+
+    /// The webhook port's TLS configuration, kept current by a reloader (files) or by the
+    /// runtime certificates' rotation (a Secret), and the client CA's reloader.
+    async fn tls_config(
+        &mut self,
+        settings: &ServeSettings,
+        client_auth: Option<&Arc<ClientAuth>>,
+        leading: &tokio::sync::watch::Receiver<bool>,
+    ) -> Result<RustlsConfig> {
+        let args = &settings.args;
+        if let Some(client_auth) = client_auth {
+            self.tasks.push(spawn_client_ca_reloader(
+                client_auth.clone(),
+                args.reload_interval,
+                self.metrics.clone(),
+                self.shutdown.clone(),
+            ));
+        }
+        Ok(match &settings.tls {
+            TlsSource::Files(files) => {
+                let config = load_rustls_config(files, client_auth).await?;
+                self.tasks.push(spawn_tls_reloader(
+                    config.clone(),
+                    files.clone(),
+                    client_auth.cloned(),
+                    args.reload_interval,
+                    self.metrics.clone(),
+                    self.shutdown.clone(),
+                ));
+                config
+            }
+            TlsSource::Secret(runtime) => {
+                let client = self
+                    .client
+                    .clone()
+                    .ok_or(crate::certs::runtime::RuntimeCertError::NoCluster)?;
+                let slot = Arc::new(CertSlot::default());
+                self.tasks.extend(crate::certs::runtime::spawn(
+                    client,
+                    runtime.clone(),
+                    slot.clone(),
+                    leading.clone(),
+                    self.metrics.clone(),
+                    self.shutdown.clone(),
+                ));
+                wait_for_certificate(&slot, &runtime.name).await;
+                RustlsConfig::from_config(server_config_with_resolver(slot, client_auth))
+            }
+        })
+    }
+
+    fn cluster_reads(&mut self) -> ClusterReads {
+        let Some(client) = self.client.clone() else {
+            return ClusterReads {
+                namespaces: NamespaceCache::disabled(),
+                parents: ParentLookup::new(None, Duration::from_secs(2), self.metrics.clone()),
+                resources: ResourceCatalog::disabled(),
+                cascades: CascadeReader::disabled(),
+            };
+        };
+        let (namespaces, task) =
+            NamespaceCache::spawn(client.clone(), self.metrics.clone(), self.shutdown.clone());
+        self.tasks.push(task);
+        let parents = ParentLookup::new(
+            Some(client.clone()),
+            Duration::from_secs(2),
+            self.metrics.clone(),
+        );
+        let resources = ResourceCatalog::new(client.clone(), Duration::from_millis(1500));
+        // Read before the first review needs it; a review that comes first waits for it.
+        let first = resources.clone();
+        self.tasks
+            .push(tokio::spawn(async move { first.refresh(true).await }));
+        // What a DELETE would take with it: a few metadata lists, within the parent lookup's time.
+        let cascades = CascadeReader::new(client, resources.clone(), Duration::from_secs(2));
+        ClusterReads {
+            namespaces,
+            parents,
+            resources,
+            cascades,
+        }
+    }
+
+    fn ledger(
+        &mut self,
+        args: &ServeArgs,
+        events: &EventSink,
+        policies: &Arc<ArcSwap<PolicySet>>,
+        reads: &ClusterReads,
+    ) -> Ledger {
+        let ledger = match &self.client {
+            Some(client) => {
+                let upkeep = Upkeep {
                     expiry_interval: args.expiry_check_interval,
                     retention: Some(args.ledger.record_retention).filter(|d| !d.is_zero()),
                     argocd: Some(args.argocd_namespace.clone())
                         .filter(|namespace| !namespace.is_empty())
                         .map(|namespace| crate::ledger::service::ArgoCdStatus {
                             namespace,
-                            resources: resources.clone(),
+                            resources: reads.resources.clone(),
                         }),
-                },
-                shutdown.clone(),
-            );
-            tasks.extend(ledger_tasks);
-            // Recording gives up in time for driftgate's own refusal to reach the person.
-            ledger.with_write_timeout(ledger_write_timeout(args.request_timeout))
-        }
-        None => Ledger::disabled(metrics.clone()),
-    };
-    let ledger = ledger.with_guard(ledger_guard(&args));
-    if let Some(client) = &client {
-        // Suspensions past their expiry are noticed as windows are: every expiry check; and
-        // resumed then, by the leader, when asked to.
+                };
+                let (ledger, tasks) = Ledger::spawn(
+                    client.clone(),
+                    events.clone(),
+                    self.metrics.clone(),
+                    policies.clone(),
+                    reads.namespaces.clone(),
+                    upkeep,
+                    self.shutdown.clone(),
+                );
+                self.tasks.extend(tasks);
+                // Recording gives up in time for driftgate's own refusal to reach the person.
+                ledger.with_write_timeout(ledger_write_timeout(args.request_timeout))
+            }
+            None => Ledger::disabled(self.metrics.clone()),
+        };
+        ledger.with_guard(ledger_guard(args))
+    }
+
+    /// Suspensions past their expiry are noticed as windows are: every expiry check; and
+    /// resumed then, by the leader, when asked to.
+    fn suspensions(
+        &mut self,
+        args: &ServeArgs,
+        policies: &Arc<ArcSwap<PolicySet>>,
+        events: &EventSink,
+        leading: &tokio::sync::watch::Receiver<bool>,
+    ) {
+        let Some(client) = &self.client else {
+            return;
+        };
         let auto_resume =
             args.resume_expired_suspensions
                 .then(|| crate::server::suspensions::AutoResume {
                     leading: leading.clone(),
                     events: events.clone(),
                 });
-        tasks.push(crate::server::suspensions::spawn(
+        self.tasks.push(crate::server::suspensions::spawn(
             client.clone(),
             policies.clone(),
-            metrics.clone(),
+            self.metrics.clone(),
             args.expiry_check_interval,
             auto_resume,
-            shutdown.clone(),
+            self.shutdown.clone(),
         ));
     }
-    let gatepolicies = gatepolicy_source(
-        &args,
-        client.as_ref(),
-        &sources,
-        &metrics,
-        leading.clone(),
-        &mut tasks,
-        &shutdown,
-    )?;
-    if let (None, Some(client)) = (&args.ledger.service_account, &client) {
-        tasks.push(ledger.learn_writer(client.clone(), shutdown.clone()));
-    }
-    // The gate is armed only once the webhook port serves (blast_radius::HoldReason::NotServing).
-    let (serving, serving_seen) = tokio::sync::watch::channel(false);
-    if let (Some(client), Some(gate)) = (&client, args.gate_selector.gate_webhook()) {
+
+    fn selector_keeper(
+        &mut self,
+        args: &ServeArgs,
+        policies: &Policies,
+        reads: &ClusterReads,
+        leading: &tokio::sync::watch::Receiver<bool>,
+        serving: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let (Some(client), Some(gate)) = (&self.client, args.gate_selector.gate_webhook()) else {
+            return;
+        };
         let inputs = KeeperInputs {
             gate,
-            policies: policies.clone(),
-            policy_status: policy_status.clone(),
-            namespaces: namespaces.clone(),
+            policies: policies.set.clone(),
+            policy_status: policies.status.clone(),
+            namespaces: reads.namespaces.clone(),
             leading: leading.clone(),
-            serving: serving_seen,
-            metrics: metrics.clone(),
+            serving,
+            metrics: self.metrics.clone(),
         };
-        tasks.push(spawn_selector_keeper(
+        self.tasks.push(spawn_selector_keeper(
             client.clone(),
             inputs,
-            shutdown.clone(),
-        ));
-    }
-    let denials = Arc::new(std::sync::Mutex::new(RecentDenials::new(
-        DEFAULT_DENIAL_LIMITS,
-    )));
-    if let (Some(client), true) = (&client, args.policy_reports) {
-        let inputs = ReportInputs {
-            ledger: ledger.clone(),
-            policies: policies.clone(),
-            namespaces: namespaces.clone(),
-            denials: denials.clone(),
-            leading: leading.clone(),
-            metrics: metrics.clone(),
-            interval: args.policy_report_interval,
-        };
-        tasks.push(crate::server::reports::spawn(
-            client.clone(),
-            inputs,
-            shutdown.clone(),
-        ));
-    }
-    // With a client CA every review comes through a handshake that verified the API server;
-    // without one, every review is a claim, confirmed by reading back what the API server stored.
-    let caller_authenticated = client_auth.is_some();
-    let mut state = AppState::new(
-        policies.clone(),
-        namespaces,
-        parents,
-        events,
-        metrics.clone(),
-    )
-    .with_policy_status(policy_status.clone())
-    .with_gatepolicies(gatepolicies)
-    .with_ledger(ledger.with_authenticated_callers(caller_authenticated))
-    .with_resources(resources)
-    .with_cascades(cascades)
-    .with_body_budget(args.max_body_bytes_in_flight)
-    .with_silence_after(args.controller_silence_after)
-    .with_read_back(client.clone(), caller_authenticated);
-    if args.policy_reports {
-        state = state.with_denials(denials);
-    }
-    let state = Arc::new(state);
-
-    if let (Some(client), Some(namespace)) = (&client, &args.controller_silence_namespace) {
-        tasks.push(crate::server::silence::spawn_records(
-            client.clone(),
-            namespace,
-            instance_name(&args),
-            policies.clone(),
-            state.silence.clone(),
-            shutdown.clone(),
+            self.shutdown.clone(),
         ));
     }
 
-    tasks.push(crate::server::lingering::spawn(
-        state.clone(),
-        args.expiry_check_interval,
-        shutdown.clone(),
-    ));
+    /// The PolicyReports' writer, and the refusals it reports from (none without
+    /// --policy-reports).
+    fn reports(
+        &mut self,
+        args: &ServeArgs,
+        ledger: &Ledger,
+        policies: &Arc<ArcSwap<PolicySet>>,
+        reads: &ClusterReads,
+        leading: &tokio::sync::watch::Receiver<bool>,
+    ) -> Option<Arc<std::sync::Mutex<RecentDenials>>> {
+        if !args.policy_reports {
+            return None;
+        }
+        let denials = Arc::new(std::sync::Mutex::new(RecentDenials::new(
+            DEFAULT_DENIAL_LIMITS,
+        )));
+        if let Some(client) = &self.client {
+            let inputs = ReportInputs {
+                ledger: ledger.clone(),
+                policies: policies.clone(),
+                namespaces: reads.namespaces.clone(),
+                denials: denials.clone(),
+                leading: leading.clone(),
+                metrics: self.metrics.clone(),
+                interval: args.policy_report_interval,
+            };
+            self.tasks.push(crate::server::reports::spawn(
+                client.clone(),
+                inputs,
+                self.shutdown.clone(),
+            ));
+        }
+        Some(denials)
+    }
 
-    let force_reload = Arc::new(Notify::new());
-    tasks.push(spawn_policy_reloader(
-        seen,
-        sources,
-        policy_status,
-        args.reload_interval,
-        force_reload.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-    ));
-
-    let handle = axum_server::Handle::new();
-    // A slow client is cut off at --header-timeout whether it is slow in the TLS handshake or
-    // in its first request's headers (axum-server's own handshake limit is a fixed 10 s).
-    let acceptor = RustlsAcceptor::new(tls_config)
-        .handshake_timeout(args.header_timeout)
-        .acceptor(ConnectionLimit::new(
-            args.max_connections as usize,
-            metrics.webhook_connections_open.clone(),
-            metrics.webhook_connections_refused.clone(),
+    /// The tasks that read the webhook's own state: the controller-silence records and the
+    /// lingering-label gauge.
+    fn state_tasks(
+        &mut self,
+        args: &ServeArgs,
+        state: &Arc<AppState>,
+        policies: &Arc<ArcSwap<PolicySet>>,
+    ) {
+        if let (Some(client), Some(namespace)) = (&self.client, &args.controller_silence_namespace)
+        {
+            self.tasks.push(crate::server::silence::spawn_records(
+                client.clone(),
+                namespace,
+                instance_name(args),
+                policies.clone(),
+                state.silence.clone(),
+                self.shutdown.clone(),
+            ));
+        }
+        self.tasks.push(crate::server::lingering::spawn(
+            state.clone(),
+            args.expiry_check_interval,
+            self.shutdown.clone(),
         ));
-    let acceptor = HandshakeLog::new(acceptor, &metrics);
-    let mut server = axum_server::from_tcp(listen(settings.addr)?)
-        .map_err(|source| Error::Listen {
-            addr: settings.addr,
-            source,
-        })?
-        .acceptor(acceptor)
-        .handle(handle.clone());
-    // The API server calls over HTTP/1.1 with pooled keep-alive connections: keep them open.
-    // hyper's header read timer also runs while a kept-alive connection waits for its next
-    // request, so it is the idle timeout; slow headers on a new connection are bounded by the
-    // first-request timeout instead.
-    server
-        .http_builder()
-        .http1()
-        .timer(TokioTimer::new())
-        .keep_alive(true)
-        .header_read_timeout(Some(args.idle_timeout));
-    // Every stream is a request whose body may wait for the body budget; the budget bounds
-    // their memory, this bounds how many one connection may hold open (hyper's default: 200).
-    server
-        .http_builder()
-        .http2()
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
-    let server = server.first_request_timeout(args.header_timeout);
-    let app = router(state.clone(), args.request_timeout);
-    let webhook = tokio::spawn(server.serve(app.into_make_service()));
+    }
+}
 
-    let admin_listener = tokio::net::TcpListener::bind(settings.admin_addr)
-        .await
-        .map_err(|source| Error::AdminListen {
-            addr: settings.admin_addr,
-            source,
-        })?;
-    let admin_shutdown = shutdown.clone();
-    let admin_app = admin_router(state.clone());
-    let admin = tokio::spawn(async move {
-        axum::serve(admin_listener, admin_app.into_make_service())
-            .with_graceful_shutdown(async move { admin_shutdown.cancelled().await })
+/// The two listening ports: the webhook's (TLS) and the admin port.
+struct Ports {
+    bound: SocketAddr,
+    handle: axum_server::Handle<SocketAddr>,
+    webhook: tokio::task::JoinHandle<std::io::Result<()>>,
+    admin: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Ports {
+    async fn serve(
+        args: &ServeArgs,
+        settings: &ServeSettings,
+        tls_config: RustlsConfig,
+        state: &Arc<AppState>,
+        startup: &Startup,
+    ) -> Result<Ports> {
+        let metrics = &startup.metrics;
+        let handle = axum_server::Handle::new();
+        // A slow client is cut off at --header-timeout whether it is slow in the TLS handshake
+        // or in its first request's headers (axum-server's own handshake limit is a fixed 10 s).
+        let acceptor = RustlsAcceptor::new(tls_config)
+            .handshake_timeout(args.header_timeout)
+            .acceptor(ConnectionLimit::new(
+                args.max_connections as usize,
+                metrics.webhook_connections_open.clone(),
+                metrics.webhook_connections_refused.clone(),
+            ));
+        let acceptor = HandshakeLog::new(acceptor, metrics);
+        let mut server = axum_server::from_tcp(listen(settings.addr)?)
+            .map_err(|source| Error::Listen {
+                addr: settings.addr,
+                source,
+            })?
+            .acceptor(acceptor)
+            .handle(handle.clone());
+        // The API server calls over HTTP/1.1 with pooled keep-alive connections: keep them
+        // open. hyper's header read timer also runs while a kept-alive connection waits for its
+        // next request, so it is the idle timeout; slow headers on a new connection are bounded
+        // by the first-request timeout instead.
+        server
+            .http_builder()
+            .http1()
+            .timer(TokioTimer::new())
+            .keep_alive(true)
+            .header_read_timeout(Some(args.idle_timeout));
+        // Every stream is a request whose body may wait for the body budget; the budget bounds
+        // their memory, this bounds how many one connection may hold open (hyper's default: 200).
+        server
+            .http_builder()
+            .http2()
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+        let server = server.first_request_timeout(args.header_timeout);
+        let app = router(state.clone(), args.request_timeout);
+        let webhook = tokio::spawn(server.serve(app.into_make_service()));
+
+        let admin_listener = tokio::net::TcpListener::bind(settings.admin_addr)
             .await
-    });
+            .map_err(|source| Error::AdminListen {
+                addr: settings.admin_addr,
+                source,
+            })?;
+        let admin_shutdown = startup.shutdown.clone();
+        let admin_app = admin_router(state.clone());
+        let admin = tokio::spawn(async move {
+            axum::serve(admin_listener, admin_app.into_make_service())
+                .with_graceful_shutdown(async move { admin_shutdown.cancelled().await })
+                .await
+        });
 
-    let bound = match handle.listening().await {
-        Some(addr) => addr,
-        None => {
+        let Some(bound) = handle.listening().await else {
             // The server task ended before listening: surface its error.
             return match webhook.await {
                 Ok(Err(source)) => Err(Error::Listen {
@@ -869,37 +1040,25 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
                     addr: settings.addr,
                 }),
             };
-        }
-    };
-    tracing::info!(webhook = %bound, admin = %settings.admin_addr, policy = %settings.policy.display(), cluster = client.is_some(), caller_authenticated = client_auth.is_some(), audit_only = args.audit_only, "driftgate serving");
-    let _ = serving.send(true);
-    log_client_auth(client_auth.as_deref());
-    if args.dev {
-        let fixture = "tests/fixtures/kubectl-edit.json";
-        let ca = std::path::Path::new(DEV_CERT_DIR).join("ca.crt");
-        println!(
-            "driftgate is serving https://localhost:{}/validate; try: curl --cacert {} -H 'Content-Type: application/json' --data @{fixture} https://localhost:{}/validate",
-            bound.port(),
-            ca.display(),
-            bound.port()
-        );
+        };
+        Ok(Ports {
+            bound,
+            handle,
+            webhook,
+            admin,
+        })
     }
+}
 
-    wait_for_signal(force_reload).await;
-    tracing::info!(delay = ?args.shutdown_delay, grace = ?args.shutdown_grace, "shutting down: readiness off, then finishing in-flight reviews");
-    state.accepting.store(false, Ordering::Relaxed);
-    step_down.cancel();
-    tokio::time::sleep(args.shutdown_delay).await;
-    handle.graceful_shutdown(Some(args.shutdown_grace));
-    let _ = webhook.await;
-    shutdown.cancel();
-    let _ = admin.await;
-    let _ = events_task.await;
-    for task in tasks {
-        let _ = task.await;
-    }
-    tracing::info!("driftgate stopped");
-    Ok(())
+fn print_dev_hint(bound: SocketAddr) {
+    let fixture = "tests/fixtures/kubectl-edit.json";
+    let ca = std::path::Path::new(DEV_CERT_DIR).join("ca.crt");
+    println!(
+        "driftgate is serving https://localhost:{}/validate; try: curl --cacert {} -H 'Content-Type: application/json' --data @{fixture} https://localhost:{}/validate",
+        bound.port(),
+        ca.display(),
+        bound.port()
+    );
 }
 
 /// Says once, at start, who may call the webhook port (`driftgate_webhook_client_auth` says it

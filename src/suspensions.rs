@@ -16,7 +16,8 @@ use crate::ledger::evidence::value_at;
 use crate::policy::document::SuspendedWhen;
 use crate::policy::suspensions::{Suspension, SuspensionRules};
 use crate::policy::{BreakGlassRules, GatePolicy, NamespaceLabels, PolicySet};
-use crate::timefmt::{human_utc, parse_expiry};
+use crate::timefmt::human_utc;
+use crate::window::{WindowScope, WindowState, window_state};
 
 /// Where a suspension stands against its expiry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -93,20 +94,15 @@ fn state_under(
     {
         return None;
     }
-    Some(match label_of(item.object, break_glass).map(parse_expiry) {
-        Some(Ok(expiry)) if expiry > now => SuspensionState::Open,
-        Some(Ok(_)) => SuspensionState::Expired,
-        None | Some(Err(_)) => SuspensionState::Unbounded,
-    })
-}
-
-fn label_of<'o>(object: &'o DynamicObject, break_glass: &BreakGlassRules) -> Option<&'o str> {
-    object
-        .metadata
-        .labels
-        .as_ref()?
-        .get(&break_glass.label)
-        .map(String::as_str)
+    // The window as the webhook reads it. One longer than maxDuration has not ended: the
+    // suspension is not resumed before its expiry, as it would not be had the policy allowed it.
+    Some(
+        match window_state(&item.object.metadata, break_glass, now, WindowScope::Object) {
+            WindowState::Open(_) | WindowState::TooLong(_) => SuspensionState::Open,
+            WindowState::Expired(_) => SuspensionState::Expired,
+            WindowState::Absent | WindowState::Malformed { .. } => SuspensionState::Unbounded,
+        },
+    )
 }
 
 /// What driftgate does about one suspension past its expiry when it resumes them itself.
@@ -161,10 +157,9 @@ pub fn plan_resumes(
         let (Some(&(policy, _, break_glass)), false) = (expired_under.first(), open) else {
             continue;
         };
-        let Some(label_value) = label_of(item.object, break_glass) else {
-            continue;
-        };
-        let Ok(expired_at) = parse_expiry(label_value) else {
+        let WindowState::Expired(window) =
+            window_state(&item.object.metadata, break_glass, now, WindowScope::Object)
+        else {
             continue;
         };
         let windows: Vec<_> = expired_under.iter().map(|(_, r, b)| (*r, *b)).collect();
@@ -183,8 +178,8 @@ pub fn plan_resumes(
             at,
             policy: policy.name.clone(),
             label: break_glass.label.clone(),
-            label_value: label_value.to_owned(),
-            expired_at,
+            label_value: window.label_value,
+            expired_at: window.expires_at,
             action,
         });
     }

@@ -18,7 +18,8 @@ use crate::cli::error::CliError;
 use crate::cli::output::{Listed, OutputArgs, OutputFormat, render};
 use crate::policy::{DEFAULT_BREAK_GLASS_LABEL, DEFAULT_REASON_ANNOTATION};
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, echo};
-use crate::timefmt::{WindowDuration, format_expiry, human_utc, parse_expiry};
+use crate::timefmt::{WindowDuration, format_expiry, human_utc};
+use crate::window::{WindowKeys, WindowScope, WindowState, window_state};
 
 /// The field manager of break-glass label changes: never a controller's.
 pub const FIELD_MANAGER: &str = "driftgate-break-glass";
@@ -160,6 +161,15 @@ pub struct ListArgs {
     pub connection: ConnectionArgs,
     #[command(flatten)]
     pub keys: BreakGlassKeys,
+    /// The policy's maxDuration (30m, 4h, 1d). A window ending later than that from now (and
+    /// the webhook's 60 s clock tolerance) is listed `too long`: the webhook admits no write
+    /// under it. Without it, the listing cannot know the policy and calls such a window open.
+    #[arg(long, value_name = "DURATION", value_parser = parse_max_duration)]
+    pub max_duration: Option<WindowDuration>,
+}
+
+fn parse_max_duration(value: &str) -> Result<WindowDuration, String> {
+    WindowDuration::parse(value).map_err(|e| e.to_string())
 }
 
 /// What a command names, checked before connecting.
@@ -712,7 +722,8 @@ pub struct ListedWindow {
     /// The API group, empty for the core group.
     pub group: String,
     pub name: String,
-    /// open, expired, or invalid (the label is not an expiry).
+    /// open, expired, too long (ends later than `--max-duration` from now: the webhook admits
+    /// no write under it), or invalid (the label is not an expiry): the webhook's reading.
     pub state: &'static str,
     /// The expiry in local time (the label's value when it is not an expiry).
     pub expires: String,
@@ -726,6 +737,15 @@ pub struct ListedWindow {
     /// removes it. Anyone who may write the object may run it; it needs no opener.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remove_with: Option<String>,
+}
+
+impl ListedWindow {
+    /// Whether the label holds no window any more (past its expiry, or not an expiry), so that
+    /// anyone who may write the object may remove it. A window longer than maxDuration has not
+    /// ended: closing it stays an opener's act, as the webhook judges it.
+    fn lingers(&self) -> bool {
+        matches!(self.state, "expired" | "invalid")
+    }
 }
 
 impl Listed for ListedWindow {
@@ -770,28 +790,39 @@ impl Listed for ListedWindow {
     }
 }
 
-/// The window an object's metadata holds (pure).
+/// The window an object's metadata holds, read as the webhook reads it (pure).
 fn listed_window(
     resource: &ApiResource,
     metadata: &ObjectMeta,
-    keys: &BreakGlassKeys,
+    keys: WindowKeys<'_>,
     now: Timestamp,
 ) -> ListedWindow {
     let is_namespace = resource.group.is_empty() && resource.kind == "Namespace";
+    let scope = if is_namespace {
+        WindowScope::Namespace
+    } else {
+        WindowScope::Object
+    };
     let name = metadata.name.clone().unwrap_or_default();
     let label = metadata
         .labels
         .as_ref()
-        .and_then(|l| l.get(&keys.label))
+        .and_then(|l| l.get(keys.label))
         .cloned()
         .unwrap_or_default();
-    let (expires, expires_at, state) = match parse_expiry(&label) {
-        Ok(at) => (
-            local(at),
-            Some(at.to_string()),
-            if at > now { "open" } else { "expired" },
+    let state = window_state(metadata, keys, now, scope);
+    let (expires, expires_at) = match state.window() {
+        Some(window) => (
+            local(window.expires_at),
+            Some(window.expires_at.to_string()),
         ),
-        Err(_) => (label.clone(), None, "invalid"),
+        None => (label.clone(), None),
+    };
+    let state = match state {
+        WindowState::Open(_) => "open",
+        WindowState::Expired(_) => "expired",
+        WindowState::TooLong(_) => "too long",
+        WindowState::Absent | WindowState::Malformed { .. } => "invalid",
     };
     ListedWindow {
         namespace: if is_namespace {
@@ -814,7 +845,7 @@ fn listed_window(
         reason: metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(&keys.reason_annotation))
+            .and_then(|a| a.get(keys.reason_annotation))
             .cloned()
             .unwrap_or_default(),
         remove_with: None,
@@ -842,7 +873,7 @@ async fn windows_of(
     cluster: &Cluster,
     (resource, caps): &(ApiResource, ApiCapabilities),
     namespace: Option<&str>,
-    keys: &BreakGlassKeys,
+    keys: WindowKeys<'_>,
     now: Timestamp,
 ) -> Option<Result<Vec<ListedWindow>, CliError>> {
     let is_namespace = resource.group.is_empty() && resource.kind == "Namespace";
@@ -864,7 +895,7 @@ async fn windows_of(
         name: None,
         namespace: namespace.filter(|_| !is_namespace),
     };
-    let selector = ListParams::default().labels(&keys.label);
+    let selector = ListParams::default().labels(keys.label);
     let listed = api.list_metadata(&selector).await;
     Some(
         listed
@@ -893,11 +924,16 @@ pub async fn list(
     let namespace = args.scope.namespace(&cluster);
     let discovery = discover(&cluster).await?;
     let now = Timestamp::now();
+    let keys = WindowKeys {
+        label: &args.keys.label,
+        reason_annotation: &args.keys.reason_annotation,
+        max_duration: args.max_duration,
+    };
     let mut rows = Vec::new();
     let mut listed = 0;
     let mut forbidden: Vec<CliError> = Vec::new();
     for resource in discovery.groups().flat_map(|g| g.recommended_resources()) {
-        let windows = windows_of(&cluster, &resource, namespace.as_deref(), &args.keys, now);
+        let windows = windows_of(&cluster, &resource, namespace.as_deref(), keys, now);
         match windows.await {
             None => {}
             Some(Ok(windows)) => {
@@ -913,7 +949,7 @@ pub async fn list(
         return Err(forbidden.swap_remove(0));
     }
     rows.sort_by(|a, b| (&a.namespace, &a.object).cmp(&(&b.namespace, &b.object)));
-    for row in rows.iter_mut().filter(|r| r.state != "open") {
+    for row in rows.iter_mut().filter(|r| r.lingers()) {
         let cluster_scoped = row.namespace.is_empty();
         row.remove_with = Some(remove_command(row, program, cluster_scoped));
     }
@@ -1129,22 +1165,27 @@ mod tests {
 
     #[test]
     fn a_listed_window_is_named_as_kubectl_names_it() {
-        let keys = BreakGlassKeys {
-            label: DEFAULT_BREAK_GLASS_LABEL.into(),
-            reason_annotation: DEFAULT_REASON_ANNOTATION.into(),
+        let keys = WindowKeys {
+            label: DEFAULT_BREAK_GLASS_LABEL,
+            reason_annotation: DEFAULT_REASON_ANNOTATION,
+            max_duration: None,
         };
         let now: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
         let metadata = |name: &str, label: &str| ObjectMeta {
             name: Some(name.into()),
             namespace: Some("prod".into()),
-            labels: Some([(keys.label.clone(), label.to_owned())].into()),
+            labels: Some([(keys.label.to_owned(), label.to_owned())].into()),
             annotations: Some(
-                [(keys.reason_annotation.clone(), "INC-1\nforged".to_owned())].into(),
+                [(
+                    keys.reason_annotation.to_owned(),
+                    "INC-1\nforged".to_owned(),
+                )]
+                .into(),
             ),
             ..ObjectMeta::default()
         };
         let deployment = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
-        let window = listed_window(&deployment, &metadata("api", "20261201T1300Z"), &keys, now);
+        let window = listed_window(&deployment, &metadata("api", "20261201T1300Z"), keys, now);
         assert_eq!(window.qualified_name(), "deployment.apps/api");
         assert_eq!(
             (window.state, window.object.as_str()),
@@ -1155,11 +1196,53 @@ mod tests {
         assert_eq!(window.cells(false).last().unwrap(), "INC-1\\nforged");
         assert_eq!(window.cells(true).len(), ListedWindow::headers(true).len());
         let namespace = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Namespace"));
-        let window = listed_window(&namespace, &metadata("prod", "soon"), &keys, now);
+        let window = listed_window(&namespace, &metadata("prod", "soon"), keys, now);
         assert_eq!(window.qualified_name(), "namespace/prod");
         assert_eq!(
             (window.state, window.object.as_str()),
             ("invalid", "(whole namespace)")
         );
+    }
+
+    /// The listing reads a window as the webhook does: with the policy's maxDuration given, one
+    /// ending later than that (beyond the 60 s clock tolerance) is too long, not open.
+    #[test]
+    fn a_listed_window_longer_than_max_duration_is_too_long_as_the_webhook_says() {
+        let now: Timestamp = "2026-12-01T12:00:00Z".parse().unwrap();
+        let keys = |max: Option<&str>| WindowKeys {
+            label: DEFAULT_BREAK_GLASS_LABEL,
+            reason_annotation: DEFAULT_REASON_ANNOTATION,
+            max_duration: max.map(|m| WindowDuration::parse(m).unwrap()),
+        };
+        let labelled = |value: &str| ObjectMeta {
+            name: Some("api".into()),
+            namespace: Some("prod".into()),
+            labels: Some([(DEFAULT_BREAK_GLASS_LABEL.to_owned(), value.to_owned())].into()),
+            ..ObjectMeta::default()
+        };
+        let deployment = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
+        let state = |value: &str, max: Option<&str>| {
+            listed_window(&deployment, &labelled(value), keys(max), now).state
+        };
+        // 4h and 1 min from now: within maxDuration 4h by the clock tolerance.
+        assert_eq!(state("20261201T1601Z", Some("4h")), "open");
+        assert_eq!(state("20261201T1602Z", Some("4h")), "too long");
+        assert_eq!(state("20261201T1602Z", None), "open");
+        assert_eq!(state("20261201T1200Z", Some("4h")), "expired");
+        // Closing a window that has not ended is an opener's act: no "no opener needed" advice.
+        let too_long = listed_window(
+            &deployment,
+            &labelled("20261202T1200Z"),
+            keys(Some("4h")),
+            now,
+        );
+        assert!(!too_long.lingers());
+        let expired = listed_window(
+            &deployment,
+            &labelled("20261201T1200Z"),
+            keys(Some("4h")),
+            now,
+        );
+        assert!(expired.lingers());
     }
 }

@@ -6,7 +6,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::fieldpath::FieldPath;
 use crate::policy::{BreakGlassRules, GatePolicy};
 use crate::text::{MAX_REASON_CHARS, echo};
-use crate::timefmt::{human_utc, parse_expiry};
+use crate::timefmt::human_utc;
+use crate::window::reason_of;
 
 use super::*;
 
@@ -141,14 +142,19 @@ pub(super) fn break_glass_change(
         ))
     };
     let now = facts.input.now;
-    let reason = reason_of(new, rules);
+    let reason = reason_of(new, &rules.reason_annotation);
     match (&old_label, &new_label) {
-        (Some(old_value), None) => {
+        (Some(_), None) => {
             // Closing hands the object back to the controller: openers may, the controller may
             // (handled before this rule), others may not. A label that holds no window any
             // more (past its expiry, or not an expiry) hands nothing back: removing it is
             // tidying up, which anyone who may write the object may do.
-            let holds_window = parse_expiry(old_value).is_ok_and(|expiry| expiry > now);
+            // A window longer than maxDuration admits no write but has not ended: removing its
+            // label is closing it.
+            let holds_window = matches!(
+                window_state(old, rules, now, WindowScope::Object),
+                WindowState::Open(_) | WindowState::TooLong(_)
+            );
             if is_opener || !holds_window {
                 Ok(BreakGlassChange::Closed)
             } else {
@@ -181,25 +187,35 @@ pub(super) fn break_glass_change(
             if !is_opener {
                 return Err(not_opener());
             }
-            let expires_at = parse_expiry(value)
-                .map_err(|e| refuse(format!("the label {}: {e}", rules.label)))?;
-            let latest = latest_expiry(now, rules.max_duration);
-            if expires_at <= now {
-                return Err(refuse(format!(
-                    "the expiry {value} ({}) is not in the future",
-                    human_utc(expires_at)
-                )));
-            }
-            if expires_at > latest {
-                return Err(WindowProblem {
-                    problem: format!(
-                        "the expiry {value} ({}) is more than maxDuration {} from now",
-                        human_utc(expires_at),
-                        rules.max_duration,
-                    ),
-                    detail: format!("; the latest allowed is {}", human_utc(latest)),
-                });
-            }
+            let window = match window_state(new, rules, now, WindowScope::Object) {
+                WindowState::Open(window) => window,
+                WindowState::Malformed { problem, .. } => {
+                    return Err(refuse(format!("the label {}: {problem}", rules.label)));
+                }
+                WindowState::Expired(window) => {
+                    return Err(refuse(format!(
+                        "the expiry {value} ({}) is not in the future",
+                        human_utc(window.expires_at)
+                    )));
+                }
+                WindowState::TooLong(window) => {
+                    return Err(WindowProblem {
+                        problem: format!(
+                            "the expiry {value} ({}) is more than maxDuration {} from now",
+                            human_utc(window.expires_at),
+                            rules.max_duration,
+                        ),
+                        detail: format!(
+                            "; the latest allowed is {}",
+                            human_utc(latest_expiry(now, rules.max_duration))
+                        ),
+                    });
+                }
+                // Not reached: the written object carries the label (matched above).
+                WindowState::Absent => {
+                    return Err(refuse(format!("the label {} is missing", rules.label)));
+                }
+            };
             if rules.require_reason && reason.is_none() {
                 return Err(refuse(format!(
                     "a reason is required: set the annotation {} in the same request (e.g. \"{REASON_EXAMPLE}\")",
@@ -209,12 +225,6 @@ pub(super) fn break_glass_change(
             if let Some(problem) = reason_problem(reason.as_deref(), rules) {
                 return Err(refuse(problem));
             }
-            let window = BreakGlassWindow {
-                scope: WindowScope::Object,
-                label_value: value.clone(),
-                expires_at,
-                reason,
-            };
             let was_open = matches!(
                 window_state(old, rules, now, WindowScope::Object),
                 WindowState::Open(_)

@@ -27,7 +27,7 @@ use crate::fieldpath::FieldPath;
 use crate::ledger::guard::LedgerGuard;
 use crate::ownership::forged_ownership;
 use crate::policy::document::GuardedOperation;
-use crate::policy::{GatePolicy, PolicyMode, PolicySet};
+use crate::policy::{BreakGlassRules, Controller, GatePolicy, PolicyMode, PolicySet};
 use crate::request::{RequestEnvelope, RequestFacts};
 use crate::silence::ControllerSilence;
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
@@ -49,10 +49,11 @@ pub use self::scope::may_guard;
 use self::scope::*;
 use self::suspension::*;
 pub use self::verdict::*;
-pub use self::window::EXPIRY_CLOCK_TOLERANCE;
 use self::window::*;
 pub use self::words::only_writers;
 use self::words::*;
+pub use crate::window::{BreakGlassWindow, EXPIRY_CLOCK_TOLERANCE, WindowScope};
+use crate::window::{WindowState, latest_expiry, window_state};
 
 /// Inputs to a decision besides the policies.
 #[derive(Clone, Copy, Debug)]
@@ -519,102 +520,14 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     if !in_scope(policy, facts) {
         return None;
     }
-    let user = facts.user;
-    let who = facts.about.who();
-
-    // An UPDATE must show both sides, or no rule can tell what it changes: fail closed.
-    if facts.is_update()
-        && let Some(missing) = missing_object(facts.about)
-    {
-        let words = RefusalWords {
-            subject: facts.may_not(),
-            why: format!(
-                "the review carries no {missing}, so driftgate cannot tell what the write changes"
-            ),
-            next: "The API server always sends both; if this keeps happening, check what sits between it and driftgate".to_owned(),
-            owner: owner_suffix(policy),
-        };
-        return Some(RuleOutcome::refuse(Rule::Unreadable, policy, words, ""));
+    if let Some(refusal) = unreadable_update(policy, facts) {
+        return Some(refusal);
     }
-
-    // 2. A field manager is chosen by the client: one that names a controller is only believed
-    //    from that controller's identity.
-    if let Some(raw_fm) = facts.about.field_manager() {
-        let fm = echo(raw_fm, MAX_NAME_CHARS);
-        let claimed: Vec<_> = policy
-            .controllers
-            .iter()
-            .filter(|c| c.field_managers.is_match(raw_fm))
-            .collect();
-        if !claimed.is_empty() && !claimed.iter().any(|c| c.identity.matches(user)) {
-            let words = RefusalWords {
-                subject: format!("{} with field manager \"{fm}\"", facts.may_not()),
-                why: format!("it belongs to controller {}", claimed[0].name),
-                next: "Writing as the controller would hand it ownership of your change and hide the drift from it; \
-                       use your own field manager, and change the object in Git"
-                    .to_owned(),
-                owner: owner_suffix(policy),
-            };
-            return Some(RuleOutcome::refuse(
-                Rule::FieldManagerSpoofing,
-                policy,
-                words,
-                "",
-            ));
-        }
+    if let Some(refusal) = spoofed_field_manager(policy, facts) {
+        return Some(refusal);
     }
-
     let rules = policy.break_glass.as_ref();
-
-    // 3. The controller's writes are the desired state, unless a window holds the object (and
-    //    the controller is one that windows hold: GitOps, not Kubernetes' own).
-    let controller = policy.controllers.iter().find(|c| {
-        c.identity.matches(user)
-            && match facts.about.field_manager() {
-                None => true,
-                Some(fm) => c.field_manager_patterns.is_empty() || c.field_managers.is_match(fm),
-            }
-    });
-    if let Some(controller) = controller {
-        if let Some(rules) = rules.filter(|r| r.hold_controller && controller.held_by_windows) {
-            let states = windows(facts, rules);
-            if let Some(window) = open_window(&states) {
-                if closes_window_only(facts, rules) {
-                    let mut outcome = RuleOutcome::admit(Rule::BreakGlassClosed);
-                    outcome.matched = Some(controller.name.clone());
-                    outcome.window = Some(window.clone());
-                    return Some(outcome);
-                }
-                // A window holds the controller off what Git declares, not off the fields the
-                // policy delegates to the same identity: Argo CD's application-controller
-                // writes an Application's status and `operation` through the object itself,
-                // and held off them it would never sync the emergency change.
-                if let Some(outcome) = delegated(policy, facts) {
-                    return Some(outcome);
-                }
-                let words = RefusalWords {
-                    subject: format!(
-                        "Controller {} ({who}) may not {} {} while {} holds it",
-                        controller.name,
-                        facts.about.operation_word(),
-                        facts.object_words(),
-                        describe_window(window),
-                    ),
-                    why: String::new(),
-                    next: format!(
-                        "Backport the emergency change to Git, then close the window (remove the label {}) so the controller can reconcile again",
-                        rules.label
-                    ),
-                    owner: String::new(),
-                };
-                let mut outcome = RuleOutcome::refuse(Rule::ControllerHeld, policy, words, "");
-                outcome.matched = Some(controller.name.clone());
-                outcome.window = Some(window.clone());
-                return Some(outcome);
-            }
-        }
-        let mut outcome = RuleOutcome::admit(Rule::Controller);
-        outcome.matched = Some(controller.name.clone());
+    if let Some(outcome) = judge_controller(policy, facts, rules) {
         return Some(outcome);
     }
 
@@ -632,58 +545,193 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     let Some(rules) = rules else {
         return Some(not_permitted(policy, facts, None));
     };
+    let new_window = match judge_label_change(policy, facts, rules) {
+        Ok(new_window) => new_window,
+        Err(outcome) => return Some(*outcome),
+    };
+    Some(judge_windows(policy, facts, rules, new_window))
+}
 
-    // 6. Changes to the break-glass label or reason must follow the break-glass rules, whether
-    //    or not other fields change in the same write.
-    let mut new_window = None;
-    if facts.is_update() && facts.subresource.is_empty() {
-        let changes = facts.changes();
-        let touched = changes
-            .iter()
-            .filter(|p| is_break_glass_path(p, rules))
-            .count();
-        if touched > 0 {
-            match break_glass_change(facts, rules) {
-                Err(problem) => {
-                    return Some(refuse_window_change(facts, policy, problem));
-                }
-                Ok(change) => {
-                    let (rule, window) = match change {
-                        BreakGlassChange::Opened(w) => (Rule::BreakGlassOpened, Some(w)),
-                        BreakGlassChange::Extended(w) => (Rule::BreakGlassExtended, Some(w)),
-                        BreakGlassChange::Amended(w) => (Rule::BreakGlassAmended, w),
-                        BreakGlassChange::Closed => (Rule::BreakGlassClosed, None),
-                    };
-                    if touched == changes.len() {
-                        let mut outcome = RuleOutcome::admit(rule);
-                        if let Some(w) = &window {
-                            outcome.warning = Some(warning(format!(
-                                "driftgate: break-glass window open on {} until {} ({}); {}every change made in it must be backported to Git.",
-                                facts.object_words(),
-                                human_utc(w.expires_at),
-                                w.label_value,
-                                held_controllers(policy, rules),
-                            )));
-                        }
-                        outcome.new_window = window;
-                        // The window as it was, so that a close can say what it closed.
-                        outcome.window = facts.stored_meta().and_then(|meta| {
-                            window_state(meta, rules, facts.input.now, WindowScope::Object)
-                                .window()
-                                .cloned()
-                        });
-                        return Some(outcome);
-                    }
-                    new_window = window;
-                }
+/// An UPDATE must show both sides, or no rule can tell what it changes: fail closed.
+fn unreadable_update(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+    if !facts.is_update() {
+        return None;
+    }
+    let missing = missing_object(facts.about)?;
+    let words = RefusalWords {
+        subject: facts.may_not(),
+        why: format!(
+            "the review carries no {missing}, so driftgate cannot tell what the write changes"
+        ),
+        next: "The API server always sends both; if this keeps happening, check what sits between it and driftgate".to_owned(),
+        owner: owner_suffix(policy),
+    };
+    Some(RuleOutcome::refuse(Rule::Unreadable, policy, words, ""))
+}
+
+/// 2. A field manager is chosen by the client: one that names a controller is only believed
+///    from that controller's identity.
+fn spoofed_field_manager(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
+    let raw_fm = facts.about.field_manager()?;
+    let fm = echo(raw_fm, MAX_NAME_CHARS);
+    let claimed: Vec<_> = policy
+        .controllers
+        .iter()
+        .filter(|c| c.field_managers.is_match(raw_fm))
+        .collect();
+    if claimed.is_empty() || claimed.iter().any(|c| c.identity.matches(facts.user)) {
+        return None;
+    }
+    let words = RefusalWords {
+        subject: format!("{} with field manager \"{fm}\"", facts.may_not()),
+        why: format!("it belongs to controller {}", claimed[0].name),
+        next: "Writing as the controller would hand it ownership of your change and hide the drift from it; \
+               use your own field manager, and change the object in Git"
+            .to_owned(),
+        owner: owner_suffix(policy),
+    };
+    Some(RuleOutcome::refuse(
+        Rule::FieldManagerSpoofing,
+        policy,
+        words,
+        "",
+    ))
+}
+
+/// 3. The controller's writes are the desired state, unless a window holds the object (and
+///    the controller is one that windows hold: GitOps, not Kubernetes' own).
+fn judge_controller(
+    policy: &GatePolicy,
+    facts: &Facts<'_>,
+    rules: Option<&BreakGlassRules>,
+) -> Option<RuleOutcome> {
+    let controller = policy.controllers.iter().find(|c| {
+        c.identity.matches(facts.user)
+            && match facts.about.field_manager() {
+                None => true,
+                Some(fm) => c.field_manager_patterns.is_empty() || c.field_managers.is_match(fm),
             }
+    })?;
+    let held = rules.filter(|r| r.hold_controller && controller.held_by_windows);
+    if let Some(rules) = held {
+        let states = windows(facts, rules);
+        if let Some(window) = open_window(&states) {
+            return Some(held_controller(policy, facts, rules, controller, window));
         }
     }
+    let mut outcome = RuleOutcome::admit(Rule::Controller);
+    outcome.matched = Some(controller.name.clone());
+    Some(outcome)
+}
 
-    // 7. An open window admits its openers.
+/// A controller's write while a window holds the object: refused, but for the write that only
+/// closes the window and for the fields the policy delegates to the same identity.
+fn held_controller(
+    policy: &GatePolicy,
+    facts: &Facts<'_>,
+    rules: &BreakGlassRules,
+    controller: &Controller,
+    window: &BreakGlassWindow,
+) -> RuleOutcome {
+    if closes_window_only(facts, rules) {
+        let mut outcome = RuleOutcome::admit(Rule::BreakGlassClosed);
+        outcome.matched = Some(controller.name.clone());
+        outcome.window = Some(window.clone());
+        return outcome;
+    }
+    // A window holds the controller off what Git declares, not off the fields the policy
+    // delegates to the same identity: Argo CD's application-controller writes an
+    // Application's status and `operation` through the object itself, and held off them it
+    // would never sync the emergency change.
+    if let Some(outcome) = delegated(policy, facts) {
+        return outcome;
+    }
+    let words = RefusalWords {
+        subject: format!(
+            "Controller {} ({}) may not {} {} while {} holds it",
+            controller.name,
+            facts.about.who(),
+            facts.about.operation_word(),
+            facts.object_words(),
+            describe_window(window),
+        ),
+        why: String::new(),
+        next: format!(
+            "Backport the emergency change to Git, then close the window (remove the label {}) so the controller can reconcile again",
+            rules.label
+        ),
+        owner: String::new(),
+    };
+    let mut outcome = RuleOutcome::refuse(Rule::ControllerHeld, policy, words, "");
+    outcome.matched = Some(controller.name.clone());
+    outcome.window = Some(window.clone());
+    outcome
+}
+
+/// 6. Changes to the break-glass label or reason must follow the break-glass rules, whether
+///    or not other fields change in the same write. `Err`: the write's outcome, decided here (a
+///    refusal, or the label change admitted when it is the whole write; boxed: labels change
+///    rarely, and the common `Ok` stays small); `Ok`: the window this write opens or extends,
+///    if any, for the rules that judge the rest of it.
+fn judge_label_change(
+    policy: &GatePolicy,
+    facts: &Facts<'_>,
+    rules: &BreakGlassRules,
+) -> Result<Option<BreakGlassWindow>, Box<RuleOutcome>> {
+    if !facts.is_update() || !facts.subresource.is_empty() {
+        return Ok(None);
+    }
+    let changes = facts.changes();
+    let touched = changes
+        .iter()
+        .filter(|p| is_break_glass_path(p, rules))
+        .count();
+    if touched == 0 {
+        return Ok(None);
+    }
+    let change = break_glass_change(facts, rules)
+        .map_err(|problem| Box::new(refuse_window_change(facts, policy, problem)))?;
+    let (rule, window) = match change {
+        BreakGlassChange::Opened(w) => (Rule::BreakGlassOpened, Some(w)),
+        BreakGlassChange::Extended(w) => (Rule::BreakGlassExtended, Some(w)),
+        BreakGlassChange::Amended(w) => (Rule::BreakGlassAmended, w),
+        BreakGlassChange::Closed => (Rule::BreakGlassClosed, None),
+    };
+    if touched != changes.len() {
+        return Ok(window);
+    }
+    let mut outcome = RuleOutcome::admit(rule);
+    if let Some(w) = &window {
+        outcome.warning = Some(warning(format!(
+            "driftgate: break-glass window open on {} until {} ({}); {}every change made in it must be backported to Git.",
+            facts.object_words(),
+            human_utc(w.expires_at),
+            w.label_value,
+            held_controllers(policy, rules),
+        )));
+    }
+    outcome.new_window = window;
+    // The window as it was, so that a close can say what it closed.
+    outcome.window = facts.stored_meta().and_then(|meta| {
+        window_state(meta, rules, facts.input.now, WindowScope::Object)
+            .window()
+            .cloned()
+    });
+    Err(Box::new(outcome))
+}
+
+/// 7. An open window admits its openers; a window too long, expired or malformed is named in
+///    the refusal.
+fn judge_windows(
+    policy: &GatePolicy,
+    facts: &Facts<'_>,
+    rules: &BreakGlassRules,
+    new_window: Option<BreakGlassWindow>,
+) -> RuleOutcome {
     let states = windows(facts, rules);
     if let Some(window) = open_window(&states) {
-        if rules.openers.matches(user) {
+        if rules.openers.matches(facts.user) {
+            let who = facts.about.who();
             let mut outcome = RuleOutcome::admit(Rule::BreakGlassWindow);
             // The API server keeps 256 characters of a warning: the sentence is short, and the
             // reason gives way, so that the instruction at its end survives.
@@ -700,11 +748,11 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
             outcome.warning = Some(warning(text(reason_chars)));
             outcome.window = Some(window.clone());
             outcome.new_window = new_window;
-            return Some(outcome);
+            return outcome;
         }
         let mut outcome = not_permitted(policy, facts, Some(window));
         outcome.window = Some(window.clone());
-        return Some(outcome);
+        return outcome;
     }
     for state in &states {
         if let WindowState::TooLong(window) = state {
@@ -724,7 +772,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
             };
             let mut outcome = RuleOutcome::refuse(Rule::WindowTooLong, policy, words, "");
             outcome.window = Some(window.clone());
-            return Some(outcome);
+            return outcome;
         }
     }
     for state in &states {
@@ -740,7 +788,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
             };
             let mut outcome = RuleOutcome::refuse(Rule::WindowExpired, policy, words, "");
             outcome.window = Some(window.clone());
-            return Some(outcome);
+            return outcome;
         }
     }
     let malformed = states.iter().find_map(|s| match s {
@@ -753,7 +801,7 @@ fn evaluate(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
             " The break-glass label present is ignored: {problem}."
         ));
     }
-    Some(outcome)
+    outcome
 }
 
 /// The policy's controller this request comes from, by identity (a delete has no field manager).

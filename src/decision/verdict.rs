@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use jiff::Timestamp;
 use kube::core::admission::AdmissionResponse;
 use serde::Serialize;
 
 use crate::policy::PolicyMode;
 use crate::request::RequestEnvelope;
+use crate::window::BreakGlassWindow;
 
 /// Audit annotation keys. The API server prefixes each with the webhook's name
 /// (`gate.driftgate.dev/decision`); a key that already holds a `/` would be dropped by it.
@@ -268,24 +268,6 @@ impl std::fmt::Display for Rule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Where a break-glass window was found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum WindowScope {
-    Object,
-    Namespace,
-}
-
-/// A break-glass window as read from a label (and its reason annotation).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BreakGlassWindow {
-    pub scope: WindowScope,
-    pub label_value: String,
-    pub expires_at: Timestamp,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
 }
 
 /// What one policy said.
