@@ -1980,6 +1980,16 @@ fn every_matching_policy_must_admit_and_audit_only_warns() {
     assert!(!d.allowed);
     assert_eq!(d.audit_annotations["policy"], "flux-only");
     assert_eq!(d.verdict_word(), "denied");
+    // The enforcing policy's refusal is a refusal, not an audit finding: no "would deny" of its
+    // own, and the one warning is the Audit policy's.
+    let enforcing = d.record.verdicts.iter().find(|v| v.policy == "flux-only");
+    assert!(!enforcing.expect("flux-only judged").would_deny);
+    assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
+    assert!(
+        d.warnings[0].contains("audit-everything"),
+        "{:?}",
+        d.warnings
+    );
     // Outside prod, only the Audit policy applies.
     let d = decide_for("bob", "dev");
     assert!(d.allowed);
