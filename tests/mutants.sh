@@ -4,7 +4,7 @@
 # surviving mutant closed by a test or explained, are in tests/SECURITY.md ("Mutation testing");
 # mutants that cannot change behaviour are excluded in tests/mutants.toml, each with its reason.
 #
-#   bash tests/mutants.sh                       # the five files, smallest first
+#   bash tests/mutants.sh                       # every file of the security core
 #   bash tests/mutants.sh src/ownership.rs      # some of them
 #   bash tests/mutants.sh src/decision/mod.rs --shard 1/4   # extra options go to cargo-mutants
 #   bash tests/mutants.sh src/ownership.rs --iterate    # only the mutants not caught last time
@@ -33,7 +33,7 @@ for arg in "$@"; do
   if [ ${#extra[@]} -eq 0 ] && [[ $arg != -* ]]; then files+=("$arg"); else extra+=("$arg"); fi
 done
 if [ ${#files[@]} -eq 0 ]; then
-  files=(src/ledger/evidence.rs src/ledger/controller.rs src/ownership.rs src/ledger/guard.rs src/decision/*.rs)
+  files=(src/ledger/evidence.rs src/ledger/controller.rs src/ownership.rs src/ledger/guard.rs src/window.rs src/decision/*.rs)
 fi
 second_extra=()
 for arg in ${extra[@]+"${extra[@]}"}; do
