@@ -162,7 +162,7 @@ pub struct ListArgs {
     #[command(flatten)]
     pub keys: BreakGlassKeys,
     /// The policy's maxDuration (30m, 4h, 1d). A window ending later than that from now (and
-    /// the webhook's 60 s clock tolerance) is listed `too long`: the webhook admits no write
+    /// the webhook's 60 s clock tolerance) is listed `too-long`: the webhook admits no write
     /// under it. Without it, the listing cannot know the policy and calls such a window open.
     #[arg(long, value_name = "DURATION", value_parser = parse_max_duration)]
     pub max_duration: Option<WindowDuration>,
@@ -722,7 +722,7 @@ pub struct ListedWindow {
     /// The API group, empty for the core group.
     pub group: String,
     pub name: String,
-    /// open, expired, too long (ends later than `--max-duration` from now: the webhook admits
+    /// open, expired, too-long (ends later than `--max-duration` from now: the webhook admits
     /// no write under it), or invalid (the label is not an expiry): the webhook's reading.
     pub state: &'static str,
     /// The expiry in local time (the label's value when it is not an expiry).
@@ -821,7 +821,7 @@ fn listed_window(
     let state = match state {
         WindowState::Open(_) => "open",
         WindowState::Expired(_) => "expired",
-        WindowState::TooLong(_) => "too long",
+        WindowState::TooLong(_) => "too-long",
         WindowState::Absent | WindowState::Malformed { .. } => "invalid",
     };
     ListedWindow {
@@ -1226,7 +1226,7 @@ mod tests {
         };
         // 4h and 1 min from now: within maxDuration 4h by the clock tolerance.
         assert_eq!(state("20261201T1601Z", Some("4h")), "open");
-        assert_eq!(state("20261201T1602Z", Some("4h")), "too long");
+        assert_eq!(state("20261201T1602Z", Some("4h")), "too-long");
         assert_eq!(state("20261201T1602Z", None), "open");
         assert_eq!(state("20261201T1200Z", Some("4h")), "expired");
         // Closing a window that has not ended is an opener's act: no "no opener needed" advice.
