@@ -592,22 +592,6 @@ fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
     (head.split(' ').nth(1) == Some("200")).then(|| body.to_owned())
 }
 
-/// The sum of the samples of counter `name` (any suffix-free series of that name) whose labels
-/// contain every one of `labels`, in Prometheus text.
-fn counter_in(metrics: &str, name: &str, labels: &[&str]) -> f64 {
-    metrics
-        .lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let metric = series.split('{').next()?;
-            (metric == name && labels.iter().all(|l| series.contains(l)))
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .sum()
-}
-
 /// What to install when Go is missing for a peer's build.
 const PEER_GO_MISSING: &str = "driftgate bench: --peers builds Kyverno and Gatekeeper from Go modules and needs Go >= 1.26 (go.dev)";
 
@@ -632,7 +616,7 @@ impl Peer {
     }
 
     fn reviews(&self) -> f64 {
-        counter_in(&self.metrics(), self.counter, self.labels)
+        harness::admin::counter_sum(&self.metrics(), self.counter, self.labels)
     }
 
     fn pid(&self) -> Option<u32> {
@@ -672,28 +656,6 @@ fn install_crds(path: &Path) {
             ],
         )
         .ok();
-}
-
-/// Polls `ready` every 250 ms for up to `timeout`, failing with the process's log if it exits.
-fn wait_for_peer(
-    process: &mut Guarded,
-    what: &str,
-    timeout: Duration,
-    mut ready: impl FnMut() -> bool,
-) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        process.assert_running();
-        if ready() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting until {what}; the end of its log:\n{}",
-            process.log_tail(40)
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 fn kubectl_stdin_ok(args: &[&str], stdin: &str) -> bool {
@@ -750,8 +712,8 @@ fn start_kyverno() -> Peer {
         Duration::from_secs(5),
     );
     // Ready once its policy webhook is registered and a ClusterPolicy passes it.
-    wait_for_peer(
-        &mut process,
+    harness::control_plane::wait_for(
+        std::slice::from_mut(&mut process),
         "Kyverno takes a ClusterPolicy",
         Duration::from_secs(300),
         || {
@@ -833,15 +795,15 @@ fn start_gatekeeper() -> Peer {
         Duration::from_secs(5),
     );
     let health: SocketAddr = ([127, 0, 0, 1], health).into();
-    wait_for_peer(
-        &mut process,
+    harness::control_plane::wait_for(
+        std::slice::from_mut(&mut process),
         "Gatekeeper's /readyz",
         Duration::from_secs(300),
         || http_get(health, "/readyz").is_some(),
     );
     // The Constraint's kind exists once Gatekeeper has compiled the template.
-    wait_for_peer(
-        &mut process,
+    harness::control_plane::wait_for(
+        std::slice::from_mut(&mut process),
         "Gatekeeper takes the ConstraintTemplate and its Constraint",
         Duration::from_secs(120),
         || {

@@ -1,5 +1,6 @@
-//! A plain HTTP/1.1 GET on driftgate's admin port, shared by the loopback tests
-//! (`tests/common`) and the end-to-end harness (`tests/e2e/harness`, through `#[path]`).
+//! A plain HTTP/1.1 GET on driftgate's admin port, and the sum of a counter in the Prometheus
+//! text it serves, shared by the loopback tests (`tests/common`), the end-to-end harness
+//! (`tests/e2e/harness`, through `#[path]`) and the benchmarks that include that harness.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -26,4 +27,20 @@ pub fn admin_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)>
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// The sum of the samples of counter `name` (any suffix-free series of that name) whose labels
+/// contain every one of `labels` (`label="value"`), in Prometheus text.
+pub fn counter_sum(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let metric = series.split('{').next()?;
+            (metric == name && labels.iter().all(|l| series.contains(l)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
 }

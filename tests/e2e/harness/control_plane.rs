@@ -751,7 +751,7 @@ plugins:
 }
 
 /// Polls `ready` every 100 ms until it holds, failing early (with the log) when a process exits.
-fn wait_for(
+pub fn wait_for(
     processes: &mut [Guarded],
     what: &str,
     timeout: Duration,

@@ -322,17 +322,7 @@ impl Driftgate {
 
     /// The sum of a counter's samples whose labels contain every `label="value"` in `labels`.
     pub fn counter(&self, name: &str, labels: &[&str]) -> f64 {
-        self.metrics()
-            .lines()
-            .filter(|line| !line.starts_with('#'))
-            .filter_map(|line| {
-                let (series, value) = line.rsplit_once(' ')?;
-                let metric = series.split('{').next()?;
-                (metric == name && labels.iter().all(|l| series.contains(l)))
-                    .then(|| value.parse::<f64>().ok())
-                    .flatten()
-            })
-            .sum()
+        super::admin::counter_sum(&self.metrics(), name, labels)
     }
 
     /// How many AdmissionReviews it has answered.
