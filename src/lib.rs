@@ -1,39 +1,25 @@
 //! driftgate: a validating admission webhook that keeps GitOps-managed namespaces true to Git.
 //!
-//! The library holds everything testable without a cluster: the policy language
-//! ([`policy`]), the pure decision ([`decision::decide`]) and the offline tools ([`cli`]: every command, each in its own module).
+//! Built as linkerd2's policy-controller is: `driftgate-core` decides (the policy language, the
+//! pure decision [`decision::decide`], every plan of a side effect) and cannot reach a cluster;
+//! `driftgate-kube` does the Kubernetes I/O and runs the background tasks; this crate is the
+//! binary's: the HTTP server ([`server`], [`serve`]) and the CLI ([`cli`]: every command, each in
+//! its own module). The two crates' modules are re-exported here under their own names, so the
+//! library's paths (`driftgate::decision`, `driftgate::kube_state`) say which crate holds them.
 #![forbid(unsafe_code)]
 
-pub mod backport;
-pub mod blast_radius;
-pub mod cascade;
-pub mod certs;
+pub use driftgate_core::{
+    backport, cascade, certs, decision, deletions, diff, events, fieldpath, ledger, lingering,
+    ownership, policy, reading, reports, request, review, scan, silence, suspensions, text,
+    timefmt, window,
+};
+pub use driftgate_kube::{
+    blast_radius, event_sink, kube_state, leader, metrics, runtime_certs, tasks, throttle,
+};
+
 pub mod cli;
-pub mod decision;
-pub mod deletions;
-pub mod diff;
 pub mod error;
-pub mod events;
-pub mod fieldpath;
-pub mod kube_state;
-pub mod leader;
-pub mod ledger;
-pub mod lingering;
-pub mod metrics;
-pub mod ownership;
-pub mod policy;
-pub mod reading;
-pub mod reports;
-pub mod request;
-pub mod review;
-pub mod scan;
 pub mod serve;
 pub mod server;
-pub mod silence;
-pub mod suspensions;
-pub mod text;
-mod throttle;
-pub mod timefmt;
-pub mod window;
 
 pub use error::{Error, Result};

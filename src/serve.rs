@@ -15,31 +15,33 @@ use tokio_util::sync::CancellationToken;
 
 use axum_server::tls_rustls::RustlsConfig;
 
-use crate::blast_radius::{GateSelectorArgs, KeeperInputs, spawn_selector_keeper};
-use crate::certs::runtime::{RuntimeCertArgs, RuntimeCerts};
 use crate::error::{Error, Result};
-use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, ParentLookup, ResourceCatalog, client_config, client_for};
-use crate::leader::{LeaderArgs, Leadership};
-use crate::ledger::guard::LedgerGuard;
-use crate::ledger::service::{Ledger, Upkeep};
-use crate::metrics::Metrics;
-use crate::policy::PolicySet;
-use crate::reports::{DEFAULT_DENIAL_LIMITS, RecentDenials};
-use crate::server::cascade::CascadeReader;
 use crate::server::client_auth::{
     ClientAuth, ClientAuthSettings, ExpectedNames, HandshakeLog, spawn_client_ca_reloader,
 };
 use crate::server::connections::ConnectionLimit;
-use crate::server::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
-use crate::server::reload::{PolicyStatus, load_at_start, spawn_policy_reloader};
-use crate::server::reports::ReportInputs;
 use crate::server::tls::{
     CertSlot, TlsFiles, install_crypto_provider, load_rustls_config, server_config_with_resolver,
     spawn_tls_reloader,
 };
 use crate::server::{AppState, MAX_BODY_BYTES, admin_router, router};
-use crate::timefmt::{flag_duration, positive_flag_duration};
+use driftgate_core::ledger::guard::LedgerGuard;
+use driftgate_core::policy::PolicySet;
+use driftgate_core::reports::{DEFAULT_DENIAL_LIMITS, RecentDenials};
+use driftgate_core::timefmt::{flag_duration, positive_flag_duration};
+use driftgate_kube::blast_radius::{GateSelectorArgs, KeeperInputs, spawn_selector_keeper};
+use driftgate_kube::event_sink::EventSink;
+use driftgate_kube::kube_state::{
+    NamespaceCache, ParentLookup, ResourceCatalog, client_config, client_for,
+};
+use driftgate_kube::leader::{LeaderArgs, Leadership};
+use driftgate_kube::ledger::service::{Ledger, Upkeep};
+use driftgate_kube::metrics::Metrics;
+use driftgate_kube::runtime_certs::{RuntimeCertArgs, RuntimeCerts};
+use driftgate_kube::tasks::cascade::CascadeReader;
+use driftgate_kube::tasks::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
+use driftgate_kube::tasks::reload::{PolicyStatus, load_at_start, spawn_policy_reloader};
+use driftgate_kube::tasks::reports::ReportInputs;
 
 pub const DEV_CERT_DIR: &str = "certs-dev";
 pub const DEV_POLICY: &str = "policies/example.yaml";
@@ -420,7 +422,8 @@ impl ServeArgs {
             if self.policy.is_none() && !policy.exists() {
                 return Err(Error::DevPolicyMissing { path: policy });
             }
-            let certs = crate::certs::ensure_dev_certs(std::path::Path::new(DEV_CERT_DIR))?;
+            let certs =
+                driftgate_core::certs::ensure_dev_certs(std::path::Path::new(DEV_CERT_DIR))?;
             (
                 policy,
                 TlsSource::Files(TlsFiles {
@@ -478,11 +481,11 @@ async fn kube_client(args: &ServeArgs) -> Result<Option<kube::Client>> {
         }
         (Err(error), false) => {
             return Err(Error::ClusterRequired {
-                source: Box::new(error),
+                source: Box::new(error.into()),
             });
         }
     };
-    client_for(config).map(Some)
+    Ok(client_for(config).map(Some)?)
 }
 
 fn instance_name(args: &ServeArgs) -> String {
@@ -657,7 +660,7 @@ struct Policies {
     set: Arc<ArcSwap<PolicySet>>,
     status: Arc<PolicyStatus>,
     sources: Arc<PolicySources>,
-    seen: crate::server::reload::Seen,
+    seen: driftgate_kube::tasks::reload::Seen,
 }
 
 impl Policies {
@@ -758,9 +761,9 @@ impl Startup {
                 let client = self
                     .client
                     .clone()
-                    .ok_or(crate::certs::runtime::RuntimeCertError::NoCluster)?;
+                    .ok_or(driftgate_kube::runtime_certs::RuntimeCertError::NoCluster)?;
                 let slot = Arc::new(CertSlot::default());
-                self.tasks.extend(crate::certs::runtime::spawn(
+                self.tasks.extend(driftgate_kube::runtime_certs::spawn(
                     client,
                     runtime.clone(),
                     slot.clone(),
@@ -820,7 +823,7 @@ impl Startup {
                     retention: Some(args.ledger.record_retention).filter(|d| !d.is_zero()),
                     argocd: Some(args.argocd_namespace.clone())
                         .filter(|namespace| !namespace.is_empty())
-                        .map(|namespace| crate::ledger::service::ArgoCdStatus {
+                        .map(|namespace| driftgate_kube::ledger::service::ArgoCdStatus {
                             namespace,
                             resources: reads.resources.clone(),
                         }),
@@ -855,13 +858,13 @@ impl Startup {
         let Some(client) = &self.client else {
             return;
         };
-        let auto_resume =
-            args.resume_expired_suspensions
-                .then(|| crate::server::suspensions::AutoResume {
-                    leading: leading.clone(),
-                    events: events.clone(),
-                });
-        self.tasks.push(crate::server::suspensions::spawn(
+        let auto_resume = args.resume_expired_suspensions.then(|| {
+            driftgate_kube::tasks::suspensions::AutoResume {
+                leading: leading.clone(),
+                events: events.clone(),
+            }
+        });
+        self.tasks.push(driftgate_kube::tasks::suspensions::spawn(
             client.clone(),
             policies.clone(),
             self.metrics.clone(),
@@ -924,7 +927,7 @@ impl Startup {
                 metrics: self.metrics.clone(),
                 interval: args.policy_report_interval,
             };
-            self.tasks.push(crate::server::reports::spawn(
+            self.tasks.push(driftgate_kube::tasks::reports::spawn(
                 client.clone(),
                 inputs,
                 self.shutdown.clone(),
@@ -943,14 +946,15 @@ impl Startup {
     ) {
         if let (Some(client), Some(namespace)) = (&self.client, &args.controller_silence_namespace)
         {
-            self.tasks.push(crate::server::silence::spawn_records(
-                client.clone(),
-                namespace,
-                instance_name(args),
-                policies.clone(),
-                state.silence.clone(),
-                self.shutdown.clone(),
-            ));
+            self.tasks
+                .push(driftgate_kube::tasks::silence::spawn_records(
+                    client.clone(),
+                    namespace,
+                    instance_name(args),
+                    policies.clone(),
+                    state.silence.clone(),
+                    self.shutdown.clone(),
+                ));
         }
         self.tasks.push(crate::server::lingering::spawn(
             state.clone(),

@@ -13,7 +13,7 @@ use driftgate::cascade::DeletionCascade;
 use driftgate::decision::{CascadeQuery, DecisionInput, cascade_query};
 use driftgate::kube_state::ResourceCatalog;
 use driftgate::request::RequestFacts;
-use driftgate::server::cascade::CascadeReader;
+use driftgate::tasks::cascade::CascadeReader;
 use hyper::Request;
 use kube::client::Body;
 use serde_json::{Value, json};

@@ -1922,11 +1922,11 @@ const RECORDS_CRD: &str = "backportrequirements.driftgate.dev";
 const GATEPOLICIES_CRD: &str = "gatepolicies.driftgate.dev";
 const GATEPOLICIES_CRD_FILE: &str = "files/crds/gatepolicies.driftgate.dev.yaml";
 
-/// The structs of src/policy/document.rs, each with its fields as YAML names and their Rust
+/// The structs of crates/driftgate-core/src/policy/document.rs, each with its fields as YAML names and their Rust
 /// types, read from the source text: the document types read through serde-saphyr's
 /// `Spanned`, which has no JSON schema to generate the CRD from, so the test reads both sides.
 fn document_structs() -> BTreeMap<String, Vec<(String, String)>> {
-    let source = std::fs::read_to_string(repo().join("src/policy/document.rs")).unwrap();
+    let source = std::fs::read_to_string(repo().join("crates/driftgate-core/src/policy/document.rs")).unwrap();
     let mut structs = BTreeMap::new();
     let mut current: Option<(String, Vec<(String, String)>)> = None;
     for line in source.lines().map(str::trim) {
@@ -2002,7 +2002,7 @@ fn schema_differences(
         } else if ty.contains("BTreeMap<") || structs.keys().any(|s| ty.contains(s.as_str())) {
             "object"
         } else if ty.contains("bool") || ty.contains("<Flag>") {
-            // `Flag`: a boolean that refuses a quoted "no" (src/policy/document.rs).
+            // `Flag`: a boolean that refuses a quoted "no" (crates/driftgate-core/src/policy/document.rs).
             "boolean"
         } else if ty.contains("u32") {
             "integer"
@@ -2053,7 +2053,7 @@ fn the_gatepolicy_crd_schema_matches_the_policy_document_field_for_field() {
     );
     assert!(
         found.is_empty(),
-        "{GATEPOLICIES_CRD_FILE} and src/policy/document.rs differ:\n{}",
+        "{GATEPOLICIES_CRD_FILE} and crates/driftgate-core/src/policy/document.rs differ:\n{}",
         found.join("\n")
     );
 
@@ -2650,10 +2650,10 @@ fn documented(readme: &str, path: &str) -> bool {
         .any(|line| line.contains(&format!("`{parent}.")) && line.contains(&format!("`.{key}`")))
 }
 
-/// The `driftgate_*` names registered in src/metrics.rs: the metrics' and the collectors' (read
+/// The `driftgate_*` names registered in crates/driftgate-kube/src/metrics.rs: the metrics' and the collectors' (read
 /// at scrape time, which name theirs in `encode_descriptor`).
 fn registered_metrics() -> Vec<String> {
-    let source = std::fs::read_to_string(repo().join("src/metrics.rs")).unwrap();
+    let source = std::fs::read_to_string(repo().join("crates/driftgate-kube/src/metrics.rs")).unwrap();
     ["register(", "encode_descriptor("]
         .iter()
         .flat_map(|call| source.split(call).skip(1))

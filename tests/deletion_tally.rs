@@ -15,7 +15,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use driftgate::events::EventSink;
+use driftgate::event_sink::EventSink;
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;

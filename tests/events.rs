@@ -13,7 +13,8 @@ use common::*;
 use driftgate::decision::{
     AUDIT_DECISION, AUDIT_POLICY, AUDIT_RULE, Decision, DecisionInput, RefusalWords, Rule, decide,
 };
-use driftgate::events::{EventReason, EventSink, MAX_NOTE_BYTES, PlannedEvent, planned_events};
+use driftgate::event_sink::{EventSink, recorder_event};
+use driftgate::events::{EventReason, EventType, MAX_NOTE_BYTES, PlannedEvent, planned_events};
 use driftgate::metrics::{Metrics, ReasonLabels};
 use driftgate::policy::PolicySet;
 use driftgate::request::RequestFacts;
@@ -22,7 +23,6 @@ use hyper::Method;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
-use kube::runtime::events::EventType;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -896,7 +896,7 @@ fn a_refused_revert_is_a_revert_refused_warning_by_its_rule() {
         (event.reason, event.type_, event.action),
         (EventReason::RevertRefused, EventType::Warning, "Deny")
     );
-    assert_eq!(event.to_event().reason, "RevertRefused");
+    assert_eq!(recorder_event(&event).reason, "RevertRefused");
     // A refusal given as a message alone: its Event says that message.
     assert_eq!(event.note, message);
 }

@@ -5,10 +5,10 @@
 # mutants that cannot change behaviour are excluded in tests/mutants.toml, each with its reason.
 #
 #   bash tests/mutants.sh                       # every file of the security core
-#   bash tests/mutants.sh src/ownership.rs      # some of them
-#   bash tests/mutants.sh src/decision/mod.rs --shard 1/4   # extra options go to cargo-mutants
-#   bash tests/mutants.sh src/ownership.rs --iterate    # only the mutants not caught last time
-#   bash tests/mutants.sh src/decision/window.rs --in-place  # in a worktree of its own: mutates it
+#   bash tests/mutants.sh crates/driftgate-core/src/ownership.rs      # some of them
+#   bash tests/mutants.sh crates/driftgate-core/src/decision/mod.rs --shard 1/4   # extra options go to cargo-mutants
+#   bash tests/mutants.sh crates/driftgate-core/src/ownership.rs --iterate    # only the mutants not caught last time
+#   bash tests/mutants.sh crates/driftgate-core/src/decision/window.rs --in-place  # in a worktree of its own: mutates it
 #
 # Hours, not minutes (~580 mutants; on 2 shared cores a mutant takes 30 s to 3 min), so not part
 # of .ci/run. Two passes keep each build small: first every mutant against the tests that cover
@@ -33,7 +33,8 @@ for arg in "$@"; do
   if [ ${#extra[@]} -eq 0 ] && [[ $arg != -* ]]; then files+=("$arg"); else extra+=("$arg"); fi
 done
 if [ ${#files[@]} -eq 0 ]; then
-  files=(src/ledger/evidence.rs src/ledger/controller.rs src/ownership.rs src/ledger/guard.rs src/window.rs src/decision/*.rs)
+  core=crates/driftgate-core/src
+  files=("$core"/ledger/evidence.rs "$core"/ledger/controller.rs "$core"/ownership.rs "$core"/ledger/guard.rs "$core"/window.rs "$core"/decision/*.rs)
 fi
 second_extra=()
 for arg in ${extra[@]+"${extra[@]}"}; do
@@ -47,8 +48,8 @@ out=${MUTANTS_OUT:-${CARGO_TARGET_DIR:-target}/mutants}
 # the integration test), and the second pass runs the table for whatever survives.
 first_pass_tests() {
   case $1 in
-    src/ledger/guard.rs) echo --test=decision_rules ;;
-    *) echo --lib ;;
+    */ledger/guard.rs) echo --test-workspace=true -C --test=decision_rules ;;
+    *) echo -C --lib ;;
   esac
 }
 
@@ -64,7 +65,7 @@ done
 mutants() {
   nice -n 15 cargo mutants --config tests/mutants.toml ${jobs[@]+"${jobs[@]}"} --file "$file" \
     --timeout 60 --build-timeout 900 --output "$out/$name" \
-    --cargo-arg=--config=profile.dev.package.driftgate.debug=0 "$@"
+    --cargo-arg=--config=profile.dev.package.driftgate-core.debug=0 "$@"
 }
 
 # The mutants of $1 listed in the other files.
@@ -76,16 +77,18 @@ count() {
 
 status=0
 for file in "${files[@]}"; do
-  name=${file#src/}
+  name=${file#crates/driftgate-core/src/}
   name=${name%.rs}
   name=${name//\//-}
   mkdir -p "$out/$name"
   tests=()
-  for target in $(first_pass_tests "$file"); do tests+=(-C "$target"); done
+  # The core's files are tested by its unit tests (the core's package) and by the tables of
+  # the root package's tests/: a pass that runs those tests the whole workspace.
+  for target in $(first_pass_tests "$file"); do tests+=("$target"); done
   # cargo-mutants exits 2 when a mutant survives and 3 when one timed out: the second pass,
   # which tries both again, decides.
   mutants "${tests[@]}" ${extra[@]+"${extra[@]}"} || { rc=$?; [ $rc -eq 2 ] || [ $rc -eq 3 ]; }
-  mutants --iterate --baseline skip -C --lib -C --test=decision_rules -C --test=properties \
+  mutants --iterate --baseline skip --test-workspace=true -C --lib -C --test=decision_rules -C --test=properties \
     -C --test=events -C --test=silence \
     ${second_extra[@]+"${second_extra[@]}"} || status=1
   first=$out/$name/mutants.out.old

@@ -9,12 +9,12 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use driftgate::events::EventSink;
+use driftgate::event_sink::EventSink;
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;
-use driftgate::server::reload::{PolicyStatus, load_at_start, reload_now};
 use driftgate::server::{AppState, MAX_BODY_BYTES, admin_router, router};
+use driftgate::tasks::reload::{PolicyStatus, load_at_start, reload_now};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -690,7 +690,7 @@ async fn with_gatepolicies_the_pod_is_unready_until_they_are_listed() {
             metrics,
         )
         .with_gatepolicies(Some(Arc::new(
-            driftgate::server::gatepolicies::GatePolicyHealth::default(),
+            driftgate::tasks::gatepolicies::GatePolicyHealth::default(),
         ))),
     );
     let (status, body) = get(&admin_router(state), "/readyz").await;

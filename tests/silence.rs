@@ -13,7 +13,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use driftgate::decision::{Decision, DecisionInput, decide};
-use driftgate::events::EventSink;
+use driftgate::event_sink::EventSink;
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;

@@ -15,11 +15,13 @@ use crate::cli::break_glass::NamespaceScope;
 use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::CliError;
 use crate::cli::output::{Listed, OutputArgs, OutputFormat, render};
-use crate::ledger::identity::{WhoAmIError, who_am_i};
-use crate::ledger::phase::{is_settled, phase_of, resolved, status_patch};
-use crate::ledger::record::{BackportRequirement, PULL_REQUEST_ANNOTATION, pull_request_of};
-use crate::silence::record::{read_record, selector};
-use crate::text::{MAX_REASON_CHARS, echo};
+use driftgate_core::ledger::phase::{is_settled, phase_of, resolved, status_patch};
+use driftgate_core::ledger::record::{
+    BackportRequirement, PULL_REQUEST_ANNOTATION, pull_request_of,
+};
+use driftgate_core::silence::record::{read_record, selector};
+use driftgate_core::text::{MAX_REASON_CHARS, echo};
+use driftgate_kube::ledger::identity::{WhoAmIError, who_am_i};
 use k8s_openapi::api::coordination::v1::Lease;
 
 /// RBAC's and kubectl's name for the records.
@@ -395,7 +397,7 @@ async fn link(
     url: &str,
     out: &mut impl Write,
 ) -> Result<(), CliError> {
-    crate::ledger::record::pull_request_problem(url).map_or(Ok(()), |problem| {
+    driftgate_core::ledger::record::pull_request_problem(url).map_or(Ok(()), |problem| {
         Err(CliError::PullRequestUrl {
             url: url.to_owned(),
             problem,
@@ -493,8 +495,8 @@ async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::evidence::digest;
-    use crate::ledger::record::*;
+    use driftgate_core::ledger::evidence::digest;
+    use driftgate_core::ledger::record::*;
     use serde_json::json;
 
     fn record(name: &str, phase: Phase, since: &str) -> BackportRequirement {
@@ -621,8 +623,8 @@ mod tests {
     }
 
     fn flux_record(policy: &str, last_write: &str, silent_after: u64) -> Lease {
-        crate::silence::record::new_record(
-            &crate::silence::ControllerKey {
+        driftgate_core::silence::record::new_record(
+            &driftgate_core::silence::ControllerKey {
                 policy: policy.into(),
                 controller: "flux".into(),
             },

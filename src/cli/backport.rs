@@ -1,7 +1,7 @@
 //! `driftgate backport RECORD --repo DIR`: writes the emergency change a backport record holds
 //! into the GitOps repository's manifests, on a branch of its own with a commit that names the
 //! record, and says what to do next. What to write where is planned purely in
-//! [`crate::backport`]; here the record, the live object and the checkout are read, and git run.
+//! [`driftgate_core::backport`]; here the record, the live object and the checkout are read, and git run.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -14,14 +14,14 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use crate::backport::{BackportPlan, Depth, RepoFile, Target, Wanted, plan_at_depth};
 use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::CliError;
-use crate::fieldpath::FieldPath;
-use crate::ledger::argocd::{Tracking, tracking_of};
-use crate::ledger::evidence::{ABSENT, digest, latest_changes, owns, value_at};
-use crate::ledger::record::{BackportRequirement, RecordedObject};
-use crate::timefmt::human_utc;
+use driftgate_core::backport::{BackportPlan, Depth, RepoFile, Target, Wanted, plan_at_depth};
+use driftgate_core::fieldpath::FieldPath;
+use driftgate_core::ledger::argocd::{Tracking, tracking_of};
+use driftgate_core::ledger::evidence::{ABSENT, digest, latest_changes, owns, value_at};
+use driftgate_core::ledger::record::{BackportRequirement, RecordedObject};
+use driftgate_core::timefmt::human_utc;
 
 const RECORDS: &str = "backportrequirements.driftgate.dev";
 /// Flux's labels on what a Kustomization applied: which Kustomization, so which path.
@@ -81,10 +81,10 @@ pub enum BackportError {
         source: std::io::Error,
     },
     #[error("{0}; is --repo the repository the controller applies, and --path its directory?")]
-    NoManifest(crate::backport::PlanError),
+    NoManifest(driftgate_core::backport::PlanError),
     /// The edited file read again is more than the recorded fields changed.
     #[error("{0}")]
-    Unfaithful(crate::backport::PlanError),
+    Unfaithful(driftgate_core::backport::PlanError),
     #[error(
         "--repo {}: {path} {problem}: driftgate backport writes only the checkout's own files, never through a link; nothing was written: edit the file it stands for by hand",
         repo.display()
@@ -123,11 +123,15 @@ pub enum BackportError {
     GitMissing(#[source] std::io::Error),
 }
 
-impl From<crate::backport::PlanError> for BackportError {
-    fn from(error: crate::backport::PlanError) -> Self {
+impl From<driftgate_core::backport::PlanError> for BackportError {
+    fn from(error: driftgate_core::backport::PlanError) -> Self {
         match error {
-            crate::backport::PlanError::NoManifest { .. } => BackportError::NoManifest(error),
-            crate::backport::PlanError::Unfaithful { .. } => BackportError::Unfaithful(error),
+            driftgate_core::backport::PlanError::NoManifest { .. } => {
+                BackportError::NoManifest(error)
+            }
+            driftgate_core::backport::PlanError::Unfaithful { .. } => {
+                BackportError::Unfaithful(error)
+            }
         }
     }
 }
@@ -313,11 +317,11 @@ fn wanted_fields(
     paths: &[String],
     live: &Value,
     controller_manager: &str,
-) -> (Vec<Wanted>, Vec<crate::backport::Skipped>) {
+) -> (Vec<Wanted>, Vec<driftgate_core::backport::Skipped>) {
     let latest = latest_changes(&record.spec, &object.uid);
     let mut wanted = Vec::new();
     let mut skipped = Vec::new();
-    let skip = |field: &str, why: String| crate::backport::Skipped {
+    let skip = |field: &str, why: String| driftgate_core::backport::Skipped {
         field: field.to_owned(),
         why,
     };
@@ -920,12 +924,12 @@ mod tests {
         for path in ["apps/shared.yaml", "linked/settings.yaml"] {
             let plan = BackportPlan {
                 edits: vec![
-                    crate::backport::FileEdit {
+                    driftgate_core::backport::FileEdit {
                         path: "apps/settings.yaml".into(),
                         text: MANIFEST.replace("info", "debug"),
                         fields: Vec::new(),
                     },
-                    crate::backport::FileEdit {
+                    driftgate_core::backport::FileEdit {
                         path: path.into(),
                         text: MANIFEST.replace("info", "debug"),
                         fields: Vec::new(),
@@ -965,7 +969,7 @@ mod tests {
     /// when it is the recorded one.
     #[test]
     fn a_recorded_value_is_written_only_once_the_api_server_showed_it() {
-        use crate::ledger::record::{
+        use driftgate_core::ledger::record::{
             BackportRequirementSpec, RecordScope, RecordedChange, RecordedField, RecordedWindow,
         };
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

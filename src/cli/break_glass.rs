@@ -16,10 +16,10 @@ use serde_json::json;
 use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::CliError;
 use crate::cli::output::{Listed, OutputArgs, OutputFormat, render};
-use crate::policy::{DEFAULT_BREAK_GLASS_LABEL, DEFAULT_REASON_ANNOTATION};
-use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, echo};
-use crate::timefmt::{WindowDuration, format_expiry, human_utc};
-use crate::window::{WindowKeys, WindowScope, WindowState, window_state};
+use driftgate_core::policy::{DEFAULT_BREAK_GLASS_LABEL, DEFAULT_REASON_ANNOTATION};
+use driftgate_core::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, echo};
+use driftgate_core::timefmt::{WindowDuration, format_expiry, human_utc};
+use driftgate_core::window::{WindowKeys, WindowScope, WindowState, window_state};
 
 /// The field manager of break-glass label changes: never a controller's.
 pub const FIELD_MANAGER: &str = "driftgate-break-glass";
@@ -536,7 +536,7 @@ pub(crate) fn headline_and_warnings(
 ) -> String {
     let mut text = headline + "\n";
     for warning in warnings {
-        text.push_str(&crate::text::warning(warning.clone()));
+        text.push_str(&driftgate_core::text::warning(warning.clone()));
         text.push('\n');
     }
     if warnings.is_empty() {
@@ -615,7 +615,7 @@ pub fn dry_run_message(
     );
     if mode == DryRun::Server {
         for warning in warnings {
-            text.push_str(&crate::text::warning(warning.clone()));
+            text.push_str(&driftgate_core::text::warning(warning.clone()));
             text.push('\n');
         }
         if warnings.is_empty() {
@@ -634,7 +634,9 @@ pub async fn open(
     out: &mut impl Write,
 ) -> Result<(), CliError> {
     let expiry = expiry_after(&args.duration, Timestamp::now())?;
-    if args.reason.trim().is_empty() || crate::decision::is_placeholder_reason(&args.reason) {
+    if args.reason.trim().is_empty()
+        || driftgate_core::decision::is_placeholder_reason(&args.reason)
+    {
         return Err(CliError::Reason);
     }
     let (target, given) = window_target(&args.target, program, "open")?;
@@ -1076,7 +1078,7 @@ mod tests {
             lines[2],
             format!("  annotation  {DEFAULT_REASON_ANNOTATION}=INC-1\\nforged")
         );
-        assert_eq!(lines[3], crate::text::warning(warning.clone()));
+        assert_eq!(lines[3], driftgate_core::text::warning(warning.clone()));
         assert!(
             lines[4].contains("`kubectl driftgate break-glass open"),
             "{server}"

@@ -24,8 +24,8 @@ pub struct CertsDevArgs {
 
 /// Exit 0 with the files written, 2 when they could not be.
 pub fn certs_dev(args: &CertsDevArgs, program: &str, out: &mut impl Write) -> ExitCode {
-    let written = crate::certs::serving_hosts(&args.hosts).and_then(|hosts| {
-        let paths = crate::certs::generate_dev_certs(&args.out, &args.hosts)?;
+    let written = driftgate_core::certs::serving_hosts(&args.hosts).and_then(|hosts| {
+        let paths = driftgate_core::certs::generate_dev_certs(&args.out, &args.hosts)?;
         Ok((paths, hosts))
     });
     let (paths, hosts) = match written {
@@ -44,7 +44,7 @@ pub fn certs_dev(args: &CertsDevArgs, program: &str, out: &mut impl Write) -> Ex
         paths.cert.display(),
         paths.key.display(),
         hosts.join(", "),
-        crate::certs::VALIDITY.as_secs() / 86_400,
+        driftgate_core::certs::VALIDITY.as_secs() / 86_400,
     );
     let _ = writeln!(
         out,

@@ -112,10 +112,12 @@ impl LeadingConnectionArgs {
 pub struct RequestTimeout(pub Option<Duration>);
 
 /// kubectl's spelling: `0` for none, whole seconds (`5`), or a number and a unit (`1.5s`, `2m`).
-fn request_timeout(value: &str) -> Result<RequestTimeout, crate::timefmt::FlagDurationError> {
+fn request_timeout(
+    value: &str,
+) -> Result<RequestTimeout, driftgate_core::timefmt::FlagDurationError> {
     let duration = match value.parse::<u64>() {
         Ok(seconds) => Duration::from_secs(seconds),
-        Err(_) => crate::timefmt::flag_duration(value)?,
+        Err(_) => driftgate_core::timefmt::flag_duration(value)?,
     };
     Ok(RequestTimeout(Some(duration).filter(|d| !d.is_zero())))
 }

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams};
 
 use crate::cli::cluster::{ConnectionArgs, cluster_for, config};
-use crate::ledger::record::BackportRequirement;
+use driftgate_core::ledger::record::BackportRequirement;
 
 /// The hidden first argument that makes `driftgate` answer a completion request (as `kubectl
 /// __complete`): what the scripts of `driftgate completion SHELL` run.

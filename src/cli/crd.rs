@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use kube::CustomResourceExt;
 
-use crate::ledger::record::BackportRequirement;
+use driftgate_core::ledger::record::BackportRequirement;
 
 /// Exit 0 with the CRD printed, 1 when it could not be serialized.
 pub fn print(program: &str, out: &mut impl Write) -> ExitCode {

@@ -61,7 +61,7 @@ pub enum CliError {
         reason_annotation: String,
     },
     #[error("--for: {0}")]
-    Duration(#[source] crate::timefmt::DurationError),
+    Duration(#[source] driftgate_core::timefmt::DurationError),
     #[error("--for {value}: the window would end beyond the times a label can hold")]
     DurationTooFar { value: String },
     #[error(

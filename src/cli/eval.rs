@@ -10,13 +10,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 
-use crate::decision::{Decision, DecisionInput, decide, may_guard};
-use crate::error::{Error, Result};
-use crate::policy::PolicySet;
-use crate::reading::{read_lazily, read_whole};
-use crate::request::{RequestFacts, scope_namespace};
-use crate::review::lazy::parse_lazily;
-use crate::review::{ReviewError, parse_envelope, read_object, read_review_body};
+use driftgate_core::decision::{Decision, DecisionInput, decide, may_guard};
+use driftgate_core::error::{Error, Result};
+use driftgate_core::policy::PolicySet;
+use driftgate_core::reading::{read_lazily, read_whole};
+use driftgate_core::request::{RequestFacts, scope_namespace};
+use driftgate_core::review::lazy::parse_lazily;
+use driftgate_core::review::{ReviewError, parse_envelope, read_object, read_review_body};
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
@@ -133,7 +133,7 @@ pub(crate) struct Decided {
     pub response: AdmissionResponse,
 }
 
-/// Decides a review body as the webhook reads it ([`crate::reading`]): in one pass, its objects
+/// Decides a review body as the webhook reads it ([`driftgate_core::reading`]): in one pass, its objects
 /// left unread when no policy may guard the write, else their heads read and the rest only when
 /// a rule asks; what that pass cannot read is read whole, as the webhook's fallback does. An
 /// error says why the review or its object could not be read.
@@ -201,7 +201,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::review::parse_review;
+    use driftgate_core::review::parse_review;
 
     fn example() -> PolicySet {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/example.yaml");
@@ -223,7 +223,13 @@ mod tests {
     fn the_one_pass_read_decides_every_fixture_as_the_whole_read_does() {
         let policies = example();
         let context = at_fixture_time();
-        let fixtures = crate::review::tests::fixtures();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let fixtures: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "json"))
+            .map(|path| (path.display().to_string(), std::fs::read(&path).unwrap()))
+            .collect();
         assert!(fixtures.len() >= 30);
         for (name, body) in fixtures {
             let request = parse_review(&body).unwrap();

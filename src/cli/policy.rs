@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::cli::testsuite;
-use crate::policy::{PolicyInput, PolicySet};
+use driftgate_core::policy::{PolicyInput, PolicySet};
 
 /// What `-` is called in errors, as `eval -` says it.
 const STANDARD_INPUT: &str = "standard input";

@@ -1,6 +1,6 @@
 //! `driftgate scan --policy FILE [-n NS | -A]`: lists every guarded object (API discovery, then
 //! paginated lists) and reports, from its managedFields, the fields that are not the policy's
-//! controllers' or delegations' ([`crate::scan`] judges). Exit 0 when clean, 1 when drift is
+//! controllers' or delegations' ([`driftgate_core::scan`] judges). Exit 0 when clean, 1 when drift is
 //! found, so CI can run it before a policy is switched to Enforce.
 
 use std::io::Write;
@@ -17,8 +17,8 @@ use crate::cli::break_glass::NamespaceScope;
 use crate::cli::cluster::{Attempt, Cluster, ConnectionArgs, connect};
 use crate::cli::error::{CliError, exit};
 use crate::cli::output::{Listed, OutputArgs, OutputFormat, render};
-use crate::policy::{GatePolicy, NamespaceLabels, PolicyErrors, PolicySet};
-use crate::scan::{
+use driftgate_core::policy::{GatePolicy, NamespaceLabels, PolicyErrors, PolicySet};
+use driftgate_core::scan::{
     ControllerManagers, Finding, ObjectRef, ObjectReport, Scanner, has_managed_fields,
 };
 
@@ -51,7 +51,7 @@ pub enum ScanError {
     #[error(transparent)]
     Cluster(#[from] CliError),
     #[error(transparent)]
-    Unreadable(#[from] crate::scan::UnreadableManagedFields),
+    Unreadable(#[from] driftgate_core::scan::UnreadableManagedFields),
     #[error("cannot write the report: {0}")]
     Write(#[from] std::io::Error),
 }

@@ -16,12 +16,12 @@ use crate::cli::break_glass::{
 };
 use crate::cli::cluster::{ConnectionArgs, connect};
 use crate::cli::error::CliError;
-use crate::policy::suspensions::{
+use driftgate_core::policy::suspensions::{
     ARGO_SKIP_RECONCILE_ANNOTATION, FLUX_RECONCILE_ANNOTATION, FLUX_SUSPENDABLE_KINDS,
     SuspensionRules,
 };
-use crate::suspensions::{Listed, undo_suspensions};
-use crate::timefmt::{format_expiry, human_utc};
+use driftgate_core::suspensions::{Listed, undo_suspensions};
+use driftgate_core::timefmt::{format_expiry, human_utc};
 
 #[derive(Debug, Args)]
 pub struct SuspendArgs {
@@ -158,7 +158,9 @@ pub async fn suspend(
     out: &mut impl Write,
 ) -> Result<(), CliError> {
     let expiry = expiry_after(&args.duration, Timestamp::now())?;
-    if args.reason.trim().is_empty() || crate::decision::is_placeholder_reason(&args.reason) {
+    if args.reason.trim().is_empty()
+        || driftgate_core::decision::is_placeholder_reason(&args.reason)
+    {
         return Err(CliError::Reason);
     }
     let on = &args.target;
@@ -221,8 +223,8 @@ mod tests {
 
     fn keys() -> BreakGlassKeys {
         BreakGlassKeys {
-            label: crate::policy::DEFAULT_BREAK_GLASS_LABEL.into(),
-            reason_annotation: crate::policy::DEFAULT_REASON_ANNOTATION.into(),
+            label: driftgate_core::policy::DEFAULT_BREAK_GLASS_LABEL.into(),
+            reason_annotation: driftgate_core::policy::DEFAULT_REASON_ANNOTATION.into(),
         }
     }
 

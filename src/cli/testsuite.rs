@@ -28,10 +28,10 @@ use kube::core::DynamicObject;
 use serde::Deserialize;
 
 use crate::cli::eval::{OfflineContext, decide_body};
-use crate::decision::Decision;
-use crate::error::{Error, Result};
-use crate::policy::PolicySet;
-use crate::review::{read_object, read_review_body};
+use driftgate_core::decision::Decision;
+use driftgate_core::error::{Error, Result};
+use driftgate_core::policy::PolicySet;
+use driftgate_core::review::{read_object, read_review_body};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -181,11 +181,12 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
     };
     let document: PolicyTestDocument =
         serde_saphyr::from_str(&text).map_err(|e| suite_error(e.to_string()))?;
-    if document.api_version != crate::policy::document::API_VERSION || document.kind != "PolicyTest"
+    if document.api_version != driftgate_core::policy::document::API_VERSION
+        || document.kind != "PolicyTest"
     {
         return Err(suite_error(format!(
             "expected apiVersion {} and kind PolicyTest, found {} {}",
-            crate::policy::document::API_VERSION,
+            driftgate_core::policy::document::API_VERSION,
             document.api_version,
             document.kind
         )));

@@ -34,38 +34,17 @@ use tokio_util::sync::CancellationToken;
 use x509_parser::extensions::GeneralName;
 
 use crate::error::Result;
-use crate::metrics::{Metrics, ReasonLabels};
-use crate::server::tls::{Poll, Polled, pem_sections, poll_ticker, provider, read, tls_error};
-use crate::throttle::Throttle;
+use crate::server::tls::{Poll, Polled, poll_ticker};
+use driftgate_core::certs::pem::{pem_sections, provider, read};
+use driftgate_kube::metrics::{Metrics, ReasonLabels};
+use driftgate_kube::throttle::Throttle;
 
 /// The name a caller's certificate must carry when `--client-name` is not given: the API
 /// server's, as Gatekeeper's `--client-cn-name` defaults to.
 pub const DEFAULT_CLIENT_NAME: &str = "kube-apiserver";
 
-/// Why a caller was refused at the handshake: the `reason` label of
-/// `driftgate_webhook_client_certificates_refused_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// No client certificate at all.
-    Missing,
-    /// A certificate that does not verify against the client CAs (another CA, expired, not for
-    /// client authentication).
-    Untrusted,
-    /// A certificate from a client CA that names none of the expected names.
-    Name,
-}
-
-impl Refusal {
-    pub const ALL: [Refusal; 3] = [Refusal::Missing, Refusal::Untrusted, Refusal::Name];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Refusal::Missing => "missing",
-            Refusal::Untrusted => "untrusted",
-            Refusal::Name => "name",
-        }
-    }
-}
+// Its counter is registered with the other metrics, in `driftgate_kube`.
+pub use driftgate_kube::metrics::ClientCertRefusal as Refusal;
 
 /// `serve`'s client-authentication flags, once read.
 #[derive(Clone, Debug)]
@@ -161,6 +140,11 @@ impl fmt::Display for PresentedNames {
 #[derive(Debug)]
 struct Trust {
     verifier: Arc<dyn ClientCertVerifier>,
+}
+
+/// A client CA file's problem, said as the serving pair's are.
+fn tls_error(path: &Path, reason: impl Into<String>) -> crate::Error {
+    driftgate_core::certs::pem::tls_error(path, reason).into()
 }
 
 /// Parses the PEM bundle `pem` (read from `path`) into the verifier of the client CAs: at

@@ -1,4 +1,4 @@
-//! `driftgate_break_glass_labels_expired`: the I/O edge of [`crate::lingering`], whose
+//! `driftgate_break_glass_labels_expired`: the I/O edge of [`driftgate_core::lingering`], whose
 //! labels the review handler feeds (`remember` in the server module).
 
 use std::sync::Arc;
@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::PolicyLabels;
 use crate::server::AppState;
+use driftgate_kube::metrics::PolicyLabels;
 
 /// Every `interval`, sets `driftgate_break_glass_labels_expired` from the labels reviews showed:
 /// a label expires with time, not with a write.

@@ -2,15 +2,9 @@
 //!
 //! The routers hold no TLS and no sockets, so tests drive them with `tower::ServiceExt::oneshot`.
 
-pub mod cascade;
 pub mod client_auth;
 pub mod connections;
-pub mod gatepolicies;
 pub mod lingering;
-pub mod reload;
-pub mod reports;
-pub mod silence;
-pub mod suspensions;
 pub mod tls;
 pub mod windows;
 
@@ -33,26 +27,28 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use tower_http::timeout::TimeoutLayer;
 
-use crate::decision::{
+use connections::BodyBudget;
+use driftgate_core::decision::{
     Decision, DecisionInput, cascade_query, decide_with_cascade, may_guard, needs_parent,
     unreadable,
 };
-use crate::deletions::DeletionTally;
-use crate::events::EventSink;
-use crate::kube_state::{NamespaceCache, Parent, ParentLookup, ResourceCatalog, StoredReader};
-use crate::ledger::service::Ledger;
-use crate::metrics::{Metrics, ReviewLabels};
-use crate::policy::PolicySet;
-use crate::reading::{ReadReview, read_lazily, read_whole};
-use crate::request::{AdmittedWrite, RequestFacts, scope_namespace};
-use crate::review::lazy::parse_lazily;
-use crate::review::{SHALLOW_DEPTH, parse_envelope, stack_for};
-use crate::silence::DEFAULT_SILENCE_AFTER;
-use crate::text::{MAX_NAME_CHARS, echo};
-use cascade::CascadeReader;
-use connections::BodyBudget;
-use reload::PolicyStatus;
-use silence::SilenceTracker;
+use driftgate_core::deletions::DeletionTally;
+use driftgate_core::policy::PolicySet;
+use driftgate_core::reading::{ReadReview, read_lazily, read_whole};
+use driftgate_core::request::{AdmittedWrite, RequestFacts, scope_namespace};
+use driftgate_core::review::lazy::parse_lazily;
+use driftgate_core::review::{SHALLOW_DEPTH, parse_envelope, stack_for};
+use driftgate_core::silence::DEFAULT_SILENCE_AFTER;
+use driftgate_core::text::{MAX_NAME_CHARS, echo};
+use driftgate_kube::event_sink::EventSink;
+use driftgate_kube::kube_state::{
+    NamespaceCache, Parent, ParentLookup, ResourceCatalog, StoredReader,
+};
+use driftgate_kube::ledger::service::Ledger;
+use driftgate_kube::metrics::{Metrics, ReviewLabels};
+use driftgate_kube::tasks::cascade::CascadeReader;
+use driftgate_kube::tasks::reload::PolicyStatus;
+use driftgate_kube::tasks::silence::SilenceTracker;
 use windows::WindowTracker;
 
 /// Large enough for a review carrying two objects (old and new) at the API server's limit for
@@ -96,14 +92,14 @@ pub struct AppState {
     /// Bytes of request bodies that may be held at once.
     pub body_budget: BodyBudget,
     /// The GatePolicy source, when `serve --gatepolicies` reads one.
-    pub gatepolicies: Option<Arc<gatepolicies::GatePolicyHealth>>,
+    pub gatepolicies: Option<Arc<driftgate_kube::tasks::gatepolicies::GatePolicyHealth>>,
     /// The controllers' recent deletes, for `deletions.controllerLimit`. Each replica counts
     /// the deletes it reviews.
     pub deletions: Arc<std::sync::Mutex<DeletionTally>>,
     /// Break-glass labels seen on reviewed objects, for the expired-label gauge.
-    pub lingering: std::sync::RwLock<crate::lingering::LingeringLabels>,
+    pub lingering: std::sync::RwLock<driftgate_core::lingering::LingeringLabels>,
     /// The recent denials per namespace, for the PolicyReports (`serve --policy-reports`).
-    pub denials: Option<Arc<std::sync::Mutex<crate::reports::RecentDenials>>>,
+    pub denials: Option<Arc<std::sync::Mutex<driftgate_core::reports::RecentDenials>>>,
     /// Whether every review comes from the API server: true only when the webhook port
     /// requires a client certificate (`serve --client-ca-file`), so every review reached the
     /// handler through a handshake that verified the caller. Otherwise a review is only a claim
@@ -163,7 +159,7 @@ impl AppState {
     /// The GatePolicy source's health, when `serve --gatepolicies` reads one.
     pub fn with_gatepolicies(
         mut self,
-        health: Option<Arc<gatepolicies::GatePolicyHealth>>,
+        health: Option<Arc<driftgate_kube::tasks::gatepolicies::GatePolicyHealth>>,
     ) -> Self {
         self.gatepolicies = health;
         self
@@ -199,7 +195,7 @@ impl AppState {
     /// Keeps each denial in `denials` (bounded) for the PolicyReports.
     pub fn with_denials(
         mut self,
-        denials: Arc<std::sync::Mutex<crate::reports::RecentDenials>>,
+        denials: Arc<std::sync::Mutex<driftgate_core::reports::RecentDenials>>,
     ) -> Self {
         self.denials = Some(denials);
         self
@@ -559,7 +555,7 @@ fn remember(state: &AppState, policies: &PolicySet, facts: &RequestFacts<'_>, de
     // authenticated API server's reviews are reported.
     if let Some(denials) = &state.denials
         && state.caller_authenticated
-        && let Some(denial) = crate::reports::denial_of(decision, now)
+        && let Some(denial) = driftgate_core::reports::denial_of(decision, now)
     {
         denials
             .lock()
@@ -583,7 +579,7 @@ fn confirm_controller_write(
     if !decision.allowed || facts.request().operation() == Operation::Delete {
         return;
     }
-    let writers = crate::silence::tracked_writers(policies, decision);
+    let writers = driftgate_core::silence::tracked_writers(policies, decision);
     let Some(write) = AdmittedWrite::of(facts).filter(|_| !writers.is_empty()) else {
         return;
     };
@@ -738,7 +734,7 @@ async fn count_deletes(
     policies: &PolicySet,
     now: Timestamp,
 ) {
-    let deletes = crate::deletions::counted_deletes(facts, decision, policies);
+    let deletes = driftgate_core::deletions::counted_deletes(facts, decision, policies);
     if state.caller_authenticated {
         if !deletes.is_empty() {
             state
@@ -751,7 +747,7 @@ async fn count_deletes(
     }
     // The read is paid only for deletes something counts: the tally, or a controller's
     // silence due for a confirmation.
-    let mut writers = crate::silence::tracked_writers(policies, decision);
+    let mut writers = driftgate_core::silence::tracked_writers(policies, decision);
     if writers.is_empty() || !state.silence.should_confirm(&writers, now) {
         writers.clear();
     }
@@ -761,8 +757,12 @@ async fn count_deletes(
     let (Some(write), Some(client)) = (AdmittedWrite::of(facts), state.api.clone()) else {
         return;
     };
-    let stored = match crate::kube_state::read_stored(client, &write.address, DELETE_READ_TIMEOUT)
-        .await
+    let stored = match driftgate_kube::kube_state::read_stored(
+        client,
+        &write.address,
+        DELETE_READ_TIMEOUT,
+    )
+    .await
     {
         Ok(stored) => stored,
         Err(error) => {
@@ -770,7 +770,7 @@ async fn count_deletes(
             return;
         }
     };
-    if !crate::deletions::existed_when_reviewed(&write, stored.as_ref()) {
+    if !driftgate_core::deletions::existed_when_reviewed(&write, stored.as_ref()) {
         tracing::info!(object = %write.address.name, uid = %write.uid, "a delete was reviewed of an object that is not there as the review names it (forged, or deleted already): it is not counted");
         return;
     }
@@ -883,7 +883,7 @@ fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, el
     let verdict = decision.verdict_word();
     let policy = decision
         .audit_annotations
-        .get(crate::decision::AUDIT_POLICY)
+        .get(driftgate_core::decision::AUDIT_POLICY)
         .map_or("", String::as_str);
     state
         .metrics
@@ -926,7 +926,7 @@ fn observe(state: &AppState, request: &RequestFacts<'_>, decision: &Decision, el
     }
     // Writes no policy guards are most of a cluster's (every write outside kube-system reaches
     // driftgate): at info they would be most of the log, and of its cost.
-    if record.rule == crate::decision::Rule::OutOfScope {
+    if record.rule == driftgate_core::decision::Rule::OutOfScope {
         review_line!(debug);
     } else {
         review_line!(info);

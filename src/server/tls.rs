@@ -5,46 +5,34 @@
 //! keep the session they negotiated, so nothing in flight is dropped. With `serve
 //! --client-ca-file`, every config requires the caller's client certificate (`client_auth`).
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::{self, PemObject, SectionKind};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ParsedCertificate, ResolvesServerCert};
+use driftgate_core::certs::pem::{certified_key_from_pem, provider, read};
+use driftgate_core::error::Error as CoreError;
+use rustls::ServerConfig;
+use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{InconsistentKeys, ServerConfig};
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use driftgate_kube::metrics::Metrics;
+
+use crate::error::Result;
 use crate::server::client_auth::ClientAuth;
 
-/// The certificate chain and private key files (PEM), e.g. a mounted `kubernetes.io/tls` Secret.
-#[derive(Clone, Debug)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
+// Where the files and the slot are, for those who build a server config.
+pub use driftgate_core::certs::pem::TlsFiles;
+pub use driftgate_kube::runtime_certs::CertSlot;
 
 /// Installs ring as the process-wide rustls crypto provider; safe to call more than once.
 pub fn install_crypto_provider() {
     // An error only means a provider is already installed (by an earlier call, or by a library
     // that got there first); either way there is a default, which is all callers need.
     let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// The provider our server configs use. Chosen explicitly rather than taken from the process
-/// default, so a config is the same whether or not `install_crypto_provider` ran first.
-pub(crate) fn provider() -> Arc<CryptoProvider> {
-    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    PROVIDER
-        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
-        .clone()
 }
 
 /// Reads and checks the pair (parsable, key matches certificate), and builds a server config
@@ -68,129 +56,14 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>> {
     server_config_from_pem(files, &cert, &key, None)
 }
 
-pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| Error::Read {
-        path: path.to_owned(),
-        source,
-    })
-}
-
 pub(crate) async fn read_async(path: &Path) -> Result<Vec<u8>> {
-    tokio::fs::read(path).await.map_err(|source| Error::Read {
-        path: path.to_owned(),
-        source,
-    })
-}
-
-pub(crate) fn tls_error(path: &Path, reason: impl Into<String>) -> Error {
-    Error::Tls {
-        path: path.to_owned(),
-        reason: reason.into(),
-    }
-}
-
-/// The PEM sections in `pem` (read from `path`), of any kind, in file order; a section that
-/// does not parse is an error naming the file.
-pub(crate) fn pem_sections<'a>(
-    path: &'a Path,
-    pem: &'a [u8],
-) -> impl Iterator<Item = Result<(SectionKind, Vec<u8>)>> + 'a {
-    <(SectionKind, Vec<u8>)>::pem_slice_iter(pem).map(move |section| {
-        section.map_err(|e| {
-            tls_error(
-                path,
-                format!(
-                    "is not valid PEM ({}); is the file complete?",
-                    pem_problem(&e)
-                ),
-            )
-        })
-    })
-}
-
-/// What is wrong with a PEM text, in words: pki-types prints the marker lines as byte lists,
-/// which no one can read, so they are shown as text here.
-pub(crate) fn pem_problem(error: &pem::Error) -> String {
-    match error {
-        // `end_marker` holds only the label, e.g. `CERTIFICATE`.
-        pem::Error::MissingSectionEnd { end_marker } => format!(
-            "no -----END {}----- line",
-            String::from_utf8_lossy(end_marker)
-        ),
-        pem::Error::IllegalSectionStart { line } => {
-            format!("illegal section start: {:?}", String::from_utf8_lossy(line))
-        }
-        other => other.to_string(),
-    }
-}
-
-/// Parses the PEM certificate chain in `pem` (read from `path`): at least one certificate,
-/// leaf first, each one well-formed DER.
-pub(crate) fn parse_cert_chain(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
-    let mut chain = Vec::new();
-    for section in pem_sections(path, pem) {
-        match section? {
-            (SectionKind::Certificate, der) => chain.push(CertificateDer::from(der)),
-            // A certificate file is treated as public (copied into caBundles, pasted in
-            // tickets), so a key in it is a leak waiting to happen: refuse it.
-            (
-                SectionKind::PrivateKey | SectionKind::RsaPrivateKey | SectionKind::EcPrivateKey,
-                _,
-            ) => {
-                return Err(tls_error(
-                    path,
-                    "holds a private key; the certificate file must hold only the PEM \
-                     certificate chain (leaf first), and the key its own file",
-                ));
-            }
-            _ => {}
-        }
-    }
-    if chain.is_empty() {
-        return Err(tls_error(
-            path,
-            "holds no certificate (no -----BEGIN CERTIFICATE----- block); expected the PEM \
-             certificate chain, leaf first",
-        ));
-    }
-    // PEM only says the base64 decodes; parse the DER too, so a corrupt certificate is refused
-    // here rather than failing every handshake later.
-    for (index, cert) in chain.iter().enumerate() {
-        if let Err(e) = ParsedCertificate::try_from(cert) {
-            return Err(tls_error(
-                path,
-                format!(
-                    "certificate {} of {} is not a valid X.509 certificate: {e}",
-                    index + 1,
-                    chain.len()
-                ),
-            ));
-        }
-    }
-    Ok(chain)
-}
-
-/// Parses the one private key in `pem` (read from `path`): PKCS#8, PKCS#1 or SEC1.
-fn parse_private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>> {
-    let mut keys: Vec<PrivateKeyDer<'static>> = Vec::new();
-    for section in pem_sections(path, pem) {
-        let (kind, der) = section?;
-        // `from_pem` keeps the three private-key kinds (PKCS#8, PKCS#1, SEC1) and drops the rest.
-        keys.extend(PrivateKeyDer::from_pem(kind, der));
-    }
-    match keys.len() {
-        0 => Err(tls_error(
-            path,
-            "holds no private key (no -----BEGIN PRIVATE KEY----- or EC/RSA PRIVATE KEY \
-             block); expected the PEM private key of the serving certificate",
-        )),
-        // Which of several keys was meant is a guess we should not make.
-        1 => Ok(keys.pop().expect("one key")),
-        n => Err(tls_error(
-            path,
-            format!("holds {n} private keys; keep only the key of the serving certificate"),
-        )),
-    }
+    let read = tokio::fs::read(path)
+        .await
+        .map_err(|source| CoreError::Read {
+            path: path.to_owned(),
+            source,
+        });
+    Ok(read?)
 }
 
 /// Serves the one certificate whatever the client asks for (SNI included).
@@ -218,40 +91,6 @@ fn server_config_from_pem(
     ))
 }
 
-/// Parses and checks a serving pair (parsable, key matches certificate); `files` name where
-/// the PEM came from in any error (a Secret's keys are named the same way as files).
-pub(crate) fn certified_key_from_pem(
-    files: &TlsFiles,
-    cert: &[u8],
-    key: &[u8],
-) -> Result<CertifiedKey> {
-    let chain = parse_cert_chain(&files.cert, cert)?;
-    let key = parse_private_key(&files.key, key)?;
-    let signing_key = provider()
-        .key_provider
-        .load_private_key(key)
-        .map_err(|e| tls_error(&files.key, format!("is not a usable private key: {e}")))?;
-    let certified = CertifiedKey::new(chain, signing_key);
-    match certified.keys_match() {
-        Ok(()) => Ok(certified),
-        Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
-            Err(Error::TlsKeyMismatch {
-                cert: files.cert.clone(),
-                key: files.key.clone(),
-            })
-        }
-        // Includes "cannot tell" (a key that does not reveal its public half): serving a pair
-        // we could not check is how a mismatch reaches production.
-        Err(e) => Err(tls_error(
-            &files.key,
-            format!(
-                "cannot be checked against the certificate in {}: {e}",
-                files.cert.display()
-            ),
-        )),
-    }
-}
-
 /// TLS 1.2 and 1.3 with ALPN `h2` and `http/1.1`, certificates from `resolver`; with
 /// `client_auth`, every handshake requires a client certificate that it accepts.
 pub fn server_config_with_resolver(
@@ -277,28 +116,6 @@ pub fn server_config_with_resolver(
     };
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Arc::new(config)
-}
-
-/// The serving certificate of runtime mode: swapped in place when the Secret changes, so new
-/// handshakes get the new certificate while established connections keep theirs. Empty until
-/// the first certificate is stored; a handshake then fails (no certificate to offer).
-#[derive(Debug, Default)]
-pub struct CertSlot(arc_swap::ArcSwapOption<CertifiedKey>);
-
-impl CertSlot {
-    pub fn store(&self, certified: Arc<CertifiedKey>) {
-        self.0.store(Some(certified));
-    }
-
-    pub fn is_loaded(&self) -> bool {
-        self.0.load().is_some()
-    }
-}
-
-impl ResolvesServerCert for CertSlot {
-    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.0.load_full()
-    }
 }
 
 /// What the two files held at one poll: their contents, or why they could not be read.
@@ -512,31 +329,4 @@ pub(crate) fn poll_ticker(interval: Duration) -> tokio::time::Interval {
     // After a stall, poll once rather than in a burst.
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     ticker
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const CERT_START: &[u8] = b"-----BEGIN CERTIFICATE-----\nMIIB\n";
-
-    #[test]
-    fn a_cut_off_certificate_names_the_missing_end_line() {
-        let error = parse_cert_chain(Path::new("tls.crt"), CERT_START).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "tls.crt: is not valid PEM (no -----END CERTIFICATE----- line); is the file complete?"
-        );
-    }
-
-    #[test]
-    fn a_broken_begin_line_is_quoted_as_text() {
-        let error = parse_private_key(Path::new("tls.key"), b"-----BEGIN PRIVATE KEY---\n")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("illegal section start: \"-----BEGIN PRIVATE KEY---\""),
-            "{error}"
-        );
-    }
 }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
 
-use crate::decision::{Decision, Rule, WindowScope};
-use crate::metrics::Metrics;
+use driftgate_core::decision::{Decision, Rule, WindowScope};
+use driftgate_kube::metrics::Metrics;
 
 pub struct WindowTracker {
     /// Window key (`namespace` or `namespace/Kind/name`) to its expiry.

@@ -3,7 +3,7 @@
 //! --field-manager=kustomize-controller` as its identity. Flux writes, and the gauge of its last
 //! write appears; Flux stops; past the threshold bob's refused write says that Flux may be down,
 //! and the gauge is older than the threshold. The rules of it (what counts as a write, which
-//! refusals say it) are tested in tests/silence.rs and src/silence.rs. Then the same with Flux's
+//! refusals say it) are tested in tests/silence.rs and crates/driftgate-core/src/silence.rs. Then the same with Flux's
 //! real kustomize-controller, suspended and resumed. And a real stop: a kustomize-controller of
 //! the test's own (the shared one serves every real-Flux test) killed, with driftgate's durable
 //! records (`--controller-silence-namespace`): a second replica that reviews nothing agrees,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use driftgate::metrics::Metrics;
 use driftgate::policy::{PolicyMode, PolicySet};
-use driftgate::server::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
+use driftgate::tasks::gatepolicies::{GatePolicyHealth, GatePolicyWatch, PolicySources};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

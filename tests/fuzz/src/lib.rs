@@ -16,7 +16,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use driftgate::decision::{Decision, DecisionInput, decide, may_guard, needs_parent};
-use driftgate::events::{EventSink, planned_events};
+use driftgate::event_sink::EventSink;
+use driftgate::events::planned_events;
 use driftgate::kube_state::{NamespaceCache, ParentLookup};
 use driftgate::metrics::Metrics;
 use driftgate::policy::PolicySet;
@@ -373,7 +374,7 @@ fn check_decision(facts: &RequestFacts<'_>, decision: &Decision) {
             "an Event note of {} bytes",
             event.note.len()
         );
-        let _ = event.to_event();
+        let _ = driftgate::event_sink::recorder_event(&event);
     }
 }
 
