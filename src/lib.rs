@@ -9,9 +9,9 @@
 #![forbid(unsafe_code)]
 
 pub use driftgate_core::{
-    backport, cascade, certs, decision, deletions, diff, events, fieldpath, ledger, lingering,
-    ownership, policy, reading, reports, request, review, scan, silence, suspensions, text,
-    timefmt, window,
+    backport, cascade, certs, decision, deletions, diff, events, fieldpath, files, ledger,
+    lingering, ownership, policy, reading, reports, request, review, scan, silence, suspensions,
+    text, timefmt, window,
 };
 pub use driftgate_kube::{
     blast_radius, event_sink, kube_state, leader, metrics, runtime_certs, tasks, throttle,

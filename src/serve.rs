@@ -25,7 +25,7 @@ use crate::server::tls::{
     spawn_tls_reloader,
 };
 use crate::server::{AppState, MAX_BODY_BYTES, admin_router, router};
-use driftgate_core::ledger::guard::LedgerGuard;
+use driftgate_core::decision::ledger_guard::LedgerGuard;
 use driftgate_core::policy::PolicySet;
 use driftgate_core::reports::{DEFAULT_DENIAL_LIMITS, RecentDenials};
 use driftgate_core::timefmt::{flag_duration, positive_flag_duration};

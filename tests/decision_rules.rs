@@ -2,10 +2,10 @@
 //! varies exactly one thing. The fixtures in `tests/fixtures/` cover the same rules with
 //! reviews as a real API server sends them (run as `policy test` suites in `cli.rs`).
 
+use driftgate::decision::ledger_guard::LedgerGuard;
 use driftgate::decision::{
     DecisionInput, DiscoveredResource, Rule, WindowScope, decide, decide_with_ledger, may_guard,
 };
-use driftgate::ledger::guard::LedgerGuard;
 use driftgate::policy::PolicySet;
 use driftgate::request::RequestFacts;
 use driftgate::review::parse_review;
@@ -1271,7 +1271,7 @@ fn cases() -> Vec<Case> {
             false,
             Rule::NotPermitted,
         ),
-        // driftgate's own backport records, in a namespace no policy guards (ledger::guard).
+        // driftgate's own backport records, in a namespace no policy guards (decision::ledger_guard).
         case(
             "driftgate creates its record",
             Req::record("CREATE", DRIFTGATE, None, Some(record(awaiting()))),
@@ -4534,7 +4534,7 @@ fn the_example_policy_guards_argo_cd_s_objects_as_objects() {
 /// (`guards` from the envelope, `judge` from the whole review agree).
 #[test]
 fn the_ledger_guard_takes_in_the_records_and_their_crd_and_nothing_else() {
-    use driftgate::ledger::guard::{guards, judge};
+    use driftgate::decision::ledger_guard::{guards, judge};
     let policies = policies();
     let takes_in = |req: Req| {
         let request = req.build();

@@ -5,10 +5,10 @@
 mod common;
 
 use driftgate::cascade::{DeletionCascade, Dependent, GroupKind};
+use driftgate::decision::ledger_guard::LedgerGuard;
 use driftgate::decision::{
     Decision, DecisionInput, Rule, cascade_query, decide_with_cascade, may_guard,
 };
-use driftgate::ledger::guard::LedgerGuard;
 use driftgate::policy::PolicySet;
 use driftgate::request::RequestFacts;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -15,10 +15,11 @@ use driftgate::decision::{
 };
 use driftgate::event_sink::{EventSink, recorder_event};
 use driftgate::events::{EventReason, EventType, MAX_NOTE_BYTES, PlannedEvent, planned_events};
+use driftgate::files::read_object;
 use driftgate::metrics::{Metrics, ReasonLabels};
 use driftgate::policy::PolicySet;
 use driftgate::request::RequestFacts;
-use driftgate::review::{parse_review, read_object};
+use driftgate::review::parse_review;
 use hyper::Method;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::core::DynamicObject;
@@ -533,7 +534,7 @@ fn every_fixture_plans_bounded_notes() {
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        let request = driftgate::review::read_review(&path).unwrap();
+        let request = driftgate::files::read_review(&path).unwrap();
         let decision = decide_with(&policies, &request, None, NOW);
         for event in planned_events(&RequestFacts::new(&request), &decision) {
             assert_bounded(&event);

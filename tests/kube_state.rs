@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use common::*;
 use driftgate::decision::Rule;
+use driftgate::files::read_object;
 use driftgate::kube_state::{NamespaceCache, Parent, ParentLookup};
 use driftgate::metrics::{Metrics, ResultLabels};
 use driftgate::request::RequestFacts;
-use driftgate::review::read_object;
 use hyper::Method;
 use hyper::Request;
 use kube::client::Body;

@@ -34,7 +34,7 @@ for arg in "$@"; do
 done
 if [ ${#files[@]} -eq 0 ]; then
   core=crates/driftgate-core/src
-  files=("$core"/ledger/evidence.rs "$core"/ledger/controller.rs "$core"/ownership.rs "$core"/ledger/guard.rs "$core"/window.rs "$core"/decision/*.rs)
+  files=("$core"/ledger/evidence.rs "$core"/ledger/controller.rs "$core"/ownership.rs "$core"/window.rs "$core"/decision/*.rs)
 fi
 second_extra=()
 for arg in ${extra[@]+"${extra[@]}"}; do
@@ -48,7 +48,7 @@ out=${MUTANTS_OUT:-${CARGO_TARGET_DIR:-target}/mutants}
 # the integration test), and the second pass runs the table for whatever survives.
 first_pass_tests() {
   case $1 in
-    */ledger/guard.rs) echo --test-workspace=true -C --test=decision_rules ;;
+    */decision/ledger_guard.rs) echo --test-workspace=true -C --test=decision_rules ;;
     *) echo -C --lib ;;
   esac
 }

@@ -12,11 +12,12 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 
 use driftgate_core::decision::{Decision, DecisionInput, decide, may_guard};
 use driftgate_core::error::{Error, Result};
+use driftgate_core::files::{read_object, read_review_body};
 use driftgate_core::policy::PolicySet;
 use driftgate_core::reading::{read_lazily, read_whole};
 use driftgate_core::request::{RequestFacts, scope_namespace};
 use driftgate_core::review::lazy::parse_lazily;
-use driftgate_core::review::{ReviewError, parse_envelope, read_object, read_review_body};
+use driftgate_core::review::{ReviewError, parse_envelope};
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 
 #[derive(Debug, Args)]
 pub struct ManArgs {
@@ -31,12 +31,13 @@ pub enum ManError {
 
 /// Writes every page into `dir` and returns their paths, the command's first, then each
 /// subcommand's in the order `--help` lists them (hidden ones left out, as from `--help`).
-pub fn write_pages(dir: &Path) -> Result<Vec<PathBuf>, ManError> {
+/// `command` is the CLI's definition (`Cli::command()`), which `--help` prints too.
+pub fn write_pages(command: clap::Command, dir: &Path) -> Result<Vec<PathBuf>, ManError> {
     std::fs::create_dir_all(dir).map_err(|source| ManError::Directory {
         dir: dir.to_owned(),
         source,
     })?;
-    let mut command = super::Cli::command().disable_help_subcommand(true);
+    let mut command = command.disable_help_subcommand(true);
     // Building names each subcommand as the page's title shows it: driftgate-break-glass-open.
     command.build();
     let mut written = Vec::new();
@@ -67,8 +68,13 @@ fn write_tree(
     Ok(())
 }
 
-pub fn run(args: &ManArgs, program: &str, out: &mut impl Write) -> ExitCode {
-    match write_pages(&args.dir) {
+pub fn run(
+    args: &ManArgs,
+    command: clap::Command,
+    program: &str,
+    out: &mut impl Write,
+) -> ExitCode {
+    match write_pages(command, &args.dir) {
         Ok(written) => {
             for path in written {
                 let _ = writeln!(out, "{}", path.display());
@@ -77,7 +83,7 @@ pub fn run(args: &ManArgs, program: &str, out: &mut impl Write) -> ExitCode {
         }
         Err(error) => {
             eprintln!("{program} man: {error}");
-            ExitCode::from(super::error::exit::FAILED)
+            ExitCode::from(crate::cli::exit::FAILED)
         }
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod backlog;
 pub mod backport;
+pub mod backport_error;
 pub mod break_glass;
 pub mod certs;
 pub mod cluster;
@@ -11,6 +12,7 @@ pub mod completion;
 pub mod crd;
 pub mod error;
 pub mod eval;
+pub mod exit;
 pub mod man;
 pub mod output;
 pub mod policy;
@@ -241,7 +243,7 @@ pub fn run(mut cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Crd => crd::print(program, &mut out),
-        Command::Man(args) => man::run(&args, program, &mut out),
+        Command::Man(args) => man::run(&args, Cli::command(), program, &mut out),
     }
 }
 

@@ -30,8 +30,8 @@ use serde::Deserialize;
 use crate::cli::eval::{OfflineContext, decide_body};
 use driftgate_core::decision::Decision;
 use driftgate_core::error::{Error, Result};
+use driftgate_core::files::{read_object, read_review_body};
 use driftgate_core::policy::PolicySet;
-use driftgate_core::review::{read_object, read_review_body};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -835,7 +835,7 @@ async fn decide_with_cluster(
         parent: None,
         recent_deletes: recent_deletes.as_ref(),
         now,
-        silence: Some(&silence),
+        silence: Some(&*silence),
     };
     // What a DELETE would take with it, read only when a policy judges that.
     let cascade = match cascade_query(policies, &input) {

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use driftgate::certs::DevCertPaths;
 use driftgate::decision::{Decision, DecisionInput, decide};
+use driftgate::files::{read_object, read_review};
 use driftgate::policy::PolicySet;
 use driftgate::request::RequestFacts;
-use driftgate::review::{read_object, read_review};
 use driftgate::server::tls::TlsFiles;
 use http_body_util::BodyExt;
 use hyper::{Request, Response, StatusCode};

@@ -8,13 +8,12 @@ use jiff::Timestamp;
 use kube_core::DynamicObject;
 use kube_core::admission::Operation;
 
+// The decision reads these (a delete's limit); the tally keeps them.
+pub use crate::decision::{RecentDeletes, within};
+
 use crate::decision::{Decision, Rule};
 use crate::policy::PolicySet;
 use crate::request::{AdmittedWrite, Landed, RequestFacts};
-
-/// The times of the controllers' recent deletes in one namespace, by policy: what a decision
-/// about a delete there reads.
-pub type RecentDeletes = BTreeMap<String, Vec<Timestamp>>;
 
 /// Every policy's recent controller deletes, by namespace. Bounded: each list keeps only what
 /// its policy's limit can still count, and nothing is kept for policies without a limit.
@@ -156,12 +155,6 @@ pub fn counted_deletes(
 /// is already going, does not, and would otherwise read back gone at once.
 pub fn existed_when_reviewed(write: &AdmittedWrite, stored: Option<&DynamicObject>) -> bool {
     write.deleted && !matches!(write.landed(stored), Landed::Gone)
-}
-
-/// How many of `times` fall within `per` before `now`.
-pub fn within(times: &[Timestamp], per: jiff::SignedDuration, now: Timestamp) -> usize {
-    let since = now - per;
-    times.iter().filter(|t| **t > since).count()
 }
 
 #[cfg(test)]

@@ -21,13 +21,13 @@ use kube_core::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{AUDIT_POLICY, Decision};
-use crate::ledger::phase::{awaiting_since, is_suspension, phase_of, phase_since};
-use crate::ledger::record::{BackportRequirement, Phase};
 use crate::policy::{NamespaceLabels, PolicySet};
+use crate::records::phase::{awaiting_since, is_suspension, phase_of, phase_since};
+use crate::records::record::{BackportRequirement, Phase};
 use crate::text::{MAX_NAME_CHARS, echo};
 use crate::timefmt::human_utc;
 
-pub const GROUP: &str = "wgpolicyk8s.io";
+pub const GROUP: &str = crate::policy::POLICY_REPORT_GROUP;
 pub const VERSION: &str = "v1alpha2";
 pub const KIND: &str = "PolicyReport";
 pub const PLURAL: &str = "policyreports";
@@ -363,7 +363,7 @@ fn record_result(record: &BackportRequirement, now: Timestamp) -> Option<ReportR
         source: SOURCE.to_owned(),
         scored: outcome == Outcome::Fail,
         timestamp: since.into(),
-        resources: vec![crate::ledger::record::regarding(record)],
+        resources: vec![crate::records::record::regarding(record)],
         properties,
     })
 }
@@ -392,8 +392,8 @@ fn denial_result(denial: &Denial) -> ReportResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::phase::tests::record_in;
-    use crate::ledger::record::BackportStatus;
+    use crate::records::phase::tests::record_in;
+    use crate::records::record::BackportStatus;
 
     fn at(text: &str) -> Timestamp {
         text.parse().unwrap()

@@ -255,6 +255,12 @@ impl ControllerSilence {
     }
 }
 
+impl crate::decision::StoppedControllers for ControllerSilence {
+    fn sentence(&self, policy: &GatePolicy, now: Timestamp) -> Option<String> {
+        ControllerSilence::sentence(self, policy, now)
+    }
+}
+
 impl Silence {
     /// "flux has not written in policy "production"'s namespaces for 3h 12m (since
     /// 2026-12-01 03:00 UTC); it may be down": what a refusal and `driftgate backlog` say.

@@ -9,7 +9,11 @@ use crate::text::{MAX_REASON_CHARS, echo};
 use crate::timefmt::human_utc;
 use crate::window::reason_of;
 
-use super::*;
+use crate::window::{BreakGlassWindow, WindowScope, WindowState, latest_expiry, window_state};
+
+use super::facts::*;
+use super::verdict::*;
+use super::words::*;
 
 /// What an UPDATE does to the break-glass label and reason.
 pub(super) enum BreakGlassChange {

@@ -5,11 +5,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube_core::admission::Operation;
 
 use crate::cascade::{DeletionCascade, Dependent, orphans_dependents};
-use crate::deletions::within;
 use crate::policy::{DeletionRules, GatePolicy, PolicySet};
 use crate::text::{MAX_NAME_CHARS, echo};
 
-use super::*;
+use jiff::Timestamp;
+
+use crate::window::{WindowScope, window_state};
+
+use super::facts::*;
+use super::verdict::*;
+use super::{scope::*, window::*, words::*};
+
+/// How many of `times` fall within `per` before `now`.
+pub fn within(times: &[Timestamp], per: jiff::SignedDuration, now: Timestamp) -> usize {
+    let since = now - per;
+    times.iter().filter(|t| **t > since).count()
+}
 
 /// The refusal of a delete the policy's `deletions` stop, if this is one: a protected kind
 /// without the allow annotation or an opener's open window, or a controller's delete beyond
@@ -223,12 +234,6 @@ pub(super) fn refuse_cascade(
     outcome.matched = controller.map(|c| c.name.clone());
     Some(outcome)
 }
-
-/// At most this many characters of an API error in a refusal.
-pub(super) const MAX_PROBLEM_CHARS: usize = 300;
-
-/// At most this many protected objects are named in one refusal.
-pub(super) const MAX_NAMED_DEPENDENTS: usize = 5;
 
 /// Whether `meta` carries the policy's allow annotation, "true".
 pub(super) fn marked_for_deletion(meta: &ObjectMeta, rules: &DeletionRules) -> bool {

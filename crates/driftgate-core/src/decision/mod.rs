@@ -11,30 +11,21 @@
 //! window's state from its label), the rule families `break_glass`, `deletion` and
 //! `suspension`, and `words` (the sentences refusals and warnings are made of).
 
-use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
-use jiff::Timestamp;
-use k8s_openapi::api::authentication::v1::UserInfo;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube_core::DynamicObject;
-use kube_core::admission::Operation;
-
 use crate::cascade::DeletionCascade;
-use crate::deletions::RecentDeletes;
-use crate::diff::{changed_paths, changed_status_paths};
-use crate::fieldpath::FieldPath;
-use crate::ledger::guard::LedgerGuard;
-use crate::ownership::forged_ownership;
-use crate::policy::document::GuardedOperation;
+use crate::decision::ledger_guard::LedgerGuard;
 use crate::policy::{BreakGlassRules, Controller, GatePolicy, PolicyMode, PolicySet};
-use crate::request::{RequestEnvelope, RequestFacts};
-use crate::silence::ControllerSilence;
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
 use crate::timefmt::human_utc;
 
 mod break_glass;
 mod deletion;
+mod facts;
+/// The ledger guards its own records and their CRD.
+pub mod ledger_guard;
+/// GatePolicy objects are compiled when written.
+pub mod policy_objects;
 mod scope;
 mod suspension;
 mod verdict;
@@ -44,7 +35,10 @@ mod words;
 pub use self::break_glass::is_placeholder_reason;
 use self::break_glass::*;
 use self::deletion::*;
-pub use self::deletion::{CascadeQuery, cascade_query};
+pub use self::deletion::{CascadeQuery, cascade_query, within};
+pub use self::facts::RecentDeletes;
+use self::facts::*;
+pub use self::facts::{DecisionInput, StoppedControllers};
 pub use self::scope::may_guard;
 use self::scope::*;
 use self::suspension::*;
@@ -53,327 +47,7 @@ use self::window::*;
 pub use self::words::only_writers;
 use self::words::*;
 pub use crate::window::{BreakGlassWindow, EXPIRY_CLOCK_TOLERANCE, WindowScope};
-use crate::window::{WindowState, latest_expiry, window_state};
-
-/// Inputs to a decision besides the policies.
-#[derive(Clone, Copy, Debug)]
-pub struct DecisionInput<'a> {
-    /// The request, described once per review.
-    pub request: &'a RequestFacts<'a>,
-    /// Metadata of the request's Namespace; `None` when unknown, which closes namespace windows.
-    pub namespace: Option<&'a ObjectMeta>,
-    /// For a subresource request (`scale`): the parent object as stored, whose labels carry the
-    /// window. `None`: no object window applies.
-    pub parent: Option<&'a DynamicObject>,
-    /// The request's resource as API discovery knows it; `None`: not known (no cluster, or a
-    /// resource discovery has not seen), which fails closed: a subresource of an unknown kind
-    /// is in scope, and `status` is judged.
-    pub resource: Option<&'a DiscoveredResource>,
-    /// For a DELETE: the controllers' recent deletes in its namespace, by policy. `None` (no
-    /// tally, as in `eval`): no `controllerLimit` applies.
-    pub recent_deletes: Option<&'a RecentDeletes>,
-    pub now: Timestamp,
-    /// When the policies' GitOps controllers last wrote, as the server saw it; `None`: not
-    /// known (`eval`, tests), and refusals say nothing about a stopped controller.
-    pub silence: Option<&'a ControllerSilence>,
-}
-
-/// What every policy looks at, computed once per request.
-struct Facts<'a> {
-    input: &'a DecisionInput<'a>,
-    about: &'a RequestFacts<'a>,
-    operation: Option<GuardedOperation>,
-    /// The subresource the write is judged as: "" for the object itself.
-    subresource: &'a str,
-    /// A subresource write judged as a write to the object itself, because its effect reaches
-    /// beyond the subresource (labels, annotations, finalizers, owners, spec, ownership): the
-    /// API server keeps such changes through `status` of Services and Namespaces, through
-    /// `namespaces/finalize`, `pods/resize` and others (tests/SECURITY.md).
-    through: Option<&'a str>,
-    /// The namespace that scopes the write; for a Namespace object, its own name.
-    namespace: Option<&'a str>,
-    /// The kind of the object written (for a subresource, of its parent); the resource's name
-    /// when the kind could not be resolved.
-    kind: &'a str,
-    /// Whether `kind` was resolved: false for a subresource whose parent kind neither discovery
-    /// nor the parent object told.
-    kind_known: bool,
-    /// Whether `.status` counts as a change: where the resource has no status subresource.
-    judge_status: bool,
-    user: &'a UserInfo,
-    changes: OnceCell<Changes>,
-    /// For a DELETE: the protected objects the garbage collector would delete with the object,
-    /// as the server read them; None when not read (no cluster, `eval`).
-    cascade: Option<&'a DeletionCascade>,
-}
-
-/// What an UPDATE changed.
-#[derive(Default)]
-struct Changes {
-    paths: Vec<FieldPath>,
-    /// How `managedFields` changed beyond the API server's bookkeeping (then `paths` holds
-    /// `metadata.managedFields` too).
-    forged_ownership: Option<String>,
-}
-
-/// The changes of an UPDATE: the fields that differ, `.status` where it is judged, and
-/// `metadata.managedFields` when ownership changed beyond the API server's bookkeeping. A
-/// subresource write cannot forge ownership (the API server starts from the stored
-/// managedFields there, tests/SECURITY.md), so its managedFields are its own bookkeeping.
-fn effective_changes(
-    old: &DynamicObject,
-    new: &DynamicObject,
-    field_manager: Option<&str>,
-    judge_status: bool,
-    through_subresource: bool,
-) -> Changes {
-    let mut paths = changed_paths(old, new);
-    if judge_status {
-        paths.extend(changed_status_paths(old, new));
-    }
-    if through_subresource {
-        return Changes {
-            paths,
-            forged_ownership: None,
-        };
-    }
-    let forged_ownership = forged_ownership(
-        old.metadata.managed_fields.as_deref(),
-        new.metadata.managed_fields.as_deref(),
-        field_manager,
-        &paths,
-    );
-    if forged_ownership.is_some() {
-        paths.push(FieldPath::new(["metadata", "managedFields"]));
-    }
-    Changes {
-        paths,
-        forged_ownership,
-    }
-}
-
-/// The kind a request writes: the request's own for the object itself; for a subresource, the
-/// parent's, from discovery or the parent object. Never guessed: `false` when unknown, with the
-/// resource's name in its place.
-fn resolve_kind<'a>(input: &DecisionInput<'a>, subresource: &str) -> (&'a str, bool) {
-    let request = input.request.request();
-    if subresource.is_empty() {
-        return (&request.kind().kind, true);
-    }
-    let parent_kind = input
-        .parent
-        .and_then(|p| p.types.as_ref())
-        .map(|t| t.kind.as_str());
-    match input.resource.map(|r| r.kind.as_str()).or(parent_kind) {
-        Some(kind) if !kind.is_empty() => (kind, true),
-        _ => (&request.resource().resource, false),
-    }
-}
-
-impl<'a> Facts<'a> {
-    fn new(input: &'a DecisionInput<'a>) -> Self {
-        let about = input.request;
-        let request = about.request();
-        let subresource = about.subresource();
-        let (kind, kind_known) = resolve_kind(input, subresource);
-        let mut facts = Facts {
-            input,
-            about,
-            operation: about.guarded_operation(),
-            subresource,
-            through: None,
-            namespace: about.scope_namespace(),
-            kind,
-            kind_known,
-            judge_status: subresource.is_empty() && input.resource.is_none_or(|r| !r.has_status),
-            user: request.user_info(),
-            changes: OnceCell::new(),
-            cascade: None,
-        };
-        // Judged by effect, not by path: a subresource write that carries the whole object and
-        // changes more than the subresource's own part is a write to the object.
-        if facts.carries_whole_object() && !facts.changes().is_empty() {
-            facts.through = Some(subresource);
-            facts.subresource = "";
-            // The objects are the parent itself, so they name its kind.
-            facts.kind = &request.kind().kind;
-            facts.kind_known = true;
-        }
-        facts
-    }
-
-    /// A subresource UPDATE whose objects are the parent itself (`status`, `finalize`,
-    /// `resize`), not another kind (`Scale`). Unresolved parents count unless the objects are
-    /// of another group or a Scale.
-    fn carries_whole_object(&self) -> bool {
-        let request = self.request();
-        let same_kind = if self.kind_known {
-            request.kind().kind == self.kind
-        } else {
-            request.kind().group == request.resource().group && request.kind().kind != "Scale"
-        };
-        !self.subresource.is_empty()
-            && request.operation() == Operation::Update
-            && self.about.object().is_some()
-            && self.about.old_object().is_some()
-            && same_kind
-    }
-
-    /// The envelope: who, what, where, which operation.
-    fn request(&self) -> RequestEnvelope<'a> {
-        self.about.request()
-    }
-
-    fn group(&self) -> &str {
-        &self.request().resource().group
-    }
-
-    /// Changed field paths of an UPDATE; empty for other operations.
-    fn changes(&self) -> &[FieldPath] {
-        &self.all_changes().paths
-    }
-
-    fn all_changes(&self) -> &Changes {
-        self.changes.get_or_init(|| {
-            match (
-                &self.request().operation(),
-                self.about.old_object(),
-                self.about.object(),
-            ) {
-                (Operation::Update, Some(old), Some(new)) => {
-                    let through_subresource = !self.about.subresource().is_empty();
-                    effective_changes(
-                        old.whole(),
-                        new.whole(),
-                        self.about.field_manager(),
-                        self.judge_status,
-                        through_subresource,
-                    )
-                }
-                _ => Changes::default(),
-            }
-        })
-    }
-
-    fn is_update(&self) -> bool {
-        self.operation == Some(GuardedOperation::Update)
-    }
-
-    /// The stored object whose labels may carry a window: `oldObject` for the object itself,
-    /// the caller-supplied parent for a subresource. A CREATE has none.
-    fn stored_meta(&self) -> Option<&'a ObjectMeta> {
-        if self.subresource.is_empty() {
-            match self.request().operation() {
-                Operation::Update | Operation::Delete => {
-                    self.about.old_object().map(|o| o.metadata())
-                }
-                _ => None,
-            }
-        } else {
-            self.input.parent.map(|p| &p.metadata)
-        }
-    }
-
-    /// The object as it will be after an UPDATE of the object itself.
-    fn new_meta(&self) -> Option<&'a ObjectMeta> {
-        self.about.object().map(|o| o.metadata())
-    }
-
-    /// "Deployment prod-payments/api", "Deployment prod-payments/api (scale)", "Service
-    /// prod-payments/api (through status)".
-    fn object_words(&self) -> String {
-        self.about
-            .object_words(self.kind, self.subresource, self.through)
-    }
-
-    /// "bob may not update Deployment prod-payments/api": the subject of most refusals.
-    fn may_not(&self) -> String {
-        format!(
-            "{} may not {} {}",
-            self.about.who(),
-            self.about.operation_word(),
-            self.object_words()
-        )
-    }
-
-    /// The command an opener would run, for denial messages.
-    fn open_command(&self) -> String {
-        let name = echo(self.request().name(), MAX_NAME_CHARS);
-        if self.is_namespace_object() {
-            // The namespace-wide window is on the Namespace itself, named as kubectl names it.
-            return format!(
-                "driftgate break-glass open namespace/{name} --for 1h --reason \"{REASON_PLACEHOLDER}\""
-            );
-        }
-        let target = format!("{}/{name}", self.target_type());
-        let Some(ns) = self.namespace else {
-            // A cluster-scoped object: its window is on the object, found without -n.
-            return format!(
-                "driftgate break-glass open {target} --for 1h --reason \"{REASON_PLACEHOLDER}\""
-            );
-        };
-        format!(
-            "driftgate break-glass open {target} -n {ns} --for 1h --reason \"{REASON_PLACEHOLDER}\""
-        )
-    }
-
-    /// How kubectl names the type: `deployment` for the core and apps groups, whose kinds are
-    /// unambiguous, and the fully qualified resource otherwise
-    /// (`services.serving.knative.dev`), so that a Knative Service never resolves to the core
-    /// Service.
-    fn target_type(&self) -> String {
-        let group = self.group();
-        let resource = &self.request().resource().resource;
-        if !group.is_empty() && group != "apps" {
-            format!("{resource}.{group}")
-        } else if self.kind_known {
-            self.kind.to_lowercase()
-        } else {
-            resource.clone()
-        }
-    }
-
-    fn is_namespace_object(&self) -> bool {
-        self.about.is_namespace_object()
-    }
-}
-
-/// A verdict before the policy's mode is applied.
-struct RuleOutcome {
-    rule: Rule,
-    admit: bool,
-    message: Option<String>,
-    warning: Option<String>,
-    matched: Option<String>,
-    window: Option<BreakGlassWindow>,
-    new_window: Option<BreakGlassWindow>,
-    refusal: Option<RefusalWords>,
-}
-
-impl RuleOutcome {
-    fn admit(rule: Rule) -> Self {
-        RuleOutcome {
-            rule,
-            admit: true,
-            message: None,
-            warning: None,
-            matched: None,
-            window: None,
-            new_window: None,
-            refusal: None,
-        }
-    }
-
-    /// A refusal by `rule` of `policy` in `words`, with `detail` in its message only.
-    fn refuse(rule: Rule, policy: &GatePolicy, words: RefusalWords, detail: &str) -> Self {
-        RuleOutcome {
-            admit: false,
-            message: Some(words.message(&policy.name, rule, detail)),
-            refusal: Some(words),
-            ..RuleOutcome::admit(rule)
-        }
-    }
-}
+use crate::window::{WindowState, window_state};
 
 /// Whether a subresource request's decision could change with its parent's break-glass window:
 /// a person refused for want of a window, or a controller that a window would hold. Only then
@@ -427,17 +101,6 @@ fn delegated(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
     Some(outcome)
 }
 
-/// Whether the controller a verdict matched is one that windows hold.
-fn held(policies: &PolicySet, verdict: &PolicyVerdict) -> bool {
-    policies
-        .policies()
-        .iter()
-        .filter(|p| p.name == verdict.policy)
-        .flat_map(|p| &p.controllers)
-        .find(|c| verdict.matched.as_deref() == Some(c.name.as_str()))
-        .is_none_or(|c| c.held_by_windows)
-}
-
 /// Decides the whole request against every policy, with no identity trusted to write backport
 /// records (`driftgate eval`); `serve` uses [`decide_with_ledger`].
 pub fn decide(policies: &PolicySet, input: &DecisionInput<'_>) -> Decision {
@@ -445,7 +108,7 @@ pub fn decide(policies: &PolicySet, input: &DecisionInput<'_>) -> Decision {
 }
 
 /// [`decide`], with `ledger` saying who writes backport records and their CRD: writes of those
-/// are judged by `ledger::guard` alone, in every namespace.
+/// are judged by `decision::ledger_guard` alone, in every namespace.
 pub fn decide_with_ledger(
     policies: &PolicySet,
     input: &DecisionInput<'_>,
@@ -464,10 +127,12 @@ pub fn decide_with_cascade<'a>(
 ) -> Decision {
     let mut facts = Facts::new(input);
     facts.cascade = cascade;
-    if let Some(verdict) = crate::policy::admission::judge(input.request) {
+    if let Some(verdict) = crate::decision::policy_objects::judge(input.request) {
         return assemble(&facts, vec![verdict]);
     }
-    if let Some(verdict) = crate::ledger::guard::judge(policies, ledger, input.request, input.now) {
+    if let Some(verdict) =
+        crate::decision::ledger_guard::judge(policies, ledger, input.request, input.now)
+    {
         return assemble(&facts, vec![verdict]);
     }
     let mut verdicts = Vec::new();
@@ -802,17 +467,6 @@ fn judge_windows(
         ));
     }
     outcome
-}
-
-/// The policy's controller this request comes from, by identity (a delete has no field manager).
-fn controller_of<'p>(
-    policy: &'p GatePolicy,
-    facts: &Facts<'_>,
-) -> Option<&'p crate::policy::Controller> {
-    policy
-        .controllers
-        .iter()
-        .find(|c| c.identity.matches(facts.user))
 }
 
 /// 8. The default: only the policy's controllers write here.

@@ -10,7 +10,7 @@ use crate::policy::scope::{NamespaceScope, may_carry_suspension};
 use crate::policy::{GatePolicy, NamespaceLabels, PolicySet};
 use crate::request::{RequestEnvelope, is_namespace_object, scope_namespace};
 
-use super::*;
+use super::facts::*;
 
 pub(super) fn in_scope(policy: &GatePolicy, facts: &Facts<'_>) -> bool {
     let Some(operation) = facts.operation else {
@@ -85,8 +85,8 @@ pub fn may_guard<'r>(
 ) -> bool {
     let request = request.into();
     // driftgate's own records are guarded in every namespace, and their CRD cluster-wide.
-    crate::ledger::guard::guards(request)
-        || crate::policy::admission::guards(request)
+    crate::decision::ledger_guard::guards(request)
+        || crate::decision::policy_objects::guards(request)
         || policies
             .policies()
             .iter()

@@ -7,7 +7,11 @@ use crate::request::ReviewObject;
 use crate::text::{MAX_NAME_CHARS, echo, warning};
 use crate::timefmt::human_utc;
 
-use super::*;
+use crate::window::{BreakGlassWindow, WindowScope, WindowState, latest_expiry, window_state};
+
+use super::facts::*;
+use super::verdict::*;
+use super::{break_glass::*, scope::*, words::*};
 
 /// What an UPDATE does to the suspensions its object carries.
 pub(super) enum SuspensionChange {

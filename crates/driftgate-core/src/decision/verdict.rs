@@ -64,7 +64,7 @@ pub enum Rule {
     /// A guarded review driftgate cannot judge: an object it could not read, or an UPDATE
     /// without both objects. Refused (fail closed).
     Unreadable,
-    /// driftgate's own identity wrote one of its backport records (see `ledger::guard`).
+    /// driftgate's own identity wrote one of its backport records (see `decision::ledger_guard`).
     LedgerWriter,
     /// An opener of the record's policy resolved it, with a note, their name and the time.
     RecordResolved,
@@ -84,7 +84,7 @@ pub enum Rule {
     LedgerCrdAdmin,
     /// Anybody else tried to change or delete the records' CRD.
     LedgerCrdProtected,
-    /// A GatePolicy object written compiles (see `policy::admission`).
+    /// A GatePolicy object written compiles (see `decision::policy_objects`).
     PolicyCompiled,
     /// A GatePolicy object written does not compile: refused with every problem.
     PolicyRefused,

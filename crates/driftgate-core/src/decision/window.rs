@@ -2,7 +2,9 @@
 
 use crate::policy::BreakGlassRules;
 
-use super::*;
+use crate::window::{BreakGlassWindow, WindowScope, WindowState, window_state};
+
+use super::facts::*;
 
 /// The windows that may cover this write: on the stored object, and on its namespace.
 pub(super) fn windows(facts: &Facts<'_>, rules: &BreakGlassRules) -> Vec<WindowState> {

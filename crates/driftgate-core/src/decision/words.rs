@@ -6,7 +6,16 @@ use crate::request::RequestFacts;
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, echo};
 use crate::timefmt::human_utc;
 
-use super::*;
+use crate::window::{BreakGlassWindow, WindowScope};
+
+use super::facts::*;
+use super::verdict::*;
+
+/// At most this many characters of an API error in a refusal.
+pub(super) const MAX_PROBLEM_CHARS: usize = 300;
+
+/// At most this many protected objects are named in one refusal.
+pub(super) const MAX_NAMED_DEPENDENTS: usize = 5;
 
 pub(super) fn describe_window(window: &BreakGlassWindow) -> String {
     describe_window_within(window, MAX_REASON_CHARS)

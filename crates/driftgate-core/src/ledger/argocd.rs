@@ -31,10 +31,10 @@ use crate::events::{EventReason, PlannedEvent};
 use crate::fieldpath::FieldPath;
 use crate::ledger::controller::Settlement;
 use crate::ledger::evidence::{applied_by_controller, digest, latest_changes, value_at};
-use crate::ledger::phase::PhaseChange;
-use crate::ledger::record::{BackportRequirement, RecordedObject};
 use crate::policy::document::{GuardedOperation, PolicyMode};
 use crate::policy::{GatePolicy, NamespaceLabels};
+use crate::records::phase::PhaseChange;
+use crate::records::record::{BackportRequirement, RecordedObject};
 
 /// Argo CD's annotation tracking (its default in v3): `APP:GROUP/KIND:NAMESPACE/NAME`.
 pub const TRACKING_ANNOTATION: &str = "argocd.argoproj.io/tracking-id";
@@ -413,8 +413,8 @@ mod tests {
     use super::*;
     use crate::ledger::evidence::LAST_APPLIED_ANNOTATION;
     use crate::ledger::plan::tests::{at, open_record};
-    use crate::ledger::record::{RecordedChange, RecordedField};
     use crate::policy::PolicySet;
+    use crate::records::record::{RecordedChange, RecordedField};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
@@ -595,7 +595,7 @@ spec:
         assert_eq!(
             (settlement.change.phase, settlement.change.reason),
             (
-                crate::ledger::record::Phase::Backported,
+                crate::records::record::Phase::Backported,
                 "ControllerFoundNothingToSync"
             )
         );

@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 
 use crate::fieldpath::FieldPath;
 use crate::ledger::evidence::{digest, value_at};
-use crate::ledger::phase::{PhaseChange, is_settled, phase_of};
 use crate::ledger::plan::{AppendTo, RecordWrite};
-use crate::ledger::record::{BackportRequirement, RecordedChange};
+use crate::records::phase::{PhaseChange, is_settled, phase_of};
+use crate::records::record::{BackportRequirement, RecordedChange};
 
 /// What one write recorded before its answer, to be confirmed by the object stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -325,7 +325,7 @@ mod tests {
 
     use super::*;
     use crate::ledger::plan::tests::open_record;
-    use crate::ledger::record::{BackportStatus, Phase, RecordedField, Transition};
+    use crate::records::record::{BackportStatus, Phase, RecordedField, Transition};
 
     const NOW: &str = "2026-12-02T10:00:00Z";
 

@@ -21,10 +21,10 @@ use serde_json::Value;
 use crate::decision::{PolicyVerdict, Rule};
 use crate::events::{EventReason, PlannedEvent};
 use crate::ledger::evidence::{Evidence, judge};
-use crate::ledger::phase::{PhaseChange, awaiting_since, phase_of, window_ended};
 use crate::ledger::plan::Refusal;
-use crate::ledger::record::{BackportRequirement, DryRunMatch, Phase};
 use crate::policy::BreakGlassRules;
+use crate::records::phase::{PhaseChange, awaiting_since, phase_of, window_ended};
+use crate::records::record::{BackportRequirement, DryRunMatch, Phase};
 use crate::request::{AdmittedWrite, Landed, RequestFacts};
 
 /// The object a write is to, as records name it: None without a uid (nothing to look up).
@@ -393,7 +393,7 @@ mod tests {
     use super::*;
     use crate::ledger::evidence::digest;
     use crate::ledger::plan::tests::{at, decision, open_record, policies, rules, update};
-    use crate::ledger::record::{
+    use crate::records::record::{
         BackportStatus, RecordScope, RecordedChange, RecordedField, RecordedObject, Transition,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

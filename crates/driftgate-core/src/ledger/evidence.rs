@@ -7,7 +7,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::fieldpath::FieldPath;
-use crate::ledger::record::{BackportRequirementSpec, RecordedChange, RecordedField};
+use crate::records::record::{BackportRequirementSpec, RecordedChange, RecordedField};
 
 pub const ABSENT: &str = "absent";
 
@@ -204,7 +204,7 @@ pub fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::record::*;
+    use crate::records::record::*;
     use serde_json::json;
 
     fn spec(fields: &[(&str, Option<Value>)]) -> BackportRequirementSpec {

@@ -15,13 +15,13 @@ use crate::decision::{
     BreakGlassWindow, Decision, DecisionRecord, PolicyVerdict, Rule, WindowScope,
 };
 use crate::ledger::evidence::{digest, value_at};
-use crate::ledger::phase::{PhaseChange, phase_of};
-use crate::ledger::record::{
+use crate::ledger::upkeep::{Expiry, expiry_of};
+use crate::policy::{BreakGlassRules, PolicySet};
+use crate::records::phase::{PhaseChange, phase_of};
+use crate::records::record::{
     BackportRequirement, BackportRequirementSpec, Phase, RecordScope, RecordedChange,
     RecordedField, RecordedObject, RecordedWindow,
 };
-use crate::ledger::upkeep::{Expiry, expiry_of};
-use crate::policy::{BreakGlassRules, PolicySet};
 use crate::request::RequestFacts;
 
 /// Labels on every record, so that the records of one object are one LIST away.
@@ -1390,7 +1390,7 @@ spec:
         let (request, decision) = suspension("alice", Rule::Suspended, "2026-11-30T10:00:00Z");
         let mut record = created(plan(&request, &decision, &[], "2026-11-30T09:00:00Z")).record;
         record.metadata.resource_version = Some("7".into());
-        record.status = Some(crate::ledger::record::BackportStatus {
+        record.status = Some(crate::records::record::BackportStatus {
             phase,
             ..Default::default()
         });
@@ -1415,7 +1415,7 @@ spec:
                 "not the window's record"
             );
             let now = at("2026-11-30T11:00:00Z");
-            let status = crate::ledger::phase::transitioned(record.status.as_ref(), &change, now);
+            let status = crate::records::phase::transitioned(record.status.as_ref(), &change, now);
             assert_eq!(status.phase, Phase::Resumed);
             assert_eq!(status.resumed_by.as_deref(), Some("bob"));
             assert_eq!(status.resumed_at.map(|t| t.0), Some(now));

@@ -11,12 +11,12 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube_core::ResourceExt;
 
 use crate::events::{EventReason, PlannedEvent};
-use crate::ledger::phase::{
+use crate::policy::{NamespaceLabels, PolicySet};
+use crate::records::phase::{
     PhaseChange, awaiting_since, is_suspension, past_retention, phase_of, suspension_ended,
     window_ended,
 };
-use crate::ledger::record::{BackportRequirement, Phase, pull_request_of};
-use crate::policy::{NamespaceLabels, PolicySet};
+use crate::records::record::{BackportRequirement, Phase, pull_request_of};
 use crate::timefmt::human_utc;
 
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -63,7 +63,7 @@ pub fn expiry_of(record: &BackportRequirement) -> Expiry<'_> {
         event: PlannedEvent::new(
             EventReason::BreakGlassExpired,
             note,
-            crate::ledger::record::regarding(record),
+            crate::records::record::regarding(record),
         ),
     }
 }
@@ -107,7 +107,7 @@ pub fn suspension_expiry_of(record: &BackportRequirement) -> Expiry<'_> {
         event: PlannedEvent::new(
             EventReason::SuspensionExpired,
             note,
-            crate::ledger::record::regarding(record),
+            crate::records::record::regarding(record),
         ),
     }
 }
@@ -198,7 +198,7 @@ fn oldest_awaiting<'r>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::phase::tests::record_in;
+    use crate::records::phase::tests::record_in;
 
     fn named(name: &str, phase: Phase, at: &str) -> Arc<BackportRequirement> {
         let mut record = record_in(phase, at);
@@ -276,7 +276,7 @@ mod tests {
     fn a_linked_pull_request_takes_a_record_out_of_the_unlinked_gauge_only() {
         let mut linked = record_in(Phase::AwaitingBackport, "2026-11-29T09:00:00Z");
         linked.metadata.annotations = Some(BTreeMap::from([(
-            crate::ledger::record::PULL_REQUEST_ANNOTATION.to_owned(),
+            crate::records::record::PULL_REQUEST_ANNOTATION.to_owned(),
             "https://git.example/payments/pull/412".to_owned(),
         )]));
         let records = [
@@ -359,7 +359,7 @@ mod tests {
 
     fn suspension_in(phase: Phase) -> Arc<BackportRequirement> {
         let mut record = record_in(phase, "2026-11-30T08:00:00Z");
-        record.spec.scope = crate::ledger::record::RecordScope::Suspension;
+        record.spec.scope = crate::records::record::RecordScope::Suspension;
         record.metadata.name = Some("kustomization-apps-1".into());
         Arc::new(record)
     }

@@ -3,7 +3,6 @@
 //! Loading never stops at the first problem: every error in every file is collected, each
 //! naming its file, line, document and field, and what is allowed instead.
 
-pub mod admission;
 pub mod cluster_scoped;
 pub mod document;
 mod foreign;
@@ -33,6 +32,9 @@ use crate::timefmt::WindowDuration;
 
 pub const DEFAULT_BREAK_GLASS_LABEL: &str = "driftgate.dev/break-glass";
 pub const DEFAULT_REASON_ANNOTATION: &str = "driftgate.dev/break-glass-reason";
+
+/// The group of PolicyReports (`reports`), which no policy guards: policy engines' output.
+pub const POLICY_REPORT_GROUP: &str = "wgpolicyk8s.io";
 
 /// One problem in a policy file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -298,7 +300,7 @@ impl GatePolicy {
         // PolicyReports are policy engines' run-time output (driftgate's, Kyverno's), not
         // desired state from Git.
         if group == "driftgate.dev"
-            || group == crate::reports::GROUP
+            || group == POLICY_REPORT_GROUP
             || (kind == "Event" && (group == "core" || group == "events.k8s.io"))
         {
             return false;
@@ -352,7 +354,7 @@ impl GatePolicy {
     /// over kinds cannot be ruled out (fail closed).
     pub fn guards_unresolved_resource(&self, group: &str, resource: &str) -> bool {
         let group = if group.is_empty() { "core" } else { group };
-        if group == "driftgate.dev" || group == crate::reports::GROUP {
+        if group == "driftgate.dev" || group == POLICY_REPORT_GROUP {
             return false;
         }
         !self

@@ -31,6 +31,7 @@ use crate::kube_state::{
 };
 use crate::ledger::writes::RecordWriter;
 use crate::metrics::Metrics;
+use driftgate_core::decision::ledger_guard::LedgerGuard;
 use driftgate_core::decision::{Decision, PolicyVerdict, Rule};
 use driftgate_core::ledger::argocd::{
     ArgoSettings, SyncedInputs, SyncedProof, judge_synced, recorded_objects, synced_settlement,
@@ -42,7 +43,6 @@ use driftgate_core::ledger::claims::{
 use driftgate_core::ledger::controller::{
     StoredWrite, WrittenObject, plan_controller_write, plan_stored_settlements,
 };
-use driftgate_core::ledger::guard::LedgerGuard;
 use driftgate_core::ledger::phase::{awaiting_since, is_suspension};
 use driftgate_core::ledger::plan::{
     LedgerTask, RecordingPlan, Refusal, StoredChange, ledger_tasks, plan_recording, record_key,

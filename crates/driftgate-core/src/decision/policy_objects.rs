@@ -4,7 +4,7 @@
 
 use kube_core::admission::Operation;
 
-use crate::decision::{PolicyVerdict, Rule};
+use super::verdict::{PolicyVerdict, Rule};
 use crate::policy::gatepolicy::{GROUP, PLURAL, compile_object, problem_lines};
 use crate::request::{RequestEnvelope, RequestFacts};
 
@@ -64,8 +64,8 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::decision::ledger_guard::LedgerGuard;
     use crate::decision::{AUDIT_DECISION, AUDIT_RULE, DecisionInput, decide_with_ledger};
-    use crate::ledger::guard::LedgerGuard;
     use crate::policy::PolicySet;
 
     fn request(

@@ -13,11 +13,11 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use kube_core::DynamicObject;
 use kube_core::admission::Operation;
 
-use crate::decision::{PolicyVerdict, Rule};
+use super::verdict::{PolicyVerdict, Rule};
 use crate::diff::changed_paths;
 use crate::fieldpath::FieldPath;
-use crate::ledger::record::{BackportRequirement, BackportStatus, Phase};
 use crate::policy::PolicySet;
+use crate::records::record::{BackportRequirement, BackportStatus, Phase};
 use crate::request::{RequestEnvelope, RequestFacts, ReviewObject};
 use crate::timefmt::human_utc;
 
@@ -231,7 +231,7 @@ fn judge_record(
 fn is_settled(record: Option<&BackportRequirement>) -> bool {
     record
         .and_then(|r| r.status.as_ref())
-        .is_some_and(|s| crate::ledger::phase::is_settled(s.phase))
+        .is_some_and(|s| crate::records::phase::is_settled(s.phase))
 }
 
 fn judge_delete(

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
-use crate::ledger::record::{
+use crate::records::record::{
     BackportRequirement, BackportStatus, DryRunMatch, Phase, RecordScope, Transition,
 };
 use crate::timefmt::human_utc;
@@ -303,7 +303,7 @@ pub fn status_patch(resource_version: Option<&str>, status: &BackportStatus) -> 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::ledger::record::{
+    use crate::records::record::{
         BackportRequirementSpec, RecordScope, RecordedObject, RecordedWindow,
     };
 
