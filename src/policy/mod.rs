@@ -721,6 +721,11 @@ fn compile_globs(patterns: &[&str]) -> Result<GlobSet, String> {
     builder.build().map_err(|error| error.to_string())
 }
 
+/// One-line errors, without a snippet of the source: a PolicyError names its file and line.
+fn read_options() -> serde_saphyr::Options {
+    serde_saphyr::options! { with_snippet: false }
+}
+
 /// A label or annotation key: an optional DNS-subdomain prefix and `/`, then a name of at most
 /// 63 characters of `[A-Za-z0-9._-]`, starting and ending alphanumeric.
 pub fn is_qualified_name(key: &str) -> bool {
@@ -755,14 +760,28 @@ impl Checker<'_> {
     /// still read); None, its problem reported, when it is YAML that does not read as a policy
     /// or another engine's document.
     fn read(&mut self, text: &str) -> Option<GatePolicyDocument> {
-        let options = || serde_saphyr::options! { with_snippet: false };
-        let outline = match serde_saphyr::from_str_with_options::<Option<Node>>(text, options()) {
-            Ok(outline) => outline?,
+        let outline = self.outline(text)?;
+        self.remember_name(&outline);
+        if self.refuse_foreign(&outline) {
+            return None;
+        }
+        self.read_fields(text, &outline)
+    }
+
+    /// The document's keys and values with their lines, to say where a problem is; None when it
+    /// is empty, or not YAML (reported).
+    fn outline(&mut self, text: &str) -> Option<Node> {
+        match serde_saphyr::from_str_with_options::<Option<Node>>(text, read_options()) {
+            Ok(outline) => outline,
             Err(error) => {
                 self.yaml_error(&error);
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    /// The policy's name, for every error from here on, and its line, for clashes with another's.
+    fn remember_name(&mut self, outline: &Node) {
         let name = outline
             .get("metadata")
             .and_then(|metadata| metadata.value.get("name"));
@@ -772,6 +791,11 @@ impl Checker<'_> {
         self.name_line = name
             .filter(|_| is_policy)
             .map(|name| name.referenced.line());
+    }
+
+    /// Whether the document is another engine's, or not an object at all: reported, and not
+    /// read as a policy.
+    fn refuse_foreign(&mut self, outline: &Node) -> bool {
         let text_of = |key| outline.get(key).and_then(|v| v.value.text());
         if let (Some(api_version), Some(kind)) = (outline.get("apiVersion"), text_of("kind"))
             && let Some(problem) = api_version
@@ -780,9 +804,9 @@ impl Checker<'_> {
                 .and_then(|api_version| foreign::other_engine(api_version, kind))
         {
             self.error(api_version.referenced, "apiVersion", problem);
-            return None;
+            return true;
         }
-        if let Node::Map(entries) = &outline
+        if let Node::Map(entries) = outline
             && outline.get("apiVersion").is_none()
             && outline.get("kind").is_none()
         {
@@ -790,9 +814,15 @@ impl Checker<'_> {
                 .first()
                 .map_or(Location::UNKNOWN, |(k, _)| k.referenced);
             self.error(first, "(document)", foreign::not_an_object());
-            return None;
+            return true;
         }
-        let is_object = text_of("kind") == Some(KIND);
+        false
+    }
+
+    /// [`Checker::read`] once the document is known to be meant as a policy: each field it cannot
+    /// read is reported and blanked, and the rest read again.
+    fn read_fields(&mut self, text: &str, outline: &Node) -> Option<GatePolicyDocument> {
+        let is_object = outline.get("kind").and_then(|v| v.value.text()) == Some(KIND);
         let original = text;
         let mut text = text.to_owned();
         let mut server_fields: Vec<(Location, String)> = Vec::new();
@@ -800,14 +830,16 @@ impl Checker<'_> {
         let mut blanked: Vec<String> = Vec::new();
         let mut result = None;
         for _ in 0..MAX_UNREADABLE_FIELDS {
-            let error =
-                match serde_saphyr::from_str_with_options::<GatePolicyDocument>(&text, options()) {
-                    Ok(parsed) => {
-                        result = Some(parsed);
-                        break;
-                    }
-                    Err(error) => error,
-                };
+            let error = match serde_saphyr::from_str_with_options::<GatePolicyDocument>(
+                &text,
+                read_options(),
+            ) {
+                Ok(parsed) => {
+                    result = Some(parsed);
+                    break;
+                }
+                Err(error) => error,
+            };
             let entry = match &error {
                 serde_saphyr::Error::SerdeUnknownField {
                     field,
@@ -828,7 +860,7 @@ impl Checker<'_> {
                         .iter()
                         .any(|path| path.rsplit('.').next() == Some(field))
                     {
-                        self.missing_field(&outline, field, *location);
+                        self.missing_field(outline, field, *location);
                     }
                     break;
                 }
