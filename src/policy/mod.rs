@@ -24,6 +24,7 @@ pub use document::PolicyMode;
 use document::{
     API_VERSION, BreakGlassSpec, ClusterScopedSpec, ControllerSpec, DelegationSpec,
     DeletionLimitSpec, DeletionsSpec, GatePolicyDocument, GuardedOperation, KIND,
+    NamespaceScopeSpec, ResourceScopeSpec,
 };
 
 use reading::Node;
@@ -1007,87 +1008,12 @@ impl Checker<'_> {
         let errors_before = self.errors.len();
         let name = doc.metadata.name.value.clone();
         self.policy = Some(name.clone());
-        if doc.api_version.value != API_VERSION {
-            self.error(
-                doc.api_version.referenced,
-                "apiVersion",
-                format!(
-                    "\"{}\" is not supported; use {API_VERSION}",
-                    doc.api_version.value
-                ),
-            );
-        }
-        if doc.kind.value != KIND {
-            self.error(
-                doc.kind.referenced,
-                "kind",
-                format!("\"{}\" is not a policy; use {KIND}", doc.kind.value),
-            );
-        }
-        let name_ok = !name.is_empty()
-            && name.len() <= 253
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
-        if !name_ok {
-            self.error(
-                doc.metadata.name.referenced,
-                "metadata.name",
-                format!(
-                    "\"{name}\" is not a valid name; use lowercase letters, digits, '-' and '.'"
-                ),
-            );
-        }
+        self.check_header(&doc);
         let spec = doc.spec.value;
-
-        let namespaces = spec.namespaces;
-        if namespaces.value.include.is_empty() && namespaces.value.selector.is_none() {
-            self.error(
-                namespaces.referenced,
-                "spec.namespaces.include",
-                "is empty: name at least one namespace glob such as \"prod-*\"",
-            );
-        }
-        let namespace_include = self.globs("spec.namespaces.include", &namespaces.value.include);
-        let namespace_exclude = self.globs("spec.namespaces.exclude", &namespaces.value.exclude);
-        let namespace_selector = namespaces.value.selector.map(|s| s.match_labels.value);
-
-        let (resource_include, resource_exclude) = match &spec.resources {
-            None => (compile_globs(&["*"]).unwrap_or_default(), GlobSet::empty()),
-            Some(resources) => {
-                let include = match &resources.include {
-                    Some(list) => {
-                        self.resource_patterns("spec.resources.include", list);
-                        self.globs("spec.resources.include", list)
-                    }
-                    None => compile_globs(&["*"]).unwrap_or_default(),
-                };
-                self.resource_patterns("spec.resources.exclude", &resources.exclude);
-                (
-                    include,
-                    self.globs("spec.resources.exclude", &resources.exclude),
-                )
-            }
-        };
-
-        let operations = match spec.operations {
-            None => vec![
-                GuardedOperation::Create,
-                GuardedOperation::Update,
-                GuardedOperation::Delete,
-            ],
-            Some(list) => {
-                if list.value.is_empty() {
-                    self.error(
-                        list.referenced,
-                        "spec.operations",
-                        "is empty: list CREATE, UPDATE and/or DELETE, or leave it out for all three",
-                    );
-                }
-                list.value
-            }
-        };
-
+        let (namespace_include, namespace_exclude, namespace_selector) =
+            self.namespaces(spec.namespaces);
+        let (resource_include, resource_exclude) = self.resources(spec.resources.as_ref());
+        let operations = self.operations(spec.operations);
         let subresources = match &spec.subresources {
             None => vec![String::new(), "scale".to_owned()],
             Some(list) => self.subresource_list("spec.subresources", list),
@@ -1137,6 +1063,101 @@ impl Checker<'_> {
             suspensions,
             cluster_scoped,
         })
+    }
+
+    /// `apiVersion`, `kind` and `metadata.name`.
+    fn check_header(&mut self, doc: &GatePolicyDocument) {
+        if doc.api_version.value != API_VERSION {
+            self.error(
+                doc.api_version.referenced,
+                "apiVersion",
+                format!(
+                    "\"{}\" is not supported; use {API_VERSION}",
+                    doc.api_version.value
+                ),
+            );
+        }
+        if doc.kind.value != KIND {
+            self.error(
+                doc.kind.referenced,
+                "kind",
+                format!("\"{}\" is not a policy; use {KIND}", doc.kind.value),
+            );
+        }
+        let name = &doc.metadata.name.value;
+        let name_ok = !name.is_empty()
+            && name.len() <= 253
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        if !name_ok {
+            self.error(
+                doc.metadata.name.referenced,
+                "metadata.name",
+                format!(
+                    "\"{name}\" is not a valid name; use lowercase letters, digits, '-' and '.'"
+                ),
+            );
+        }
+    }
+
+    /// `spec.namespaces`: the include and exclude globs, and the label selector.
+    fn namespaces(
+        &mut self,
+        namespaces: Spanned<NamespaceScopeSpec>,
+    ) -> (GlobSet, GlobSet, Option<BTreeMap<String, String>>) {
+        if namespaces.value.include.is_empty() && namespaces.value.selector.is_none() {
+            self.error(
+                namespaces.referenced,
+                "spec.namespaces.include",
+                "is empty: name at least one namespace glob such as \"prod-*\"",
+            );
+        }
+        let include = self.globs("spec.namespaces.include", &namespaces.value.include);
+        let exclude = self.globs("spec.namespaces.exclude", &namespaces.value.exclude);
+        let selector = namespaces.value.selector.map(|s| s.match_labels.value);
+        (include, exclude, selector)
+    }
+
+    /// `spec.resources`: the include and exclude globs; every kind when it is left out.
+    fn resources(&mut self, resources: Option<&ResourceScopeSpec>) -> (GlobSet, GlobSet) {
+        let Some(resources) = resources else {
+            return (compile_globs(&["*"]).unwrap_or_default(), GlobSet::empty());
+        };
+        let include = match &resources.include {
+            Some(list) => {
+                self.resource_patterns("spec.resources.include", list);
+                self.globs("spec.resources.include", list)
+            }
+            None => compile_globs(&["*"]).unwrap_or_default(),
+        };
+        self.resource_patterns("spec.resources.exclude", &resources.exclude);
+        (
+            include,
+            self.globs("spec.resources.exclude", &resources.exclude),
+        )
+    }
+
+    /// `spec.operations`: all three when it is left out.
+    fn operations(
+        &mut self,
+        operations: Option<Spanned<Vec<GuardedOperation>>>,
+    ) -> Vec<GuardedOperation> {
+        let Some(list) = operations else {
+            return vec![
+                GuardedOperation::Create,
+                GuardedOperation::Update,
+                GuardedOperation::Delete,
+            ];
+        };
+        if list.value.is_empty() {
+            self.error(
+                list.referenced,
+                "spec.operations",
+                "is empty: list CREATE, UPDATE and/or DELETE, or leave it out for all three",
+            );
+        }
+        list.value
     }
 
     /// `spec.clusterScoped`: every entry that cannot be guarded said at its line, with why.
