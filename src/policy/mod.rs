@@ -1441,86 +1441,25 @@ impl Checker<'_> {
     }
 
     fn break_glass(&mut self, spec: BreakGlassSpec) -> Option<BreakGlassRules> {
-        let key = |checker: &mut Self,
-                   field: &str,
-                   value: Option<Spanned<String>>,
-                   default: &str| {
-            match value {
-                None => default.to_owned(),
-                Some(key) => {
-                    if !is_qualified_name(&key.value) {
-                        checker.error(
-                            key.referenced,
-                            field,
-                            format!(
-                                "\"{}\" is not a valid label/annotation key (optional DNS prefix and '/', then up to 63 of [A-Za-z0-9._-])",
-                                key.value
-                            ),
-                        );
-                    }
-                    key.value
-                }
-            }
-        };
-        let label = key(
-            self,
+        let label = self.label_or_annotation_key(
             "spec.breakGlass.label",
             spec.label,
             DEFAULT_BREAK_GLASS_LABEL,
         );
-        let reason_annotation = key(
-            self,
+        let reason_annotation = self.label_or_annotation_key(
             "spec.breakGlass.reasonAnnotation",
             spec.reason_annotation,
             DEFAULT_REASON_ANNOTATION,
         );
-        let max_duration = match WindowDuration::parse(&spec.max_duration.value) {
-            Ok(duration) => Some(duration),
-            Err(error) => {
-                self.error(
-                    spec.max_duration.referenced,
-                    "spec.breakGlass.maxDuration",
-                    error.to_string(),
-                );
-                None
-            }
-        };
-        let refuse_reverts_for = spec.refuse_reverts_for.as_ref().and_then(|text| {
-            match WindowDuration::parse(&text.value) {
-                Ok(duration) => Some(duration),
-                Err(error) => {
-                    self.error(
-                        text.referenced,
-                        "spec.breakGlass.refuseRevertsFor",
-                        error.to_string(),
-                    );
-                    None
-                }
-            }
-        });
-        let reason_pattern =
-            spec.reason_pattern.as_ref().and_then(|pattern| {
-                match regex::Regex::new(&pattern.value) {
-                    Ok(regex) => Some(regex),
-                    Err(error) => {
-                        let problem = match error {
-                            regex::Error::Syntax(text) => {
-                                text.lines().last().unwrap_or("").to_owned()
-                            }
-                            other => other.to_string(),
-                        };
-                        self.error(
-                            pattern.referenced,
-                            "spec.breakGlass.reasonPattern",
-                            format!(
-                                "\"{}\" is not a valid regular expression: {problem}",
-                                pattern.value
-                            ),
-                        );
-                        None
-                    }
-                }
-            });
+        let max_duration = self.window_duration("spec.breakGlass.maxDuration", &spec.max_duration);
+        let refuse_reverts_for = spec
+            .refuse_reverts_for
+            .as_ref()
+            .and_then(|text| self.window_duration("spec.breakGlass.refuseRevertsFor", text));
+        let reason_pattern = spec
+            .reason_pattern
+            .as_ref()
+            .and_then(|pattern| self.reason_pattern(pattern));
         let openers = self.identity(
             "spec.breakGlass.openers",
             spec.openers.referenced,
@@ -1539,6 +1478,63 @@ impl Checker<'_> {
             record_values: spec.record_values.unwrap_or(false),
             reason_pattern,
         })
+    }
+
+    /// The key `value` names, checked, or `default` when it is left out.
+    fn label_or_annotation_key(
+        &mut self,
+        field: &str,
+        value: Option<Spanned<String>>,
+        default: &str,
+    ) -> String {
+        let Some(key) = value else {
+            return default.to_owned();
+        };
+        if !is_qualified_name(&key.value) {
+            self.error(
+                key.referenced,
+                field,
+                format!(
+                    "\"{}\" is not a valid label/annotation key (optional DNS prefix and '/', then up to 63 of [A-Za-z0-9._-])",
+                    key.value
+                ),
+            );
+        }
+        key.value
+    }
+
+    /// A window's duration (`4h`); None when it does not read as one (reported).
+    fn window_duration(&mut self, field: &str, text: &Spanned<String>) -> Option<WindowDuration> {
+        match WindowDuration::parse(&text.value) {
+            Ok(duration) => Some(duration),
+            Err(error) => {
+                self.error(text.referenced, field, error.to_string());
+                None
+            }
+        }
+    }
+
+    /// `spec.breakGlass.reasonPattern` compiled; None when it is not a regular expression
+    /// (reported with the syntax error's last line, the one that says what is wrong).
+    fn reason_pattern(&mut self, pattern: &Spanned<String>) -> Option<regex::Regex> {
+        match regex::Regex::new(&pattern.value) {
+            Ok(regex) => Some(regex),
+            Err(error) => {
+                let problem = match error {
+                    regex::Error::Syntax(text) => text.lines().last().unwrap_or("").to_owned(),
+                    other => other.to_string(),
+                };
+                self.error(
+                    pattern.referenced,
+                    "spec.breakGlass.reasonPattern",
+                    format!(
+                        "\"{}\" is not a valid regular expression: {problem}",
+                        pattern.value
+                    ),
+                );
+                None
+            }
+        }
     }
 }
 
