@@ -96,42 +96,14 @@ const TAKES_AN_OBJECT: &[&[&str]] = &[
 
 /// The completions of `word`, the last argument, after `args` (pure).
 pub fn complete(command: &Command, args: &[String], word: &str) -> Answer {
-    let mut current = command;
-    let mut path: Vec<&str> = Vec::new();
-    let mut positionals = 0;
-    let mut connection = ConnectionArgs::default();
-    let mut namespace: Option<String> = None;
-    let mut taking_value: Option<&clap::Arg> = None;
-    for arg in args {
-        if let Some(flag) = taking_value.take() {
-            typed(flag, arg, &mut connection, &mut namespace);
-            continue;
-        }
-        if let Some(flag) = arg.strip_prefix("--") {
-            match flag.split_once('=') {
-                Some((flag, value)) => {
-                    if let Some(flag) = find_long(current, command, flag) {
-                        typed(flag, value, &mut connection, &mut namespace);
-                    }
-                }
-                None => {
-                    taking_value = find_long(current, command, flag).filter(|a| takes_value(a));
-                }
-            }
-        } else if let Some(short) = arg.strip_prefix('-').filter(|s| s.chars().count() == 1) {
-            let short = short.chars().next();
-            taking_value = current
-                .get_arguments()
-                .chain(command.get_arguments())
-                .find(|a| a.get_short() == short)
-                .filter(|a| takes_value(a));
-        } else if let Some(sub) = current.find_subcommand(arg) {
-            current = sub;
-            path.push(sub.get_name());
-        } else {
-            positionals += 1;
-        }
-    }
+    let TypedArgs {
+        current,
+        path,
+        positionals,
+        connection,
+        namespace,
+        taking_value,
+    } = TypedArgs::read(command, args);
     if let Some(arg) = taking_value {
         return match arg.get_long() {
             Some("context") => Answer::Lookup(Lookup::Contexts { connection }),
@@ -139,45 +111,137 @@ pub fn complete(command: &Command, args: &[String], word: &str) -> Answer {
             _ => values(arg, word),
         };
     }
-    if positionals == 0 && !word.starts_with('-') {
-        if TAKES_A_RECORD.contains(&path.as_slice()) {
-            return Answer::Lookup(Lookup::Records {
-                connection,
-                namespace,
-            });
-        }
-        if TAKES_AN_OBJECT.contains(&path.as_slice()) {
-            return Answer::Lookup(match word.split_once('/') {
-                Some((kind, _)) => Lookup::Objects {
-                    connection,
-                    namespace,
-                    kind: kind.to_owned(),
-                },
-                None => Lookup::Kinds { connection },
-            });
-        }
+    if positionals == 0
+        && !word.starts_with('-')
+        && let Some(lookup) = first_positional(&path, word, connection, namespace)
+    {
+        return Answer::Lookup(lookup);
     }
     if let Some((flag, value)) = word.strip_prefix("--").and_then(|w| w.split_once('=')) {
-        return match find_long(current, command, flag).map(|arg| values(arg, value)) {
-            Some(Answer::Known(lines, directive)) => {
-                let lines = lines.iter().map(|v| format!("--{flag}={v}")).collect();
-                Answer::Known(lines, directive)
-            }
-            _ => Answer::Known(Vec::new(), NO_FILE_COMP),
-        };
+        return flag_value(current, command, flag, value);
     }
     if word.starts_with('-') {
-        let lines = current
-            .get_arguments()
-            .chain(command.get_arguments().filter(|a| a.is_global_set()))
-            .filter(|a| !a.is_hide_set())
-            .filter_map(|a| a.get_long().map(|long| (long, a)))
-            .map(|(long, a)| line(&format!("--{long}"), a.get_help()))
-            .chain(std::iter::once("--help\tPrint help".to_owned()))
-            .filter(|l| l.starts_with(word))
-            .collect();
-        return Answer::Known(lines, NO_FILE_COMP);
+        return flags(current, command, word);
     }
+    subcommands_or_values(current, word)
+}
+
+/// What the arguments before the word say: the subcommand reached, the positionals after it,
+/// where to look names up, and the flag that takes the word as its value, if one does.
+struct TypedArgs<'a> {
+    current: &'a Command,
+    /// The subcommands' names, from the first.
+    path: Vec<&'a str>,
+    positionals: usize,
+    connection: ConnectionArgs,
+    namespace: Option<String>,
+    taking_value: Option<&'a clap::Arg>,
+}
+
+impl<'a> TypedArgs<'a> {
+    fn read(command: &'a Command, args: &[String]) -> Self {
+        let mut so_far = TypedArgs {
+            current: command,
+            path: Vec::new(),
+            positionals: 0,
+            connection: ConnectionArgs::default(),
+            namespace: None,
+            taking_value: None,
+        };
+        for arg in args {
+            so_far.read_arg(command, arg);
+        }
+        so_far
+    }
+
+    fn read_arg(&mut self, command: &'a Command, arg: &str) {
+        if let Some(flag) = self.taking_value.take() {
+            typed(flag, arg, &mut self.connection, &mut self.namespace);
+            return;
+        }
+        if let Some(flag) = arg.strip_prefix("--") {
+            match flag.split_once('=') {
+                Some((flag, value)) => {
+                    if let Some(flag) = find_long(self.current, command, flag) {
+                        typed(flag, value, &mut self.connection, &mut self.namespace);
+                    }
+                }
+                None => {
+                    self.taking_value =
+                        find_long(self.current, command, flag).filter(|a| takes_value(a));
+                }
+            }
+        } else if let Some(short) = arg.strip_prefix('-').filter(|s| s.chars().count() == 1) {
+            let short = short.chars().next();
+            self.taking_value = self
+                .current
+                .get_arguments()
+                .chain(command.get_arguments())
+                .find(|a| a.get_short() == short)
+                .filter(|a| takes_value(a));
+        } else if let Some(sub) = self.current.find_subcommand(arg) {
+            self.current = sub;
+            self.path.push(sub.get_name());
+        } else {
+            self.positionals += 1;
+        }
+    }
+}
+
+/// The names the first positional of the command at `path` takes, when only the cluster knows
+/// them: a record, or a KIND/NAME.
+fn first_positional(
+    path: &[&str],
+    word: &str,
+    connection: ConnectionArgs,
+    namespace: Option<String>,
+) -> Option<Lookup> {
+    if TAKES_A_RECORD.contains(&path) {
+        return Some(Lookup::Records {
+            connection,
+            namespace,
+        });
+    }
+    if TAKES_AN_OBJECT.contains(&path) {
+        return Some(match word.split_once('/') {
+            Some((kind, _)) => Lookup::Objects {
+                connection,
+                namespace,
+                kind: kind.to_owned(),
+            },
+            None => Lookup::Kinds { connection },
+        });
+    }
+    None
+}
+
+/// The values of `--flag=`, each written whole (`--flag=value`).
+fn flag_value(current: &Command, command: &Command, flag: &str, value: &str) -> Answer {
+    match find_long(current, command, flag).map(|arg| values(arg, value)) {
+        Some(Answer::Known(lines, directive)) => {
+            let lines = lines.iter().map(|v| format!("--{flag}={v}")).collect();
+            Answer::Known(lines, directive)
+        }
+        _ => Answer::Known(Vec::new(), NO_FILE_COMP),
+    }
+}
+
+/// The long flags of the current command and the global ones that start with `word`.
+fn flags(current: &Command, command: &Command, word: &str) -> Answer {
+    let lines = current
+        .get_arguments()
+        .chain(command.get_arguments().filter(|a| a.is_global_set()))
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long().map(|long| (long, a)))
+        .map(|(long, a)| line(&format!("--{long}"), a.get_help()))
+        .chain(std::iter::once("--help\tPrint help".to_owned()))
+        .filter(|l| l.starts_with(word))
+        .collect();
+    Answer::Known(lines, NO_FILE_COMP)
+}
+
+/// The subcommands and the positionals' possible values that start with `word`.
+fn subcommands_or_values(current: &Command, word: &str) -> Answer {
     let subcommands: Vec<String> = current
         .get_subcommands()
         .filter(|s| !s.is_hide_set() && s.get_name() != "help")

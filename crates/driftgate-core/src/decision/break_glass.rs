@@ -1,15 +1,16 @@
 //! The rules of break-glass windows: opening, extending, amending and closing one, and an
 //! opener's change under one.
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::fieldpath::FieldPath;
 use crate::policy::{BreakGlassRules, GatePolicy};
 use crate::text::{MAX_REASON_CHARS, echo};
 use crate::timefmt::human_utc;
-use crate::window::reason_of;
-
-use crate::window::{BreakGlassWindow, WindowScope, WindowState, latest_expiry, window_state};
+use crate::window::{
+    BreakGlassWindow, WindowScope, WindowState, latest_expiry, reason_of, window_state,
+};
 
 use super::facts::*;
 use super::verdict::*;
@@ -129,123 +130,165 @@ pub(super) fn break_glass_change(
     facts: &Facts<'_>,
     rules: &BreakGlassRules,
 ) -> Result<BreakGlassChange, WindowProblem> {
-    let refuse = |problem: String| WindowProblem {
-        problem,
-        detail: String::new(),
-    };
     let (Some(old), Some(new)) = (facts.stored_meta(), facts.new_meta()) else {
-        return Err(refuse("the request carries no object".to_owned()));
+        return Err(without_detail("the request carries no object".to_owned()));
     };
     let label = |m: &'_ ObjectMeta| m.labels.as_ref().and_then(|l| l.get(&rules.label)).cloned();
     let (old_label, new_label) = (label(old), label(new));
     let is_opener = rules.openers.matches(facts.user);
-    let not_opener = || {
-        refuse(format!(
-            "only {} may open, extend or amend a window",
-            rules.openers.describe()
-        ))
-    };
     let now = facts.input.now;
-    let reason = reason_of(new, &rules.reason_annotation);
     match (&old_label, &new_label) {
-        (Some(_), None) => {
-            // Closing hands the object back to the controller: openers may, the controller may
-            // (handled before this rule), others may not. A label that holds no window any
-            // more (past its expiry, or not an expiry) hands nothing back: removing it is
-            // tidying up, which anyone who may write the object may do.
-            // A window longer than maxDuration admits no write but has not ended: removing its
-            // label is closing it.
-            let holds_window = matches!(
-                window_state(old, rules, now, WindowScope::Object),
-                WindowState::Open(_) | WindowState::TooLong(_)
-            );
-            if is_opener || !holds_window {
-                Ok(BreakGlassChange::Closed)
-            } else {
-                Err(refuse(format!(
-                    "only {} or the controller may close a window",
-                    rules.openers.describe()
-                )))
-            }
-        }
+        (Some(_), None) => close_window(old, rules, now, is_opener),
         (old_value, Some(value)) if old_value.as_ref() == Some(value) => {
             if !is_opener {
-                return Err(not_opener());
+                return Err(not_opener(rules));
             }
-            if rules.require_reason && reason.is_none() {
-                return Err(refuse(format!(
-                    "the reason annotation {} cannot be removed while the window is open",
-                    rules.reason_annotation
-                )));
-            }
-            if let Some(problem) = reason_problem(reason.as_deref(), rules) {
-                return Err(refuse(problem));
-            }
-            let window = match window_state(new, rules, now, WindowScope::Object) {
-                WindowState::Open(w) => Some(w),
-                _ => None,
-            };
-            Ok(BreakGlassChange::Amended(window))
+            amend_window(new, rules, now)
         }
         (_, Some(value)) => {
             if !is_opener {
-                return Err(not_opener());
+                return Err(not_opener(rules));
             }
-            let window = match window_state(new, rules, now, WindowScope::Object) {
-                WindowState::Open(window) => window,
-                WindowState::Malformed { problem, .. } => {
-                    return Err(refuse(format!("the label {}: {problem}", rules.label)));
-                }
-                WindowState::Expired(window) => {
-                    return Err(refuse(format!(
-                        "the expiry {value} ({}) is not in the future",
-                        human_utc(window.expires_at)
-                    )));
-                }
-                WindowState::TooLong(window) => {
-                    return Err(WindowProblem {
-                        problem: format!(
-                            "the expiry {value} ({}) is more than maxDuration {} from now",
-                            human_utc(window.expires_at),
-                            rules.max_duration,
-                        ),
-                        detail: format!(
-                            "; the latest allowed is {}",
-                            human_utc(latest_expiry(now, rules.max_duration))
-                        ),
-                    });
-                }
-                // Not reached: the written object carries the label (matched above).
-                WindowState::Absent => {
-                    return Err(refuse(format!("the label {} is missing", rules.label)));
-                }
-            };
-            if rules.require_reason && reason.is_none() {
-                return Err(refuse(format!(
-                    "a reason is required: set the annotation {} in the same request (e.g. \"{REASON_EXAMPLE}\")",
-                    rules.reason_annotation
-                )));
-            }
-            if let Some(problem) = reason_problem(reason.as_deref(), rules) {
-                return Err(refuse(problem));
-            }
-            let was_open = matches!(
-                window_state(old, rules, now, WindowScope::Object),
-                WindowState::Open(_)
-            );
-            Ok(if was_open {
-                BreakGlassChange::Extended(window)
-            } else {
-                BreakGlassChange::Opened(window)
-            })
+            open_window(old, new, value, rules, now)
         }
         (None, None) => {
             // Only the reason annotation changed, with no window: harmless for openers.
             if is_opener {
                 Ok(BreakGlassChange::Amended(None))
             } else {
-                Err(not_opener())
+                Err(not_opener(rules))
             }
         }
+    }
+}
+
+/// A problem that does not change with the time of the request.
+fn without_detail(problem: String) -> WindowProblem {
+    WindowProblem {
+        problem,
+        detail: String::new(),
+    }
+}
+
+fn not_opener(rules: &BreakGlassRules) -> WindowProblem {
+    without_detail(format!(
+        "only {} may open, extend or amend a window",
+        rules.openers.describe()
+    ))
+}
+
+/// The label removed: the window on `old` closed, or a label that holds none tidied up.
+fn close_window(
+    old: &ObjectMeta,
+    rules: &BreakGlassRules,
+    now: Timestamp,
+    is_opener: bool,
+) -> Result<BreakGlassChange, WindowProblem> {
+    // Closing hands the object back to the controller: openers may, the controller may
+    // (handled before this rule), others may not. A label that holds no window any
+    // more (past its expiry, or not an expiry) hands nothing back: removing it is
+    // tidying up, which anyone who may write the object may do.
+    // A window longer than maxDuration admits no write but has not ended: removing its
+    // label is closing it.
+    let holds_window = matches!(
+        window_state(old, rules, now, WindowScope::Object),
+        WindowState::Open(_) | WindowState::TooLong(_)
+    );
+    if is_opener || !holds_window {
+        Ok(BreakGlassChange::Closed)
+    } else {
+        Err(without_detail(format!(
+            "only {} or the controller may close a window",
+            rules.openers.describe()
+        )))
+    }
+}
+
+/// An opener's change with the label kept as it was: the reason may change, not go.
+fn amend_window(
+    new: &ObjectMeta,
+    rules: &BreakGlassRules,
+    now: Timestamp,
+) -> Result<BreakGlassChange, WindowProblem> {
+    let reason = reason_of(new, &rules.reason_annotation);
+    if rules.require_reason && reason.is_none() {
+        return Err(without_detail(format!(
+            "the reason annotation {} cannot be removed while the window is open",
+            rules.reason_annotation
+        )));
+    }
+    if let Some(problem) = reason_problem(reason.as_deref(), rules) {
+        return Err(without_detail(problem));
+    }
+    let window = match window_state(new, rules, now, WindowScope::Object) {
+        WindowState::Open(w) => Some(w),
+        _ => None,
+    };
+    Ok(BreakGlassChange::Amended(window))
+}
+
+/// An opener's change that sets the label to `value`: a window opened, or an open one extended.
+fn open_window(
+    old: &ObjectMeta,
+    new: &ObjectMeta,
+    value: &str,
+    rules: &BreakGlassRules,
+    now: Timestamp,
+) -> Result<BreakGlassChange, WindowProblem> {
+    let window = requested_window(new, value, rules, now)?;
+    let reason = reason_of(new, &rules.reason_annotation);
+    if rules.require_reason && reason.is_none() {
+        return Err(without_detail(format!(
+            "a reason is required: set the annotation {} in the same request (e.g. \"{REASON_EXAMPLE}\")",
+            rules.reason_annotation
+        )));
+    }
+    if let Some(problem) = reason_problem(reason.as_deref(), rules) {
+        return Err(without_detail(problem));
+    }
+    let was_open = matches!(
+        window_state(old, rules, now, WindowScope::Object),
+        WindowState::Open(_)
+    );
+    Ok(if was_open {
+        BreakGlassChange::Extended(window)
+    } else {
+        BreakGlassChange::Opened(window)
+    })
+}
+
+/// The window the label `value` on `new` asks for, if the rules allow it.
+fn requested_window(
+    new: &ObjectMeta,
+    value: &str,
+    rules: &BreakGlassRules,
+    now: Timestamp,
+) -> Result<BreakGlassWindow, WindowProblem> {
+    match window_state(new, rules, now, WindowScope::Object) {
+        WindowState::Open(window) => Ok(window),
+        WindowState::Malformed { problem, .. } => Err(without_detail(format!(
+            "the label {}: {problem}",
+            rules.label
+        ))),
+        WindowState::Expired(window) => Err(without_detail(format!(
+            "the expiry {value} ({}) is not in the future",
+            human_utc(window.expires_at)
+        ))),
+        WindowState::TooLong(window) => Err(WindowProblem {
+            problem: format!(
+                "the expiry {value} ({}) is more than maxDuration {} from now",
+                human_utc(window.expires_at),
+                rules.max_duration,
+            ),
+            detail: format!(
+                "; the latest allowed is {}",
+                human_utc(latest_expiry(now, rules.max_duration))
+            ),
+        }),
+        // Not reached: `new` carries the label (break_glass_change matched it).
+        WindowState::Absent => Err(without_detail(format!(
+            "the label {} is missing",
+            rules.label
+        ))),
     }
 }

@@ -228,6 +228,31 @@ fn application_in_sync(
         application["metadata"]["namespace"].as_str().unwrap_or(""),
         application["metadata"]["name"].as_str().unwrap_or("")
     );
+    check_comparison(application, settings, group, kind, &name)?;
+    let (revision, deployed) = synced_revisions(spec, status, &name)?;
+    check_compared_since(status, last_change, &name)?;
+    if !lists_object_synced(status, tracking, group, kind) {
+        return Err(format!(
+            "Application {name} does not list the object as Synced"
+        ));
+    }
+    Ok(SyncedProof {
+        application: name,
+        revision: revision.to_owned(),
+        deployed: deployed.to_owned(),
+    })
+}
+
+/// That the Application's comparison hides no difference of `group/kind`: a single source,
+/// compared client-side after a client-side apply, with no ignoreDifferences for the kind.
+fn check_comparison(
+    application: &Value,
+    settings: &ArgoSettings,
+    group: &str,
+    kind: &str,
+    name: &str,
+) -> Result<(), String> {
+    let spec = &application["spec"];
     if spec["source"].is_null() || !spec["sources"].is_null() {
         return Err(format!(
             "Application {name} has several sources (or none): only a single source is compared"
@@ -239,7 +264,23 @@ fn application_in_sync(
             "Application {name} applies server-side (ServerSideApply=true)"
         ));
     }
-    if has_option(
+    if uses_server_side_diff(application, settings) {
+        return Err(format!(
+            "Application {name} is compared by server-side diff: its dry runs are the evidence"
+        ));
+    }
+    if ignores_differences(spec, settings, group, kind) {
+        return Err(format!(
+            "differences of {kind} objects are ignored (ignoreDifferences of Application {name} or argocd-cm)"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the Application is compared by server-side diff: its own compare option, or
+/// argocd-cmd-params-cm's for every Application that does not turn it off.
+fn uses_server_side_diff(application: &Value, settings: &ArgoSettings) -> bool {
+    has_option(
         application,
         COMPARE_OPTIONS_ANNOTATION,
         "ServerSideDiff=true",
@@ -253,16 +294,15 @@ fn application_in_sync(
             COMPARE_OPTIONS_ANNOTATION,
             "ServerSideDiff=false",
         ))
-    {
-        return Err(format!(
-            "Application {name} is compared by server-side diff: its dry runs are the evidence"
-        ));
-    }
-    if ignores_differences(spec, settings, group, kind) {
-        return Err(format!(
-            "differences of {kind} objects are ignored (ignoreDifferences of Application {name} or argocd-cm)"
-        ));
-    }
+}
+
+/// The revision the Application is Synced at (with its own source) and the one it last
+/// deployed, when they differ: Git moved since the deploy.
+fn synced_revisions<'a>(
+    spec: &Value,
+    status: &'a Value,
+    name: &str,
+) -> Result<(&'a str, &'a str), String> {
     if status["sync"]["status"] != "Synced" {
         return Err(format!("Application {name} is not Synced"));
     }
@@ -287,6 +327,16 @@ fn application_in_sync(
             "Application {name} is Synced at {revision}, the revision it last deployed: Git has not moved"
         ));
     }
+    Ok((revision, deployed))
+}
+
+/// That the Application compared after `last_change`, so its status speaks of the values
+/// recorded.
+fn check_compared_since(
+    status: &Value,
+    last_change: jiff::Timestamp,
+    name: &str,
+) -> Result<(), String> {
     let reconciled = status["reconciledAt"]
         .as_str()
         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
@@ -297,7 +347,12 @@ fn application_in_sync(
             "Application {name} has not compared since the last recorded change"
         ));
     }
-    let listed = status["resources"].as_array().is_some_and(|resources| {
+    Ok(())
+}
+
+/// Whether the Application's resources list the tracked object, of `group/kind`, as Synced.
+fn lists_object_synced(status: &Value, tracking: &Tracking, group: &str, kind: &str) -> bool {
+    status["resources"].as_array().is_some_and(|resources| {
         resources.iter().any(|r| {
             r["group"].as_str().unwrap_or("") == group
                 && r["kind"] == kind
@@ -305,16 +360,6 @@ fn application_in_sync(
                 && r["name"] == tracking.name.as_str()
                 && r["status"] == "Synced"
         })
-    });
-    if !listed {
-        return Err(format!(
-            "Application {name} does not list the object as Synced"
-        ));
-    }
-    Ok(SyncedProof {
-        application: name,
-        revision: revision.to_owned(),
-        deployed: deployed.to_owned(),
     })
 }
 

@@ -23,6 +23,7 @@ pub use document::PolicyMode;
 use document::{
     API_VERSION, BreakGlassSpec, ClusterScopedSpec, ControllerSpec, DelegationSpec,
     DeletionLimitSpec, DeletionsSpec, GatePolicyDocument, GuardedOperation, KIND,
+    NamespaceScopeSpec, ResourceScopeSpec,
 };
 
 use reading::Node;
@@ -723,6 +724,11 @@ fn compile_globs(patterns: &[&str]) -> Result<GlobSet, String> {
     builder.build().map_err(|error| error.to_string())
 }
 
+/// One-line errors, without a snippet of the source: a PolicyError names its file and line.
+fn read_options() -> serde_saphyr::Options {
+    serde_saphyr::options! { with_snippet: false }
+}
+
 /// A label or annotation key: an optional DNS-subdomain prefix and `/`, then a name of at most
 /// 63 characters of `[A-Za-z0-9._-]`, starting and ending alphanumeric.
 pub fn is_qualified_name(key: &str) -> bool {
@@ -757,14 +763,28 @@ impl Checker<'_> {
     /// still read); None, its problem reported, when it is YAML that does not read as a policy
     /// or another engine's document.
     fn read(&mut self, text: &str) -> Option<GatePolicyDocument> {
-        let options = || serde_saphyr::options! { with_snippet: false };
-        let outline = match serde_saphyr::from_str_with_options::<Option<Node>>(text, options()) {
-            Ok(outline) => outline?,
+        let outline = self.outline(text)?;
+        self.remember_name(&outline);
+        if self.refuse_foreign(&outline) {
+            return None;
+        }
+        self.read_fields(text, &outline)
+    }
+
+    /// The document's keys and values with their lines, to say where a problem is; None when it
+    /// is empty, or not YAML (reported).
+    fn outline(&mut self, text: &str) -> Option<Node> {
+        match serde_saphyr::from_str_with_options::<Option<Node>>(text, read_options()) {
+            Ok(outline) => outline,
             Err(error) => {
                 self.yaml_error(&error);
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    /// The policy's name, for every error from here on, and its line, for clashes with another's.
+    fn remember_name(&mut self, outline: &Node) {
         let name = outline
             .get("metadata")
             .and_then(|metadata| metadata.value.get("name"));
@@ -774,6 +794,11 @@ impl Checker<'_> {
         self.name_line = name
             .filter(|_| is_policy)
             .map(|name| name.referenced.line());
+    }
+
+    /// Whether the document is another engine's, or not an object at all: reported, and not
+    /// read as a policy.
+    fn refuse_foreign(&mut self, outline: &Node) -> bool {
         let text_of = |key| outline.get(key).and_then(|v| v.value.text());
         if let (Some(api_version), Some(kind)) = (outline.get("apiVersion"), text_of("kind"))
             && let Some(problem) = api_version
@@ -782,9 +807,9 @@ impl Checker<'_> {
                 .and_then(|api_version| foreign::other_engine(api_version, kind))
         {
             self.error(api_version.referenced, "apiVersion", problem);
-            return None;
+            return true;
         }
-        if let Node::Map(entries) = &outline
+        if let Node::Map(entries) = outline
             && outline.get("apiVersion").is_none()
             && outline.get("kind").is_none()
         {
@@ -792,9 +817,15 @@ impl Checker<'_> {
                 .first()
                 .map_or(Location::UNKNOWN, |(k, _)| k.referenced);
             self.error(first, "(document)", foreign::not_an_object());
-            return None;
+            return true;
         }
-        let is_object = text_of("kind") == Some(KIND);
+        false
+    }
+
+    /// [`Checker::read`] once the document is known to be meant as a policy: each field it cannot
+    /// read is reported and blanked, and the rest read again.
+    fn read_fields(&mut self, text: &str, outline: &Node) -> Option<GatePolicyDocument> {
+        let is_object = outline.get("kind").and_then(|v| v.value.text()) == Some(KIND);
         let original = text;
         let mut text = text.to_owned();
         let mut server_fields: Vec<(Location, String)> = Vec::new();
@@ -802,14 +833,16 @@ impl Checker<'_> {
         let mut blanked: Vec<String> = Vec::new();
         let mut result = None;
         for _ in 0..MAX_UNREADABLE_FIELDS {
-            let error =
-                match serde_saphyr::from_str_with_options::<GatePolicyDocument>(&text, options()) {
-                    Ok(parsed) => {
-                        result = Some(parsed);
-                        break;
-                    }
-                    Err(error) => error,
-                };
+            let error = match serde_saphyr::from_str_with_options::<GatePolicyDocument>(
+                &text,
+                read_options(),
+            ) {
+                Ok(parsed) => {
+                    result = Some(parsed);
+                    break;
+                }
+                Err(error) => error,
+            };
             let entry = match &error {
                 serde_saphyr::Error::SerdeUnknownField {
                     field,
@@ -830,7 +863,7 @@ impl Checker<'_> {
                         .iter()
                         .any(|path| path.rsplit('.').next() == Some(field))
                     {
-                        self.missing_field(&outline, field, *location);
+                        self.missing_field(outline, field, *location);
                     }
                     break;
                 }
@@ -977,87 +1010,12 @@ impl Checker<'_> {
         let errors_before = self.errors.len();
         let name = doc.metadata.name.value.clone();
         self.policy = Some(name.clone());
-        if doc.api_version.value != API_VERSION {
-            self.error(
-                doc.api_version.referenced,
-                "apiVersion",
-                format!(
-                    "\"{}\" is not supported; use {API_VERSION}",
-                    doc.api_version.value
-                ),
-            );
-        }
-        if doc.kind.value != KIND {
-            self.error(
-                doc.kind.referenced,
-                "kind",
-                format!("\"{}\" is not a policy; use {KIND}", doc.kind.value),
-            );
-        }
-        let name_ok = !name.is_empty()
-            && name.len() <= 253
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
-        if !name_ok {
-            self.error(
-                doc.metadata.name.referenced,
-                "metadata.name",
-                format!(
-                    "\"{name}\" is not a valid name; use lowercase letters, digits, '-' and '.'"
-                ),
-            );
-        }
+        self.check_header(&doc);
         let spec = doc.spec.value;
-
-        let namespaces = spec.namespaces;
-        if namespaces.value.include.is_empty() && namespaces.value.selector.is_none() {
-            self.error(
-                namespaces.referenced,
-                "spec.namespaces.include",
-                "is empty: name at least one namespace glob such as \"prod-*\"",
-            );
-        }
-        let namespace_include = self.globs("spec.namespaces.include", &namespaces.value.include);
-        let namespace_exclude = self.globs("spec.namespaces.exclude", &namespaces.value.exclude);
-        let namespace_selector = namespaces.value.selector.map(|s| s.match_labels.value);
-
-        let (resource_include, resource_exclude) = match &spec.resources {
-            None => (compile_globs(&["*"]).unwrap_or_default(), GlobSet::empty()),
-            Some(resources) => {
-                let include = match &resources.include {
-                    Some(list) => {
-                        self.resource_patterns("spec.resources.include", list);
-                        self.globs("spec.resources.include", list)
-                    }
-                    None => compile_globs(&["*"]).unwrap_or_default(),
-                };
-                self.resource_patterns("spec.resources.exclude", &resources.exclude);
-                (
-                    include,
-                    self.globs("spec.resources.exclude", &resources.exclude),
-                )
-            }
-        };
-
-        let operations = match spec.operations {
-            None => vec![
-                GuardedOperation::Create,
-                GuardedOperation::Update,
-                GuardedOperation::Delete,
-            ],
-            Some(list) => {
-                if list.value.is_empty() {
-                    self.error(
-                        list.referenced,
-                        "spec.operations",
-                        "is empty: list CREATE, UPDATE and/or DELETE, or leave it out for all three",
-                    );
-                }
-                list.value
-            }
-        };
-
+        let (namespace_include, namespace_exclude, namespace_selector) =
+            self.namespaces(spec.namespaces);
+        let (resource_include, resource_exclude) = self.resources(spec.resources.as_ref());
+        let operations = self.operations(spec.operations);
         let subresources = match &spec.subresources {
             None => vec![String::new(), "scale".to_owned()],
             Some(list) => self.subresource_list("spec.subresources", list),
@@ -1107,6 +1065,101 @@ impl Checker<'_> {
             suspensions,
             cluster_scoped,
         })
+    }
+
+    /// `apiVersion`, `kind` and `metadata.name`.
+    fn check_header(&mut self, doc: &GatePolicyDocument) {
+        if doc.api_version.value != API_VERSION {
+            self.error(
+                doc.api_version.referenced,
+                "apiVersion",
+                format!(
+                    "\"{}\" is not supported; use {API_VERSION}",
+                    doc.api_version.value
+                ),
+            );
+        }
+        if doc.kind.value != KIND {
+            self.error(
+                doc.kind.referenced,
+                "kind",
+                format!("\"{}\" is not a policy; use {KIND}", doc.kind.value),
+            );
+        }
+        let name = &doc.metadata.name.value;
+        let name_ok = !name.is_empty()
+            && name.len() <= 253
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        if !name_ok {
+            self.error(
+                doc.metadata.name.referenced,
+                "metadata.name",
+                format!(
+                    "\"{name}\" is not a valid name; use lowercase letters, digits, '-' and '.'"
+                ),
+            );
+        }
+    }
+
+    /// `spec.namespaces`: the include and exclude globs, and the label selector.
+    fn namespaces(
+        &mut self,
+        namespaces: Spanned<NamespaceScopeSpec>,
+    ) -> (GlobSet, GlobSet, Option<BTreeMap<String, String>>) {
+        if namespaces.value.include.is_empty() && namespaces.value.selector.is_none() {
+            self.error(
+                namespaces.referenced,
+                "spec.namespaces.include",
+                "is empty: name at least one namespace glob such as \"prod-*\"",
+            );
+        }
+        let include = self.globs("spec.namespaces.include", &namespaces.value.include);
+        let exclude = self.globs("spec.namespaces.exclude", &namespaces.value.exclude);
+        let selector = namespaces.value.selector.map(|s| s.match_labels.value);
+        (include, exclude, selector)
+    }
+
+    /// `spec.resources`: the include and exclude globs; every kind when it is left out.
+    fn resources(&mut self, resources: Option<&ResourceScopeSpec>) -> (GlobSet, GlobSet) {
+        let Some(resources) = resources else {
+            return (compile_globs(&["*"]).unwrap_or_default(), GlobSet::empty());
+        };
+        let include = match &resources.include {
+            Some(list) => {
+                self.resource_patterns("spec.resources.include", list);
+                self.globs("spec.resources.include", list)
+            }
+            None => compile_globs(&["*"]).unwrap_or_default(),
+        };
+        self.resource_patterns("spec.resources.exclude", &resources.exclude);
+        (
+            include,
+            self.globs("spec.resources.exclude", &resources.exclude),
+        )
+    }
+
+    /// `spec.operations`: all three when it is left out.
+    fn operations(
+        &mut self,
+        operations: Option<Spanned<Vec<GuardedOperation>>>,
+    ) -> Vec<GuardedOperation> {
+        let Some(list) = operations else {
+            return vec![
+                GuardedOperation::Create,
+                GuardedOperation::Update,
+                GuardedOperation::Delete,
+            ];
+        };
+        if list.value.is_empty() {
+            self.error(
+                list.referenced,
+                "spec.operations",
+                "is empty: list CREATE, UPDATE and/or DELETE, or leave it out for all three",
+            );
+        }
+        list.value
     }
 
     /// `spec.clusterScoped`: every entry that cannot be guarded said at its line, with why.
@@ -1390,86 +1443,25 @@ impl Checker<'_> {
     }
 
     fn break_glass(&mut self, spec: BreakGlassSpec) -> Option<BreakGlassRules> {
-        let key = |checker: &mut Self,
-                   field: &str,
-                   value: Option<Spanned<String>>,
-                   default: &str| {
-            match value {
-                None => default.to_owned(),
-                Some(key) => {
-                    if !is_qualified_name(&key.value) {
-                        checker.error(
-                            key.referenced,
-                            field,
-                            format!(
-                                "\"{}\" is not a valid label/annotation key (optional DNS prefix and '/', then up to 63 of [A-Za-z0-9._-])",
-                                key.value
-                            ),
-                        );
-                    }
-                    key.value
-                }
-            }
-        };
-        let label = key(
-            self,
+        let label = self.label_or_annotation_key(
             "spec.breakGlass.label",
             spec.label,
             DEFAULT_BREAK_GLASS_LABEL,
         );
-        let reason_annotation = key(
-            self,
+        let reason_annotation = self.label_or_annotation_key(
             "spec.breakGlass.reasonAnnotation",
             spec.reason_annotation,
             DEFAULT_REASON_ANNOTATION,
         );
-        let max_duration = match WindowDuration::parse(&spec.max_duration.value) {
-            Ok(duration) => Some(duration),
-            Err(error) => {
-                self.error(
-                    spec.max_duration.referenced,
-                    "spec.breakGlass.maxDuration",
-                    error.to_string(),
-                );
-                None
-            }
-        };
-        let refuse_reverts_for = spec.refuse_reverts_for.as_ref().and_then(|text| {
-            match WindowDuration::parse(&text.value) {
-                Ok(duration) => Some(duration),
-                Err(error) => {
-                    self.error(
-                        text.referenced,
-                        "spec.breakGlass.refuseRevertsFor",
-                        error.to_string(),
-                    );
-                    None
-                }
-            }
-        });
-        let reason_pattern =
-            spec.reason_pattern.as_ref().and_then(|pattern| {
-                match regex::Regex::new(&pattern.value) {
-                    Ok(regex) => Some(regex),
-                    Err(error) => {
-                        let problem = match error {
-                            regex::Error::Syntax(text) => {
-                                text.lines().last().unwrap_or("").to_owned()
-                            }
-                            other => other.to_string(),
-                        };
-                        self.error(
-                            pattern.referenced,
-                            "spec.breakGlass.reasonPattern",
-                            format!(
-                                "\"{}\" is not a valid regular expression: {problem}",
-                                pattern.value
-                            ),
-                        );
-                        None
-                    }
-                }
-            });
+        let max_duration = self.window_duration("spec.breakGlass.maxDuration", &spec.max_duration);
+        let refuse_reverts_for = spec
+            .refuse_reverts_for
+            .as_ref()
+            .and_then(|text| self.window_duration("spec.breakGlass.refuseRevertsFor", text));
+        let reason_pattern = spec
+            .reason_pattern
+            .as_ref()
+            .and_then(|pattern| self.reason_pattern(pattern));
         let openers = self.identity(
             "spec.breakGlass.openers",
             spec.openers.referenced,
@@ -1488,6 +1480,63 @@ impl Checker<'_> {
             record_values: spec.record_values.unwrap_or(false),
             reason_pattern,
         })
+    }
+
+    /// The key `value` names, checked, or `default` when it is left out.
+    fn label_or_annotation_key(
+        &mut self,
+        field: &str,
+        value: Option<Spanned<String>>,
+        default: &str,
+    ) -> String {
+        let Some(key) = value else {
+            return default.to_owned();
+        };
+        if !is_qualified_name(&key.value) {
+            self.error(
+                key.referenced,
+                field,
+                format!(
+                    "\"{}\" is not a valid label/annotation key (optional DNS prefix and '/', then up to 63 of [A-Za-z0-9._-])",
+                    key.value
+                ),
+            );
+        }
+        key.value
+    }
+
+    /// A window's duration (`4h`); None when it does not read as one (reported).
+    fn window_duration(&mut self, field: &str, text: &Spanned<String>) -> Option<WindowDuration> {
+        match WindowDuration::parse(&text.value) {
+            Ok(duration) => Some(duration),
+            Err(error) => {
+                self.error(text.referenced, field, error.to_string());
+                None
+            }
+        }
+    }
+
+    /// `spec.breakGlass.reasonPattern` compiled; None when it is not a regular expression
+    /// (reported with the syntax error's last line, the one that says what is wrong).
+    fn reason_pattern(&mut self, pattern: &Spanned<String>) -> Option<regex::Regex> {
+        match regex::Regex::new(&pattern.value) {
+            Ok(regex) => Some(regex),
+            Err(error) => {
+                let problem = match error {
+                    regex::Error::Syntax(text) => text.lines().last().unwrap_or("").to_owned(),
+                    other => other.to_string(),
+                };
+                self.error(
+                    pattern.referenced,
+                    "spec.breakGlass.reasonPattern",
+                    format!(
+                        "\"{}\" is not a valid regular expression: {problem}",
+                        pattern.value
+                    ),
+                );
+                None
+            }
+        }
     }
 }
 
