@@ -7,15 +7,19 @@ pub mod cluster_scoped;
 pub mod document;
 mod foreign;
 pub mod gatepolicy;
+mod globs;
 mod reading;
 pub mod scope;
 pub mod suspensions;
+mod suspensions_check;
+
+use globs::compile_globs;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{GlobSet, GlobSetBuilder};
 use k8s_openapi::api::authentication::v1::UserInfo;
 use serde_saphyr::{Location, Spanned};
 
@@ -710,18 +714,6 @@ struct Checker<'a> {
     /// The line of the document's `metadata.name`, when it has one.
     name_line: Option<u64>,
     errors: &'a mut Vec<PolicyError>,
-}
-
-fn compile_globs(patterns: &[&str]) -> Result<GlobSet, String> {
-    let mut builder = GlobSetBuilder::new();
-    for pattern in patterns {
-        let glob = GlobBuilder::new(pattern)
-            .literal_separator(false)
-            .build()
-            .map_err(|error| format!("\"{pattern}\" is not a valid glob: {}", error.kind()))?;
-        builder.add(glob);
-    }
-    builder.build().map_err(|error| error.to_string())
 }
 
 /// One-line errors, without a snippet of the source: a PolicyError names its file and line.

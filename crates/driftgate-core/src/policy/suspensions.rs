@@ -7,10 +7,9 @@ use globset::GlobSet;
 use kube_core::DynamicObject;
 use regex::{Regex, RegexBuilder};
 use serde_json::Value;
-use serde_saphyr::Spanned;
 
-use super::document::{SuspendedWhen, SuspensionFieldSpec, SuspensionMarkerSpec, SuspensionsSpec};
-use super::{Checker, compile_globs, is_qualified_name};
+use super::document::SuspendedWhen;
+use super::globs::compile_globs;
 use crate::fieldpath::FieldPath;
 
 /// The namespaces that hold the GitOps objects when `suspensions.namespaces` is not given.
@@ -87,7 +86,7 @@ pub const CONTROLLER_MARKERS: &[ControllerMarker] = &[
 /// How one policy recognises suspensions.
 #[derive(Clone, Debug)]
 pub struct SuspensionRules {
-    namespaces: GlobSet,
+    pub(super) namespaces: GlobSet,
     pub namespace_patterns: Vec<String>,
     pub fields: Vec<SuspensionField>,
     pub annotations: Vec<SuspensionMarker>,
@@ -97,7 +96,7 @@ pub struct SuspensionRules {
 /// A field of some kinds that suspends reconciliation when it holds as `suspended_when` says.
 #[derive(Clone, Debug)]
 pub struct SuspensionField {
-    kinds: GlobSet,
+    pub(super) kinds: GlobSet,
     pub kind_patterns: Vec<String>,
     pub path: FieldPath,
     pub suspended_when: SuspendedWhen,
@@ -116,7 +115,11 @@ pub struct SuspensionMarker {
 }
 
 impl SuspensionMarker {
-    fn new(key: String, values: Vec<String>, ignore_case: bool) -> Result<Self, regex::Error> {
+    pub(super) fn new(
+        key: String,
+        values: Vec<String>,
+        ignore_case: bool,
+    ) -> Result<Self, regex::Error> {
         let folded = match ignore_case {
             false => None,
             true => {
@@ -291,7 +294,7 @@ fn value_at<'v>(data: &'v Value, path: &FieldPath) -> Option<&'v Value> {
 
 /// The documented defaults: Flux's `spec.suspend`; Argo CD's automated sync removed, turned off
 /// (`enabled: false`, Argo CD 3), or without self-heal.
-fn default_fields() -> Vec<SuspensionField> {
+pub(super) fn default_fields() -> Vec<SuspensionField> {
     let field = |kinds: &[&str], path: &[&str], suspended_when| SuspensionField {
         kinds: compile_globs(kinds).unwrap_or_default(),
         kind_patterns: kinds.iter().map(|k| k.to_string()).collect(),
@@ -322,14 +325,14 @@ fn default_fields() -> Vec<SuspensionField> {
     ]
 }
 
-fn default_annotations() -> Vec<SuspensionMarker> {
+pub(super) fn default_annotations() -> Vec<SuspensionMarker> {
     CONTROLLER_MARKERS
         .iter()
         .map(SuspensionMarker::of)
         .collect()
 }
 
-fn default_labels() -> Vec<SuspensionMarker> {
+pub(super) fn default_labels() -> Vec<SuspensionMarker> {
     CONTROLLER_MARKERS
         .iter()
         .filter(|marker| marker.in_labels)
@@ -467,228 +470,6 @@ fn article(place: &str) -> String {
     match place {
         "annotation" => "an annotation".to_owned(),
         other => format!("a {other}"),
-    }
-}
-
-/// Whether `value` may be a label's value: at most 63 of `[A-Za-z0-9._-]`, starting and ending
-/// alphanumeric (or empty).
-fn is_label_value(value: &str) -> bool {
-    value.is_empty()
-        || (value.len() <= 63
-            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && value.ends_with(|c: char| c.is_ascii_alphanumeric())
-            && value
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-}
-
-/// Where a suspension marker is listed: `annotations` or `labels`.
-#[derive(Clone, Copy)]
-enum Place {
-    Annotations,
-    Labels,
-}
-
-impl Place {
-    fn list(self) -> &'static str {
-        match self {
-            Place::Annotations => "annotations",
-            Place::Labels => "labels",
-        }
-    }
-
-    fn one(self) -> &'static str {
-        match self {
-            Place::Annotations => "annotation",
-            Place::Labels => "label",
-        }
-    }
-}
-
-impl Checker<'_> {
-    pub(super) fn suspensions(&mut self, spec: SuspensionsSpec) -> SuspensionRules {
-        let (namespaces, namespace_patterns) = match &spec.namespaces {
-            None => (
-                compile_globs(DEFAULT_SUSPENSION_NAMESPACES).unwrap_or_default(),
-                DEFAULT_SUSPENSION_NAMESPACES
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect(),
-            ),
-            Some(list) => (
-                self.globs("spec.suspensions.namespaces", list),
-                list.iter().map(|n| n.value.clone()).collect(),
-            ),
-        };
-        let fields = match spec.fields {
-            None => default_fields(),
-            Some(list) => list
-                .into_iter()
-                .enumerate()
-                .filter_map(|(i, field)| self.suspension_field(i, field))
-                .collect(),
-        };
-        let annotations = match spec.annotations {
-            None => default_annotations(),
-            Some(list) => self.suspension_markers(Place::Annotations, list),
-        };
-        let labels = match spec.labels {
-            None => default_labels(),
-            Some(list) => self.suspension_markers(Place::Labels, list),
-        };
-        SuspensionRules {
-            namespaces,
-            namespace_patterns,
-            fields,
-            annotations,
-            labels,
-        }
-    }
-
-    fn suspension_field(
-        &mut self,
-        index: usize,
-        spec: SuspensionFieldSpec,
-    ) -> Option<SuspensionField> {
-        let at = format!("spec.suspensions.fields[{index}]");
-        self.resource_patterns(&format!("{at}.kinds"), &spec.kinds);
-        let kinds = self.globs(&format!("{at}.kinds"), &spec.kinds);
-        let path = self.suspension_path(&at, &spec.path)?;
-        Some(SuspensionField {
-            kinds,
-            kind_patterns: spec.kinds.iter().map(|k| k.value.clone()).collect(),
-            path,
-            suspended_when: spec.suspended_when,
-        })
-    }
-
-    fn suspension_path(&mut self, at: &str, path: &Spanned<String>) -> Option<FieldPath> {
-        match FieldPath::parse(&path.value) {
-            // Under status is the controller's report, which no controller reads as an order to
-            // stop, and which the webhook leaves to the other rules when written alone.
-            Ok(parsed) if parsed.segments().first().is_some_and(|s| s == "status") => {
-                self.error(
-                    path.referenced,
-                    format!("{at}.path"),
-                    format!(
-                        "\"{}\" is under status, which the controller reports and no controller reads as a suspension; name the field a user sets to suspend it (e.g. spec.suspend)",
-                        path.value
-                    ),
-                );
-                None
-            }
-            Ok(parsed) if parsed.segments().first().is_some_and(|s| s != "metadata") => {
-                Some(parsed)
-            }
-            Ok(_) => {
-                self.error(
-                    path.referenced,
-                    format!("{at}.path"),
-                    format!(
-                        "\"{}\" must name a field outside metadata (for a label or an annotation, list it under spec.suspensions.labels or spec.suspensions.annotations)",
-                        path.value
-                    ),
-                );
-                None
-            }
-            Err(error) => {
-                self.error(path.referenced, format!("{at}.path"), error.to_string());
-                None
-            }
-        }
-    }
-
-    fn suspension_markers(
-        &mut self,
-        place: Place,
-        list: Vec<SuspensionMarkerSpec>,
-    ) -> Vec<SuspensionMarker> {
-        list.into_iter()
-            .enumerate()
-            .filter_map(|(i, spec)| self.suspension_marker(place, i, spec))
-            .collect()
-    }
-
-    fn suspension_marker(
-        &mut self,
-        place: Place,
-        index: usize,
-        spec: SuspensionMarkerSpec,
-    ) -> Option<SuspensionMarker> {
-        let at = format!("spec.suspensions.{}[{index}]", place.list());
-        let key = &spec.key;
-        if !is_qualified_name(&key.value) {
-            self.error(
-                key.referenced,
-                format!("{at}.key"),
-                format!(
-                    "\"{}\" is not a valid {} key (optional DNS prefix and '/', then up to 63 of [A-Za-z0-9._-])",
-                    key.value,
-                    place.one()
-                ),
-            );
-        }
-        let (values, single) = match (spec.value, spec.values) {
-            (Some(value), None) => (vec![value], true),
-            (None, Some(values)) if !values.is_empty() => (values, false),
-            (None, Some(_)) => {
-                self.error(
-                    key.referenced,
-                    format!("{at}.values"),
-                    "lists no value: list the values that suspend",
-                );
-                return None;
-            }
-            (None, None) => {
-                self.error(
-                    key.referenced,
-                    at,
-                    format!(
-                        "names no value: give value (the {} value that suspends) or values",
-                        place.one()
-                    ),
-                );
-                return None;
-            }
-            (Some(value), Some(_)) => {
-                self.error(
-                    value.referenced,
-                    at,
-                    "gives both value and values: give one",
-                );
-                return None;
-            }
-        };
-        if let Place::Labels = place {
-            for (i, value) in values.iter().enumerate() {
-                if !is_label_value(&value.value) {
-                    let field = match single {
-                        true => format!("{at}.value"),
-                        false => format!("{at}.values[{i}]"),
-                    };
-                    self.error(
-                        value.referenced,
-                        field,
-                        format!(
-                            "\"{}\" can never be a label's value (at most 63 of [A-Za-z0-9._-], starting and ending alphanumeric)",
-                            value.value
-                        ),
-                    );
-                }
-            }
-        }
-        let values = values.into_iter().map(|v| v.value).collect();
-        match SuspensionMarker::new(key.value.clone(), values, spec.ignore_case) {
-            Ok(marker) => Some(marker),
-            Err(error) => {
-                self.error(
-                    key.referenced,
-                    at,
-                    format!("its values do not compile for ignoreCase: {error}"),
-                );
-                None
-            }
-        }
     }
 }
 
