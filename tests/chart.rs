@@ -1926,7 +1926,9 @@ const GATEPOLICIES_CRD_FILE: &str = "files/crds/gatepolicies.driftgate.dev.yaml"
 /// types, read from the source text: the document types read through serde-saphyr's
 /// `Spanned`, which has no JSON schema to generate the CRD from, so the test reads both sides.
 fn document_structs() -> BTreeMap<String, Vec<(String, String)>> {
-    let source = std::fs::read_to_string(repo().join("crates/driftgate-core/src/policy/document.rs")).unwrap();
+    let source =
+        std::fs::read_to_string(repo().join("crates/driftgate-core/src/policy/document.rs"))
+            .unwrap();
     let mut structs = BTreeMap::new();
     let mut current: Option<(String, Vec<(String, String)>)> = None;
     for line in source.lines().map(str::trim) {
@@ -2653,7 +2655,8 @@ fn documented(readme: &str, path: &str) -> bool {
 /// The `driftgate_*` names registered in crates/driftgate-kube/src/metrics.rs: the metrics' and the collectors' (read
 /// at scrape time, which name theirs in `encode_descriptor`).
 fn registered_metrics() -> Vec<String> {
-    let source = std::fs::read_to_string(repo().join("crates/driftgate-kube/src/metrics.rs")).unwrap();
+    let source =
+        std::fs::read_to_string(repo().join("crates/driftgate-kube/src/metrics.rs")).unwrap();
     ["register(", "encode_descriptor("]
         .iter()
         .flat_map(|call| source.split(call).skip(1))
