@@ -2,9 +2,11 @@
 //!
 //! The routers hold no TLS and no sockets, so tests drive them with `tower::ServiceExt::oneshot`.
 
+mod body;
 pub mod client_auth;
 pub mod connections;
 pub mod lingering;
+mod polled;
 pub mod tls;
 pub mod windows;
 
@@ -27,7 +29,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use tower_http::timeout::TimeoutLayer;
 
-use connections::BodyBudget;
+pub use body::{BODY_BUDGET_WAIT, BodyBudget, DEFAULT_BODY_BUDGET, MAX_BODY_BYTES};
 use driftgate_core::decision::{
     Decision, DecisionInput, cascade_query, decide_with_cascade, may_guard, needs_parent,
     unreadable,
@@ -50,18 +52,6 @@ use driftgate_kube::tasks::cascade::CascadeReader;
 use driftgate_kube::tasks::reload::PolicyStatus;
 use driftgate_kube::tasks::silence::SilenceTracker;
 use windows::WindowTracker;
-
-/// Large enough for a review carrying two objects (old and new) at the API server's limit for
-/// a request body (3 MiB; etcd stores at most 1.5 MiB by default), and its envelope.
-pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
-
-/// The default of `serve --max-body-bytes-in-flight`: room for three reviews at the body limit
-/// beside the share kept for small ones, which keeps the memory of bodies (read, copied once,
-/// parsed) well under the chart's 256 MiB limit.
-pub const DEFAULT_BODY_BUDGET: usize = 32 * 1024 * 1024;
-
-/// How long a request waits for room in the body budget before it is answered 503.
-pub const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
 
 /// Where the decision's "now" comes from; tests pin it.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
