@@ -639,7 +639,7 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
 
     wait_for_signal(force_reload).await;
     tracing::info!(delay = ?args.shutdown_delay, grace = ?args.shutdown_grace, "shutting down: readiness off, then finishing in-flight reviews");
-    state.accepting.store(false, Ordering::Relaxed);
+    state.serving.accepting.store(false, Ordering::Relaxed);
     step_down.cancel();
     tokio::time::sleep(args.shutdown_delay).await;
     ports.handle.graceful_shutdown(Some(args.shutdown_grace));
@@ -952,7 +952,7 @@ impl Startup {
                     namespace,
                     instance_name(args),
                     policies.clone(),
-                    state.silence.clone(),
+                    state.effects.silence.clone(),
                     self.shutdown.clone(),
                 ));
         }
