@@ -27,7 +27,7 @@ use crate::fieldpath::FieldPath;
 use crate::ledger::guard::LedgerGuard;
 use crate::ownership::forged_ownership;
 use crate::policy::document::GuardedOperation;
-use crate::policy::{BreakGlassRules, Controller, GatePolicy, PolicyMode, PolicySet};
+use crate::policy::{BreakGlassRules, Controller, GatePolicy, PolicyIndex, PolicyMode, PolicySet};
 use crate::request::{RequestEnvelope, RequestFacts};
 use crate::silence::ControllerSilence;
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
@@ -383,10 +383,8 @@ pub fn needs_parent(policies: &PolicySet, decision: &Decision) -> bool {
         return false;
     }
     decision.record.verdicts.iter().any(|verdict| {
-        let rules = policies
-            .policies()
-            .iter()
-            .find(|p| p.name == verdict.policy)
+        let rules = verdict
+            .policy_in(policies)
             .and_then(|p| p.break_glass.as_ref());
         match (verdict.rule, rules) {
             (Rule::NotPermitted, Some(_)) => true,
@@ -429,10 +427,9 @@ fn delegated(policy: &GatePolicy, facts: &Facts<'_>) -> Option<RuleOutcome> {
 
 /// Whether the controller a verdict matched is one that windows hold.
 fn held(policies: &PolicySet, verdict: &PolicyVerdict) -> bool {
-    policies
-        .policies()
-        .iter()
-        .filter(|p| p.name == verdict.policy)
+    verdict
+        .policy_in(policies)
+        .into_iter()
         .flat_map(|p| &p.controllers)
         .find(|c| verdict.matched.as_deref() == Some(c.name.as_str()))
         .is_none_or(|c| c.held_by_windows)
@@ -471,9 +468,10 @@ pub fn decide_with_cascade<'a>(
         return assemble(&facts, vec![verdict]);
     }
     let mut verdicts = Vec::new();
-    for policy in policies.policies() {
+    for (index, policy) in policies.indexed() {
         if let Some(outcome) = evaluate(policy, &facts) {
-            verdicts.push(with_silence(apply_mode(policy, outcome), policy, input));
+            let verdict = apply_mode(index, policy, outcome);
+            verdicts.push(with_silence(verdict, policy, input));
         }
     }
     assemble(&facts, verdicts)
@@ -858,7 +856,7 @@ fn not_permitted(
     outcome
 }
 
-fn apply_mode(policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
+fn apply_mode(index: PolicyIndex, policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
     let audit = policy.mode == PolicyMode::Audit;
     let would_deny = !outcome.admit && audit;
     let warning = if would_deny {
@@ -873,6 +871,7 @@ fn apply_mode(policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
     };
     PolicyVerdict {
         policy: policy.name.clone(),
+        policy_index: Some(index),
         mode: policy.mode,
         rule: outcome.rule,
         allowed: outcome.admit || audit,
@@ -959,10 +958,9 @@ fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
 pub fn unreadable(policies: &PolicySet, input: &DecisionInput<'_>, problem: &str) -> Decision {
     let facts = Facts::new(input);
     let verdicts = policies
-        .policies()
-        .iter()
-        .filter(|policy| may_guard_with(policy, input.request.request(), input.namespace))
-        .map(|policy| {
+        .indexed()
+        .filter(|(_, policy)| may_guard_with(policy, input.request.request(), input.namespace))
+        .map(|(index, policy)| {
             let words = RefusalWords {
                 subject: facts.may_not(),
                 why: format!(
@@ -972,6 +970,7 @@ pub fn unreadable(policies: &PolicySet, input: &DecisionInput<'_>, problem: &str
                 owner: owner_suffix(policy),
             };
             apply_mode(
+                index,
                 policy,
                 RuleOutcome::refuse(Rule::Unreadable, policy, words, ""),
             )

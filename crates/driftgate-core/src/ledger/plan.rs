@@ -103,10 +103,8 @@ pub fn ledger_tasks<'a>(
         .verdicts
         .iter()
         .filter_map(|verdict| {
-            let rules = policies
-                .policies()
-                .iter()
-                .find(|p| p.name == verdict.policy)
+            let rules = verdict
+                .policy_in(policies)
                 .and_then(|p| p.break_glass.as_ref())?;
             if verdict.rule == Rule::Controller {
                 Some(LedgerTask::JudgeControllerWrite { verdict, rules })
