@@ -638,19 +638,9 @@ pub async fn serve(args: ServeArgs, log: &LogWriter) -> Result<()> {
     }
 
     wait_for_signal(force_reload).await;
-    tracing::info!(delay = ?args.shutdown_delay, grace = ?args.shutdown_grace, "shutting down: readiness off, then finishing in-flight reviews");
-    state.accepting.store(false, Ordering::Relaxed);
-    step_down.cancel();
-    tokio::time::sleep(args.shutdown_delay).await;
-    ports.handle.graceful_shutdown(Some(args.shutdown_grace));
-    let _ = ports.webhook.await;
-    startup.shutdown.cancel();
-    let _ = ports.admin.await;
-    let _ = events_task.await;
-    for task in startup.tasks {
-        let _ = task.await;
-    }
-    tracing::info!("driftgate stopped");
+    ports
+        .drain(&args, &state, step_down, startup, events_task)
+        .await;
     Ok(())
 }
 
@@ -952,7 +942,7 @@ impl Startup {
                     namespace,
                     instance_name(args),
                     policies.clone(),
-                    state.silence.clone(),
+                    state.effects.silence.clone(),
                     self.shutdown.clone(),
                 ));
         }
@@ -973,6 +963,31 @@ struct Ports {
 }
 
 impl Ports {
+    /// After the signal: readiness off and the Lease given up at once, then in-flight reviews
+    /// finished within the grace, then the admin port, the Event queue and every task.
+    async fn drain(
+        self,
+        args: &ServeArgs,
+        state: &AppState,
+        step_down: CancellationToken,
+        startup: Startup,
+        events_task: tokio::task::JoinHandle<()>,
+    ) {
+        tracing::info!(delay = ?args.shutdown_delay, grace = ?args.shutdown_grace, "shutting down: readiness off, then finishing in-flight reviews");
+        state.serving.accepting.store(false, Ordering::Relaxed);
+        step_down.cancel();
+        tokio::time::sleep(args.shutdown_delay).await;
+        self.handle.graceful_shutdown(Some(args.shutdown_grace));
+        let _ = self.webhook.await;
+        startup.shutdown.cancel();
+        let _ = self.admin.await;
+        let _ = events_task.await;
+        for task in startup.tasks {
+            let _ = task.await;
+        }
+        tracing::info!("driftgate stopped");
+    }
+
     async fn serve(
         args: &ServeArgs,
         settings: &ServeSettings,

@@ -117,6 +117,7 @@ impl Harness {
 
     fn counted(&self) -> usize {
         self.state
+            .effects
             .deletions
             .lock()
             .unwrap()

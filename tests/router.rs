@@ -248,6 +248,7 @@ async fn health_readiness_and_metrics() {
     assert!(body.contains("driftgate_build_info"), "{body}");
     // Once shutdown starts, readiness fails so that the Service stops sending new reviews.
     h.state
+        .serving
         .accepting
         .store(false, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
@@ -274,9 +275,9 @@ async fn a_bad_reload_keeps_the_last_good_policy_and_readiness() {
     std::fs::write(&policy, "apiVersion: driftgate.dev/v1alpha1\nkind: GatePolicy\nmetadata: {name: x}\nspec: {namespaces: {include: []}}\n").unwrap();
     let errors = reload_now(
         &dir,
-        &h.state.policies,
-        &h.state.policy_status,
-        &h.state.metrics,
+        &h.state.review.policies,
+        &h.state.serving.policy_status,
+        &h.state.serving.metrics,
     )
     .unwrap_err();
     assert!(
@@ -314,9 +315,9 @@ async fn a_bad_reload_keeps_the_last_good_policy_and_readiness() {
     assert_eq!(
         reload_now(
             &dir,
-            &h.state.policies,
-            &h.state.policy_status,
-            &h.state.metrics,
+            &h.state.review.policies,
+            &h.state.serving.policy_status,
+            &h.state.serving.metrics,
         )
         .unwrap(),
         6
@@ -349,9 +350,13 @@ async fn a_policy_bad_from_the_start_leaves_it_unready_until_fixed() {
         AppState::new(
             Arc::new(ArcSwap::from_pointee(PolicySet::default())),
             NamespaceCache::disabled(),
-            ParentLookup::new(None, Duration::from_secs(1), h.state.metrics.clone()),
-            h.state.events.clone(),
-            h.state.metrics.clone(),
+            ParentLookup::new(
+                None,
+                Duration::from_secs(1),
+                h.state.serving.metrics.clone(),
+            ),
+            h.state.effects.events.clone(),
+            h.state.serving.metrics.clone(),
         )
         .with_policy_status(status.clone()),
     );
@@ -359,7 +364,12 @@ async fn a_policy_bad_from_the_start_leaves_it_unready_until_fixed() {
         router(state.clone(), Duration::from_secs(4)),
         admin_router(state.clone()),
     );
-    load_at_start(dir.clone(), &state.policies, &status, &state.metrics);
+    load_at_start(
+        dir.clone(),
+        &state.review.policies,
+        &status,
+        &state.serving.metrics,
+    );
 
     let (code, body) = get(&admin, "/readyz").await;
     assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
@@ -396,7 +406,13 @@ async fn a_policy_bad_from_the_start_leaves_it_unready_until_fixed() {
 
     std::fs::copy("policies/example.yaml", &policy).unwrap();
     assert_eq!(
-        reload_now(&dir, &state.policies, &status, &state.metrics).unwrap(),
+        reload_now(
+            &dir,
+            &state.review.policies,
+            &status,
+            &state.serving.metrics
+        )
+        .unwrap(),
         6
     );
     assert_eq!(

@@ -243,6 +243,7 @@ async fn a_recorded_write_is_in_the_gauge_and_the_refusal_without_a_review() {
     let policies = PolicySet::load(Path::new("policies/example.yaml")).unwrap();
     let recorded = Timestamp::from_second(FLUX_WROTE).unwrap();
     h.state
+        .effects
         .silence
         .merge_recorded(&policies, vec![(flux.clone(), recorded)]);
     assert_eq!(h.gauge().await[0].1, FLUX_WROTE as f64);
@@ -256,6 +257,7 @@ async fn a_recorded_write_is_in_the_gauge_and_the_refusal_without_a_review() {
     let seen = (FLUX_WROTE + 3 * 3600 + 12 * 60 + 5) as f64;
     assert_eq!(h.gauge().await[0].1, seen);
     h.state
+        .effects
         .silence
         .merge_recorded(&policies, vec![(flux.clone(), recorded)]);
     assert_eq!(
@@ -264,7 +266,7 @@ async fn a_recorded_write_is_in_the_gauge_and_the_refusal_without_a_review() {
         "an older record moves nothing back"
     );
     // What this replica saw and the record does not hold is what it records next.
-    let unrecorded = h.state.silence.snapshot().unrecorded();
+    let unrecorded = h.state.effects.silence.snapshot().unrecorded();
     assert_eq!(
         unrecorded,
         vec![(flux, Timestamp::from_second(seen as i64).unwrap())]

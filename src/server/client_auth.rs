@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use x509_parser::extensions::GeneralName;
 
 use crate::error::Result;
-use crate::server::tls::{Poll, Polled, poll_ticker};
+use crate::server::polled::{Poll, Polled, poll_ticker, read_async};
 use driftgate_core::certs::pem::{pem_sections, provider, read};
 use driftgate_kube::metrics::{Metrics, ReasonLabels};
 use driftgate_kube::throttle::Throttle;
@@ -506,7 +506,7 @@ pub fn spawn_client_ca_reloader(
                 _ = shutdown.cancelled() => break,
                 _ = ticker.tick() => {}
             }
-            let snapshot = match crate::server::tls::read_async(&auth.ca_file).await {
+            let snapshot = match read_async(&auth.ca_file).await {
                 Ok(pem) => Ok(pem),
                 Err(e) => Err(e.to_string()),
             };

@@ -1,5 +1,5 @@
 //! `driftgate_break_glass_labels_expired`: the I/O edge of [`driftgate_core::lingering`], whose
-//! labels the review handler feeds (`remember` in the server module).
+//! labels the effects of each review feed (`remember` in `server::effects`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::server::AppState;
+use crate::server::state::AppState;
 use driftgate_kube::metrics::PolicyLabels;
 
 /// Every `interval`, sets `driftgate_break_glass_labels_expired` from the labels reviews showed:
@@ -25,14 +25,15 @@ pub fn spawn(
                 () = shutdown.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            let policies = state.policies.load();
-            let counts = state
+            let effects = &state.effects;
+            let policies = effects.policies.load();
+            let counts = effects
                 .lingering
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .expired(&policies, (state.clock)());
+                .expired(&policies, (effects.clock)());
             for (policy, count) in counts {
-                state
+                effects
                     .metrics
                     .break_glass_labels_expired
                     .get_or_create(&PolicyLabels { policy })

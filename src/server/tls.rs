@@ -5,24 +5,22 @@
 //! keep the session they negotiated, so nothing in flight is dropped. With `serve
 //! --client-ca-file`, every config requires the caller's client certificate (`client_auth`).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
 use driftgate_core::certs::pem::{certified_key_from_pem, provider, read};
-use driftgate_core::error::Error as CoreError;
 use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::task::JoinHandle;
-use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use driftgate_kube::metrics::Metrics;
 
 use crate::error::Result;
 use crate::server::client_auth::ClientAuth;
+use crate::server::polled::{Poll, Polled, poll_ticker, read_async};
 
 // Where the files and the slot are, for those who build a server config.
 pub use driftgate_core::certs::pem::TlsFiles;
@@ -54,16 +52,6 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>> {
     let cert = read(&files.cert)?;
     let key = read(&files.key)?;
     server_config_from_pem(files, &cert, &key, None)
-}
-
-pub(crate) async fn read_async(path: &Path) -> Result<Vec<u8>> {
-    let read = tokio::fs::read(path)
-        .await
-        .map_err(|source| CoreError::Read {
-            path: path.to_owned(),
-            source,
-        });
-    Ok(read?)
 }
 
 /// Serves the one certificate whatever the client asks for (SNI included).
@@ -136,78 +124,6 @@ impl Snapshot {
             Err(e) => Err(e),
         };
         Snapshot(contents.map_err(|e| e.to_string()))
-    }
-}
-
-/// A polled source's memory, for the reloaders of certificate files: what is serving, what was
-/// refused, what is settling. `S` is what one poll read.
-#[derive(Debug)]
-pub(crate) struct Polled<S> {
-    /// The contents in force; None when they have never loaded.
-    serving: Option<S>,
-    /// Contents already refused, so a bad file is logged and counted once, not every poll.
-    refused: Option<S>,
-    /// Contents seen once and not yet acted on. A change is applied only when two polls in a
-    /// row agree, so a writer that replaces files one after the other is not caught halfway
-    /// (a new certificate with the old key) and reported as a failed reload.
-    settling: Option<S>,
-}
-
-/// What one poll calls for.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Poll<S> {
-    /// Nothing new: what is serving, or what was refused already.
-    Unchanged,
-    /// A change seen for the first time; acted on if the next poll agrees.
-    Changed,
-    /// A change two polls agree on: load it, then report [`Polled::loaded`] or
-    /// [`Polled::refused`].
-    Stable(S),
-}
-
-impl<S: PartialEq> Polled<S> {
-    pub(crate) fn new() -> Self {
-        Polled {
-            serving: None,
-            refused: None,
-            settling: None,
-        }
-    }
-
-    pub(crate) fn observe(&mut self, snapshot: S) -> Poll<S> {
-        if self.serving.as_ref() == Some(&snapshot) {
-            // Unchanged, or changed back to what is serving: nothing to do, nothing pending.
-            self.settling = None;
-            self.refused = None;
-            return Poll::Unchanged;
-        }
-        if self.refused.as_ref() == Some(&snapshot) {
-            self.settling = None;
-            return Poll::Unchanged;
-        }
-        if self.settling.as_ref() != Some(&snapshot) {
-            self.settling = Some(snapshot);
-            return Poll::Changed;
-        }
-        self.settling = None;
-        Poll::Stable(snapshot)
-    }
-
-    /// `snapshot` is in force now.
-    pub(crate) fn loaded(&mut self, snapshot: S) {
-        self.serving = Some(snapshot);
-        self.refused = None;
-    }
-
-    /// `snapshot` was refused; it is not tried again until the contents change.
-    pub(crate) fn refused(&mut self, snapshot: S) {
-        self.refused = Some(snapshot);
-    }
-
-    /// At start, contents that did not load: left to the polls, which refuse them only if they
-    /// stay that way.
-    pub(crate) fn pending(&mut self, snapshot: S) {
-        self.settling = Some(snapshot);
     }
 }
 
@@ -320,13 +236,4 @@ pub fn spawn_tls_reloader(
         }
         tracing::debug!(cert = %reloader.files.cert.display(), "serving certificate watch stopped");
     })
-}
-
-/// The ticker of a file poll every `interval`.
-pub(crate) fn poll_ticker(interval: Duration) -> tokio::time::Interval {
-    // tokio's interval panics on zero; a busy loop would be no better.
-    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
-    // After a stall, poll once rather than in a burst.
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    ticker
 }

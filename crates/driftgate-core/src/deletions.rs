@@ -134,10 +134,8 @@ pub fn counted_deletes(
         .iter()
         .filter(|v| v.rule == Rule::Controller)
         .filter_map(|verdict| {
-            let (_, limit) = policies
-                .policies()
-                .iter()
-                .find(|p| p.name == verdict.policy)
+            let (_, limit) = verdict
+                .policy_in(policies)
                 .and_then(|p| p.deletion_limit_for(user))?;
             Some(CountedDelete {
                 namespace: namespace.to_owned(),

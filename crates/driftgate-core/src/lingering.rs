@@ -62,10 +62,8 @@ impl LingeringLabels {
                 })
         };
         decision.record.verdicts.iter().any(|verdict| {
-            policies
-                .policies()
-                .iter()
-                .find(|p| p.name == verdict.policy)
+            verdict
+                .policy_in(policies)
                 .and_then(|p| p.break_glass.as_ref())
                 .is_some_and(|rules| carries(&rules.label))
         })
@@ -101,10 +99,7 @@ impl LingeringLabels {
             return false;
         };
         let found = decision.record.verdicts.iter().find_map(|verdict| {
-            let policy = policies
-                .policies()
-                .iter()
-                .find(|p| p.name == verdict.policy)?;
+            let policy = verdict.policy_in(policies)?;
             let rules = policy.break_glass.as_ref()?;
             let state = window_state(meta, rules, now, WindowScope::Object);
             Some(Labelled {

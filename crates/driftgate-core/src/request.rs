@@ -129,6 +129,34 @@ impl<'a> RequestEnvelope<'a> {
     }
 }
 
+/// The server's one-pass reading could not give what was asked of a review's objects
+/// (`review::lazy`): what was decided from it is void, and the review is read whole and
+/// decided again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the review's objects could not be read in one pass")]
+pub struct FellBack;
+
+/// Facts whose objects are read whole ([`RequestFacts::whole`]), so that nothing asked of
+/// them can fall back: what work whose effects cannot be taken back is given.
+#[derive(Clone, Copy, Debug)]
+pub struct WholeFacts<'f, 'a>(&'f RequestFacts<'a>);
+
+impl<'f, 'a> WholeFacts<'f, 'a> {
+    /// Facts a [`Whole`](crate::reading::Whole) reading vouches for: read whole from the start.
+    pub(crate) fn read_whole_already(facts: &'f RequestFacts<'a>) -> Self {
+        debug_assert!(!facts.fell_back());
+        WholeFacts(facts)
+    }
+}
+
+impl<'a> std::ops::Deref for WholeFacts<'_, 'a> {
+    type Target = RequestFacts<'a>;
+
+    fn deref(&self) -> &RequestFacts<'a> {
+        self.0
+    }
+}
+
 /// What a review says about its request, borrowed from it where it can be.
 #[derive(Clone, Debug)]
 pub struct RequestFacts<'a> {
@@ -212,12 +240,22 @@ impl<'a> RequestFacts<'a> {
     }
 
     /// Reads both objects whole, before work whose effects cannot be taken back (a record
-    /// written, a settlement queued); false when that made the facts fall back.
-    pub fn read_whole(&self) -> bool {
+    /// written, a settlement queued); [`FellBack`] when that made the facts fall back.
+    pub fn whole(&self) -> Result<WholeFacts<'_, 'a>, FellBack> {
         for object in [self.object, self.old_object].into_iter().flatten() {
             object.whole();
         }
-        !self.fell_back()
+        self.stands()?;
+        Ok(WholeFacts(self))
+    }
+
+    /// Whether what was decided from these facts stands: [`FellBack`] when a rule asked for
+    /// an object's remainder that the one-pass reading could not give.
+    pub fn stands(&self) -> Result<(), FellBack> {
+        if self.fell_back() {
+            return Err(FellBack);
+        }
+        Ok(())
     }
 
     /// The username as sent; "" for an anonymous client.

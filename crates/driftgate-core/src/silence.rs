@@ -294,18 +294,26 @@ pub fn tracked_writers(policies: &PolicySet, decision: &Decision) -> Vec<Control
 fn tracked_writer(policies: &PolicySet, verdict: &PolicyVerdict) -> Option<ControllerKey> {
     let by_controller = verdict.rule.properties().judges_a_controllers_write;
     let controller = verdict.matched.as_deref().filter(|_| by_controller)?;
-    is_tracked(policies, &verdict.policy, controller).then(|| ControllerKey {
+    let policy = verdict.policy_in(policies)?;
+    tracks(policy, controller).then(|| ControllerKey {
         policy: verdict.policy.clone(),
         controller: controller.to_owned(),
     })
 }
 
+/// Whether a controller of a policy named `policy` is tracked: a key's policy is only a name.
 fn is_tracked(policies: &PolicySet, policy: &str, controller: &str) -> bool {
     policies
         .policies()
         .iter()
         .filter(|p| p.name == policy)
-        .flat_map(|p| &p.controllers)
+        .any(|p| tracks(p, controller))
+}
+
+fn tracks(policy: &GatePolicy, controller: &str) -> bool {
+    policy
+        .controllers
+        .iter()
         .any(|c| c.name == controller && c.held_by_windows)
 }
 

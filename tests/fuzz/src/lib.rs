@@ -303,7 +303,7 @@ pub fn check_answer<'r>(request: impl Into<RequestEnvelope<'r>>, review: &Value)
     }
 }
 
-/// As `server::decide_with_cluster` does with a cluster that holds the fixtures' Namespaces
+/// As `server::review::decide_with_cluster` does with a cluster that holds the fixtures' Namespaces
 /// and, for a subresource, a parent (named as the request's object) with an open window.
 fn decide_with_cluster(policies: &PolicySet, facts: &RequestFacts<'_>) -> Decision {
     let request = facts.request();

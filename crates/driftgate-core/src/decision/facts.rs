@@ -362,10 +362,9 @@ impl RuleOutcome {
 
 /// Whether the controller a verdict matched is one that windows hold.
 pub(super) fn held(policies: &PolicySet, verdict: &PolicyVerdict) -> bool {
-    policies
-        .policies()
-        .iter()
-        .filter(|p| p.name == verdict.policy)
+    verdict
+        .policy_in(policies)
+        .into_iter()
         .flat_map(|p| &p.controllers)
         .find(|c| verdict.matched.as_deref() == Some(c.name.as_str()))
         .is_none_or(|c| c.held_by_windows)

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use crate::cascade::DeletionCascade;
 use crate::decision::ledger_guard::LedgerGuard;
-use crate::policy::{BreakGlassRules, Controller, GatePolicy, PolicyMode, PolicySet};
+use crate::policy::{BreakGlassRules, Controller, GatePolicy, PolicyIndex, PolicyMode, PolicySet};
 use crate::text::{MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_WARNING_CHARS, echo, warning};
 use crate::timefmt::human_utc;
 
@@ -57,10 +57,8 @@ pub fn needs_parent(policies: &PolicySet, decision: &Decision) -> bool {
         return false;
     }
     decision.record.verdicts.iter().any(|verdict| {
-        let rules = policies
-            .policies()
-            .iter()
-            .find(|p| p.name == verdict.policy)
+        let rules = verdict
+            .policy_in(policies)
             .and_then(|p| p.break_glass.as_ref());
         match (verdict.rule, rules) {
             (Rule::NotPermitted, Some(_)) => true,
@@ -136,9 +134,10 @@ pub fn decide_with_cascade<'a>(
         return assemble(&facts, vec![verdict]);
     }
     let mut verdicts = Vec::new();
-    for policy in policies.policies() {
+    for (index, policy) in policies.indexed() {
         if let Some(outcome) = evaluate(policy, &facts) {
-            verdicts.push(with_silence(apply_mode(policy, outcome), policy, input));
+            let verdict = apply_mode(index, policy, outcome);
+            verdicts.push(with_silence(verdict, policy, input));
         }
     }
     assemble(&facts, verdicts)
@@ -512,7 +511,7 @@ fn not_permitted(
     outcome
 }
 
-fn apply_mode(policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
+fn apply_mode(index: PolicyIndex, policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
     let audit = policy.mode == PolicyMode::Audit;
     let would_deny = !outcome.admit && audit;
     let warning = if would_deny {
@@ -527,6 +526,7 @@ fn apply_mode(policy: &GatePolicy, outcome: RuleOutcome) -> PolicyVerdict {
     };
     PolicyVerdict {
         policy: policy.name.clone(),
+        policy_index: Some(index),
         mode: policy.mode,
         rule: outcome.rule,
         allowed: outcome.admit || audit,
@@ -613,10 +613,9 @@ fn assemble(facts: &Facts<'_>, verdicts: Vec<PolicyVerdict>) -> Decision {
 pub fn unreadable(policies: &PolicySet, input: &DecisionInput<'_>, problem: &str) -> Decision {
     let facts = Facts::new(input);
     let verdicts = policies
-        .policies()
-        .iter()
-        .filter(|policy| may_guard_with(policy, input.request.request(), input.namespace))
-        .map(|policy| {
+        .indexed()
+        .filter(|(_, policy)| may_guard_with(policy, input.request.request(), input.namespace))
+        .map(|(index, policy)| {
             let words = RefusalWords {
                 subject: facts.may_not(),
                 why: format!(
@@ -626,6 +625,7 @@ pub fn unreadable(policies: &PolicySet, input: &DecisionInput<'_>, problem: &str
                 owner: owner_suffix(policy),
             };
             apply_mode(
+                index,
                 policy,
                 RuleOutcome::refuse(Rule::Unreadable, policy, words, ""),
             )

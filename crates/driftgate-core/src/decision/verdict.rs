@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use kube_core::admission::AdmissionResponse;
 use serde::Serialize;
 
-use crate::policy::PolicyMode;
+use crate::policy::{GatePolicy, PolicyIndex, PolicyMode, PolicySet};
 use crate::request::RequestEnvelope;
 use crate::window::BreakGlassWindow;
 
@@ -274,7 +274,12 @@ impl std::fmt::Display for Rule {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyVerdict {
+    /// The policy's name, for output (messages, Events, logs, records).
     pub policy: String,
+    /// Where the policy is in the set the review was decided with; None for a verdict made
+    /// without one (driftgate's own objects, tests). See [`PolicyVerdict::policy_in`].
+    #[serde(skip)]
+    pub policy_index: Option<PolicyIndex>,
     pub mode: PolicyMode,
     pub rule: Rule,
     /// After the mode: an Audit policy always admits.
@@ -349,6 +354,7 @@ impl PolicyVerdict {
     pub fn enforced(policy: String, rule: Rule, message: Option<String>) -> PolicyVerdict {
         PolicyVerdict {
             policy,
+            policy_index: None,
             mode: PolicyMode::Enforce,
             rule,
             allowed: message.is_none(),
@@ -369,6 +375,18 @@ impl PolicyVerdict {
             refusal: Some(words),
             ..PolicyVerdict::enforced(policy, rule, Some(message))
         }
+    }
+
+    /// The policy this verdict is of in `policies`: at its index, where the decision put it.
+    /// The name there is compared, so that a verdict of another set (never on the review's
+    /// path) cannot find a wrong policy; the set is searched by name only for such a verdict,
+    /// or one made without an index.
+    pub fn policy_in<'p>(&self, policies: &'p PolicySet) -> Option<&'p GatePolicy> {
+        let indexed = self
+            .policy_index
+            .and_then(|index| policies.at(index))
+            .filter(|policy| policy.name == self.policy);
+        indexed.or_else(|| policies.policies().iter().find(|p| p.name == self.policy))
     }
 }
 

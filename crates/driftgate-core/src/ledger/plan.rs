@@ -52,6 +52,29 @@ impl Refusal {
     }
 }
 
+/// What the ledger says of an admitted write, for the server to apply to its decision: the
+/// ledger reads the decision and never changes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LedgerAnswer {
+    /// Nothing to add.
+    Admit,
+    /// Admitted, with a warning for the writer (a break-glass change where no ledger is kept).
+    Warn(&'static str),
+    /// Refused: the ledger overturns a policy's verdict.
+    Refuse(Refusal),
+}
+
+impl LedgerAnswer {
+    /// Applies the answer to the decision it was given for.
+    pub fn apply_to(self, decision: &mut Decision) {
+        match self {
+            LedgerAnswer::Admit => {}
+            LedgerAnswer::Warn(warning) => decision.warnings.push(warning.to_owned()),
+            LedgerAnswer::Refuse(refusal) => refusal.apply_to(decision),
+        }
+    }
+}
+
 /// What the ledger does for one verdict of an admitted write.
 #[derive(Clone, Copy, Debug)]
 pub enum LedgerTask<'a> {
@@ -80,10 +103,8 @@ pub fn ledger_tasks<'a>(
         .verdicts
         .iter()
         .filter_map(|verdict| {
-            let rules = policies
-                .policies()
-                .iter()
-                .find(|p| p.name == verdict.policy)
+            let rules = verdict
+                .policy_in(policies)
                 .and_then(|p| p.break_glass.as_ref())?;
             if verdict.rule == Rule::Controller {
                 Some(LedgerTask::JudgeControllerWrite { verdict, rules })

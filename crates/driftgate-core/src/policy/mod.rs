@@ -399,9 +399,28 @@ pub struct PolicySet {
     sources: Vec<PathBuf>,
 }
 
+/// A policy's place in the [`PolicySet`] a review was decided with. Each verdict carries its
+/// policy's, so that what follows the decision finds the policy without searching the set by
+/// name (`PolicyVerdict::policy_in`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PolicyIndex(usize);
+
 impl PolicySet {
     pub fn policies(&self) -> &[GatePolicy] {
         &self.policies
+    }
+
+    /// Every policy with its index, in order.
+    pub fn indexed(&self) -> impl Iterator<Item = (PolicyIndex, &GatePolicy)> {
+        self.policies
+            .iter()
+            .enumerate()
+            .map(|(index, policy)| (PolicyIndex(index), policy))
+    }
+
+    /// The policy at `index`.
+    pub fn at(&self, index: PolicyIndex) -> Option<&GatePolicy> {
+        self.policies.get(index.0)
     }
 
     /// The files the set was read from, for reload watching.

@@ -45,13 +45,16 @@ use driftgate_core::ledger::controller::{
 };
 use driftgate_core::ledger::phase::{awaiting_since, is_suspension};
 use driftgate_core::ledger::plan::{
-    LedgerTask, RecordingPlan, Refusal, StoredChange, ledger_tasks, plan_recording, record_key,
-    unrecorded_warning, waits_for_stored,
+    LedgerAnswer, LedgerTask, RecordingPlan, Refusal, StoredChange, ledger_tasks, plan_recording,
+    record_key, unrecorded_warning, waits_for_stored,
 };
 use driftgate_core::ledger::record::BackportRequirement;
 use driftgate_core::ledger::upkeep::{is_managed, plan_expiry, plan_retention, record_gauges};
 use driftgate_core::policy::{BreakGlassRules, PolicySet};
-use driftgate_core::request::{AdmittedWrite, Landed, RequestFacts, ReviewObject, StoredAddress};
+use driftgate_core::reading::Reading;
+use driftgate_core::request::{
+    AdmittedWrite, Landed, RequestFacts, ReviewObject, StoredAddress, WholeFacts,
+};
 
 /// How long one read for Argo CD's evidence may take.
 const ARGOCD_READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -333,75 +336,84 @@ impl Ledger {
                 .is_none_or(|inner| inner.ready.load(Ordering::Relaxed))
     }
 
-    /// Records what `decision` admits under break-glass before it is answered, and judges a
-    /// controller's write against records awaiting backport. May turn the decision into a
-    /// refusal: when a record cannot be written, or when the policy refuses reverts.
-    pub async fn apply(
+    /// What the ledger says of `decision` before it is answered: break-glass changes it
+    /// admits are recorded, and a controller's write is judged against records awaiting
+    /// backport. Changes nothing in the decision: it returns the refusal (a record could not be
+    /// written, or the policy refuses reverts) or the warning, for the caller to apply.
+    /// `reading` says whether the review's objects can still fall back when read whole.
+    pub async fn judge<R: Reading>(
         &self,
-        facts: &RequestFacts<'_>,
-        decision: &mut Decision,
-        policies: &PolicySet,
-        now: Timestamp,
-    ) {
-        if !decision.allowed {
-            return;
-        }
-        let Some(inner) = &self.inner else {
-            if let Some(warning) = unrecorded_warning(facts, decision) {
-                decision.warnings.push(warning.to_owned());
-            }
-            return;
-        };
-        if let Some(refusal) = self.refusal(inner, facts, decision, policies, now).await {
-            refusal.apply_to(decision);
-        }
-    }
-
-    /// Does the ledger's part for each verdict (reading the decision, not changing it) and
-    /// returns why the write must be refused, if it must.
-    async fn refusal(
-        &self,
-        inner: &Arc<Connected>,
+        reading: R,
         facts: &RequestFacts<'_>,
         decision: &Decision,
         policies: &PolicySet,
         now: Timestamp,
-    ) -> Option<Refusal> {
+    ) -> Result<LedgerAnswer, R::Fallback> {
+        if !decision.allowed {
+            return Ok(LedgerAnswer::Admit);
+        }
+        let Some(inner) = &self.inner else {
+            return Ok(match unrecorded_warning(facts, decision) {
+                Some(warning) => LedgerAnswer::Warn(warning),
+                None => LedgerAnswer::Admit,
+            });
+        };
+        let refusal = self
+            .refusal(inner, reading, facts, decision, policies, now)
+            .await?;
+        Ok(refusal.map_or(LedgerAnswer::Admit, LedgerAnswer::Refuse))
+    }
+
+    /// Does the ledger's part for each verdict (reading the decision, not changing it) and
+    /// returns why the write must be refused, if it must. The objects are read whole before
+    /// the first work that cannot be taken back; in one pass that may fall back, and then
+    /// nothing has been done.
+    async fn refusal<R: Reading>(
+        &self,
+        inner: &Arc<Connected>,
+        reading: R,
+        facts: &RequestFacts<'_>,
+        decision: &Decision,
+        policies: &PolicySet,
+        now: Timestamp,
+    ) -> Result<Option<Refusal>, R::Fallback> {
         for task in ledger_tasks(facts, decision, policies) {
             let refusal = match task {
                 LedgerTask::JudgeControllerWrite { verdict, rules } => inner
                     .judge_controller_write(
+                        reading,
                         facts,
                         &decision.record.object.kind,
                         verdict,
                         rules,
                         now,
-                    ),
-                // A review that falls back is decided again on the two-step path.
-                LedgerTask::Record { .. } if !facts.read_whole() => return None,
-                LedgerTask::Record { verdict, rules } if waits_for_stored(verdict.rule) => {
-                    inner.record_once_stored(facts, decision, verdict, rules, now);
-                    None
+                    )?,
+                LedgerTask::Record { verdict, rules } => {
+                    let whole = reading.whole(facts)?;
+                    if waits_for_stored(verdict.rule) {
+                        inner.record_once_stored(whole, decision, verdict, rules, now);
+                        None
+                    } else {
+                        self.record(inner, whole, decision, verdict, rules, now)
+                            .await
+                            // Resuming is always allowed: a resume the ledger could not record
+                            // is still made (the record stays Open or Expired, and says so).
+                            .filter(|_| verdict.rule != Rule::Resumed)
+                    }
                 }
-                LedgerTask::Record { verdict, rules } => self
-                    .record(inner, facts, decision, verdict, rules, now)
-                    .await
-                    // Resuming is always allowed: a resume the ledger could not record is
-                    // still made (the record stays Open or Expired, and says so).
-                    .filter(|_| verdict.rule != Rule::Resumed),
             };
             if refusal.is_some() {
-                return refusal;
+                return Ok(refusal);
             }
         }
-        None
+        Ok(None)
     }
 
     /// Records one break-glass verdict within the write timeout; a refusal when it could not.
     async fn record(
         &self,
         inner: &Arc<Connected>,
-        facts: &RequestFacts<'_>,
+        facts: WholeFacts<'_, '_>,
         decision: &Decision,
         verdict: &PolicyVerdict,
         rules: &BreakGlassRules,
@@ -503,13 +515,13 @@ impl Connected {
     /// Lists the records of the verdict's window and writes what recording it takes.
     async fn record(
         self: &Arc<Self>,
-        facts: &RequestFacts<'_>,
+        facts: WholeFacts<'_, '_>,
         decision: &Decision,
         verdict: &PolicyVerdict,
         rules: &BreakGlassRules,
         now: Timestamp,
     ) -> Result<(), String> {
-        let mut key = record_key(facts, decision, verdict);
+        let mut key = record_key(&facts, decision, verdict);
         if key.namespace.is_empty() {
             // A cluster-scoped object: its records are kept in driftgate's own namespace.
             key.namespace = self.home().ok_or_else(|| {
@@ -521,10 +533,10 @@ impl Connected {
             .list(&key.namespace, &key.label_selector())
             .await
             .map_err(|e| e.to_string())?;
-        let plan = plan_recording(&key, facts, decision, verdict, rules, &listed, now);
+        let plan = plan_recording(&key, &facts, decision, verdict, rules, &listed, now);
         // The objects are read into JSON (before the answer) only for a write that claims
         // something: an append or a new record; a dry run records nothing.
-        let claims = if makes_claims(&plan.write) && AdmittedWrite::of(facts).is_some() {
+        let claims = if makes_claims(&plan.write) && AdmittedWrite::of(&facts).is_some() {
             let as_json =
                 |o: Option<ReviewObject<'_>>| o.and_then(|o| serde_json::to_value(o.whole()).ok());
             let fields = claimed_fields(
@@ -546,7 +558,7 @@ impl Connected {
             .await
             .map_err(|e| e.to_string())?;
         let selector = key.label_selector();
-        self.settle_claims_once_read_back(facts, key.namespace, selector, (kind, claims));
+        self.settle_claims_once_read_back(&facts, key.namespace, selector, (kind, claims));
         Ok(())
     }
 
@@ -600,14 +612,14 @@ impl Connected {
     /// a claim. A change that never lands writes nothing.
     fn record_once_stored(
         self: &Arc<Self>,
-        facts: &RequestFacts<'_>,
+        facts: WholeFacts<'_, '_>,
         decision: &Decision,
         verdict: &PolicyVerdict,
         rules: &BreakGlassRules,
         now: Timestamp,
     ) {
-        let change = StoredChange::of(facts, decision, verdict, rules, now);
-        let Some(write) = AdmittedWrite::of(facts) else {
+        let change = StoredChange::of(&facts, decision, verdict, rules, now);
+        let Some(write) = AdmittedWrite::of(&facts) else {
             return;
         };
         let this = self.clone();
@@ -663,27 +675,34 @@ impl Connected {
     /// The controller's write, against records awaiting backport for this object: the
     /// settlements start in the background (they do not hold up the write); the refusal, when
     /// the policy refuses reverts and this write is one, is returned.
-    fn judge_controller_write(
+    fn judge_controller_write<R: Reading>(
         self: &Arc<Self>,
+        reading: R,
         facts: &RequestFacts<'_>,
         kind: &str,
         verdict: &PolicyVerdict,
         rules: &BreakGlassRules,
         now: Timestamp,
-    ) -> Option<Refusal> {
-        let mut written = WrittenObject::of(facts)?;
+    ) -> Result<Option<Refusal>, R::Fallback> {
+        let Some(mut written) = WrittenObject::of(facts) else {
+            return Ok(None);
+        };
         if written.namespace.is_empty() {
-            written.namespace = self.home()?;
+            let Some(home) = self.home() else {
+                return Ok(None);
+            };
+            written.namespace = home;
         }
         // Filtered inside the store: every controller write asks, and few objects have records.
         let awaiting = self.store.state_filter(|r| written.awaited_by(r, now));
-        // A review that falls back is decided again on the two-step path, which settles it.
-        if awaiting.is_empty() || !facts.read_whole() {
-            return None;
+        // Only then are the objects read whole: most controller writes never pay for it.
+        if awaiting.is_empty() {
+            return Ok(None);
         }
-        let plan = plan_controller_write(facts, kind, verdict, rules, &awaiting, now);
+        let facts = reading.whole(facts)?;
+        let plan = plan_controller_write(&facts, kind, verdict, rules, &awaiting, now);
         if plan.refusal.is_some() {
-            return plan.refusal;
+            return Ok(plan.refusal);
         }
         if facts.request().dry_run() {
             // A dry run leaves nothing in the API server to confirm it by: only the
@@ -698,13 +717,13 @@ impl Connected {
                     tokio::spawn(async move { this.writer.mark_dry_run(mark, now).await });
                 }
             }
-        } else if let Some(mut write) = StoredWrite::of(facts, kind) {
+        } else if let Some(mut write) = StoredWrite::of(&facts, kind) {
             // A cluster-scoped object's records are in driftgate's own namespace.
             write.written.namespace = written.namespace;
             let this = self.clone();
             tokio::spawn(async move { this.settle_as_stored(write).await });
         }
-        None
+        Ok(None)
     }
 
     /// Settles the records awaiting an admitted controller write on the object as the API
