@@ -8,11 +8,15 @@
 //! request path (`review::lazy`: one pass, the objects' heads, the rest only when a rule asks).
 //!
 //! `cargo bench --bench decide`
+//!
+//! On a machine whose speed drifts, differences of a few percent are better seen in
+//! instructions than in time: `DECIDE_COUNT=<case>:<iterations>` runs one case a fixed number
+//! of times and nothing else, for valgrind to count (BENCHMARKS.md, "Counted, not timed").
 
 use std::hint::black_box;
 use std::path::Path;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use driftgate::decision::{Decision, DecisionInput, decide};
 use driftgate::policy::PolicySet;
 use driftgate::request::RequestFacts;
@@ -218,5 +222,80 @@ fn benches(c: &mut Criterion) {
     });
 }
 
+/// Runs one case `iterations` times, with no measurement of its own: `setup` runs none, so that
+/// a count minus setup's is the cases' alone.
+fn count(spec: &str) {
+    let (case, iterations) = spec
+        .split_once(':')
+        .and_then(|(case, n)| Some((case, n.parse::<usize>().ok()?)))
+        .unwrap_or_else(|| {
+            panic!("DECIDE_COUNT={spec}: expected <case>:<iterations>, such as deploy30k:500")
+        });
+    let policies = PolicySet::load(Path::new(POLICY))
+        .unwrap_or_else(|errors| panic!("{POLICY} does not load:\n{errors}"));
+    let now: Timestamp = NOW.parse().unwrap();
+    let read = |path: &str| std::fs::read(path).unwrap_or_else(|error| panic!("{path}: {error}"));
+    let (deploy, small_edit, pod) = (read(FIXTURE), read(SMALL_EDIT), read(POD));
+    let request = parse_review(&deploy).unwrap_or_else(|error| panic!("{FIXTURE}: {error}"));
+    let edited = human_edit(&request);
+    let run: Box<dyn Fn()> = match case {
+        "setup" => Box::new(|| {}),
+        "deploy30k" => Box::new(|| {
+            black_box(lazy_parse_and_decide(
+                &policies,
+                black_box(&deploy),
+                true,
+                now,
+            ));
+        }),
+        "small_edit" => Box::new(|| {
+            black_box(lazy_parse_and_decide(
+                &policies,
+                black_box(&small_edit),
+                true,
+                now,
+            ));
+        }),
+        "pod" => Box::new(|| {
+            black_box(lazy_parse_and_decide(
+                &policies,
+                black_box(&pod),
+                false,
+                now,
+            ));
+        }),
+        "lazy_heads" => Box::new(|| {
+            black_box(
+                parse_lazily(black_box(&deploy))
+                    .unwrap()
+                    .read_heads()
+                    .map(|review| review.object().is_some()),
+            );
+        }),
+        "decide" => Box::new(|| {
+            black_box(decide_at(&policies, black_box(&request), now));
+        }),
+        "decide_human_edit" => Box::new(|| {
+            black_box(decide_at(&policies, black_box(&edited), now));
+        }),
+        other => panic!(
+            "DECIDE_COUNT: no case {other:?}; the cases are setup, deploy30k, small_edit, pod, lazy_heads, decide and decide_human_edit"
+        ),
+    };
+    for _ in 0..iterations {
+        run();
+    }
+}
+
 criterion_group!(decide_benches, benches);
-criterion_main!(decide_benches);
+
+fn main() {
+    match std::env::var("DECIDE_COUNT") {
+        Ok(spec) => count(&spec),
+        // What criterion_main! does.
+        Err(_) => {
+            decide_benches();
+            Criterion::default().configure_from_args().final_summary();
+        }
+    }
+}
