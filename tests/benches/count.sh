@@ -3,7 +3,7 @@
 # checkouts compared side by side: a count does not drift with the machine's speed as a time
 # does, so a difference of 1 % is seen in one run. Each checkout's own release build and example
 # policy; the checkout's tests/benches/decide.rs must have DECIDE_COUNT (copy this one's into an
-# older checkout: the benchmark's code is otherwise unchanged since issue 22).
+# older checkout whose decide.rs differs only by it: check with git diff first).
 #
 #   bash tests/benches/count.sh old=/tmp/driftgate-old new=. [CASES="deploy30k decide"] [N=500]
 #
