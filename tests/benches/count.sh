@@ -28,6 +28,10 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "decide" and m.get("executable"):
         print(m["executable"])')
+  [ -n "$bin" ] || {
+    echo "$dir: the decide benchmark did not build (run: cargo bench --bench decide --no-run there)" >&2
+    exit 1
+  }
   counts() { # case iterations -> "instructions I1-misses mispredicts"
     (cd "$dir" && DECIDE_COUNT="$1:$2" valgrind --tool=cachegrind --cache-sim=yes --branch-sim=yes \
       --cachegrind-out-file=/dev/null "$bin" 2>&1) |
