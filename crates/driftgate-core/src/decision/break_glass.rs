@@ -204,22 +204,35 @@ fn close_window(
     }
 }
 
+/// The reason annotation on `new`, as the rules want it; `missing` says what a required reason
+/// that is absent means for this change (opening, or amending an open window).
+fn checked_reason(
+    new: &ObjectMeta,
+    rules: &BreakGlassRules,
+    missing: impl FnOnce() -> String,
+) -> Result<(), WindowProblem> {
+    let reason = reason_of(new, &rules.reason_annotation);
+    if rules.require_reason && reason.is_none() {
+        return Err(without_detail(missing()));
+    }
+    match reason_problem(reason.as_deref(), rules) {
+        Some(problem) => Err(without_detail(problem)),
+        None => Ok(()),
+    }
+}
+
 /// An opener's change with the label kept as it was: the reason may change, not go.
 fn amend_window(
     new: &ObjectMeta,
     rules: &BreakGlassRules,
     now: Timestamp,
 ) -> Result<BreakGlassChange, WindowProblem> {
-    let reason = reason_of(new, &rules.reason_annotation);
-    if rules.require_reason && reason.is_none() {
-        return Err(without_detail(format!(
+    checked_reason(new, rules, || {
+        format!(
             "the reason annotation {} cannot be removed while the window is open",
             rules.reason_annotation
-        )));
-    }
-    if let Some(problem) = reason_problem(reason.as_deref(), rules) {
-        return Err(without_detail(problem));
-    }
+        )
+    })?;
     let window = match window_state(new, rules, now, WindowScope::Object) {
         WindowState::Open(w) => Some(w),
         _ => None,
@@ -236,16 +249,12 @@ fn open_window(
     now: Timestamp,
 ) -> Result<BreakGlassChange, WindowProblem> {
     let window = requested_window(new, value, rules, now)?;
-    let reason = reason_of(new, &rules.reason_annotation);
-    if rules.require_reason && reason.is_none() {
-        return Err(without_detail(format!(
+    checked_reason(new, rules, || {
+        format!(
             "a reason is required: set the annotation {} in the same request (e.g. \"{REASON_EXAMPLE}\")",
             rules.reason_annotation
-        )));
-    }
-    if let Some(problem) = reason_problem(reason.as_deref(), rules) {
-        return Err(without_detail(problem));
-    }
+        )
+    })?;
     let was_open = matches!(
         window_state(old, rules, now, WindowScope::Object),
         WindowState::Open(_)
