@@ -14,7 +14,8 @@ pub use driftgate_core::{
     text, timefmt, window,
 };
 pub use driftgate_kube::{
-    blast_radius, event_sink, kube_state, leader, metrics, runtime_certs, tasks, throttle,
+    blast_radius, event_sink, kube_state, leader, log_queue, metrics, runtime_certs, tasks,
+    throttle,
 };
 
 pub mod cli;

@@ -182,8 +182,9 @@ pub struct ServeArgs {
     /// Log lines as JSON (one object per line) or as text.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
-    /// Log lines that may wait to be written to stderr (by a thread of their own, so that a slow
-    /// reader of stderr never holds a review); beyond them new lines are dropped and counted in
+    /// Log lines that may wait to be written to stderr (by a thread of their own, every 50 ms or
+    /// when half this many wait, so that a slow reader of stderr never holds a review and no
+    /// review wakes the writer); beyond them new lines are dropped and counted in
     /// driftgate_log_lines_dropped_total. At a few hundred bytes a line, the default holds a
     /// few MiB.
     #[arg(long, value_name = "N", default_value_t = 8192, value_parser = clap::value_parser!(u32).range(1..))]
@@ -263,26 +264,39 @@ pub enum LogFormat {
 /// keep it until the process ends, past the last line (the fatal error's included).
 #[must_use = "dropping the log writer stops the writing of log lines"]
 pub struct LogWriter {
-    _flush_on_drop: tracing_appender::non_blocking::WorkerGuard,
+    _flush_on_drop: Option<driftgate_kube::log_queue::LogQueueGuard>,
     /// How many lines were dropped because the queue was full.
-    pub dropped: tracing_appender::non_blocking::ErrorCounter,
+    pub dropped: driftgate_kube::log_queue::DroppedLines,
 }
 
 /// The thread that writes the log.
 const LOG_THREAD: &str = "driftgate-log";
 
 /// Logs go to stderr from a thread of their own, so that a slow reader of stderr never holds a
-/// review, through a queue of `queue_lines` (full: lines are dropped); `RUST_LOG` filters them
+/// review, through a queue of `queue_lines` (full: lines are dropped) written out in batches
+/// ([`driftgate_kube::log_queue`]: no review wakes the writer); `RUST_LOG` filters them
 /// (default `info`).
 pub fn init_logging(format: LogFormat, queue_lines: u32) -> LogWriter {
-    // Buffered: the thread writes what queued since its last write in one go, then flushes.
-    let stderr = std::io::BufWriter::with_capacity(64 << 10, std::io::stderr());
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(true)
-        .buffered_lines_limit(queue_lines as usize)
-        .thread_name(LOG_THREAD)
-        .finish(stderr);
-    let dropped = writer.error_counter();
+    use driftgate_kube::log_queue::{FLUSH_INTERVAL, LogQueue};
+    let (line_writer, guard) = match LogQueue::start(
+        std::io::stderr(),
+        queue_lines as usize,
+        FLUSH_INTERVAL,
+        LOG_THREAD,
+    ) {
+        Ok((queue, guard)) => (LineWriter::Queued(queue), Some(guard)),
+        Err(error) => {
+            // No line is lost for it: each is written as it comes, by the thread that logs it.
+            eprintln!(
+                "driftgate: cannot start the log's thread ({error}): log lines are written to stderr directly, and a stalled stderr holds the reviews that log"
+            );
+            (LineWriter::Direct, None)
+        }
+    };
+    let dropped = match &line_writer {
+        LineWriter::Queued(queue) => queue.dropped(),
+        LineWriter::Direct => Default::default(),
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only on a terminal: in a pod, stderr goes to `kubectl logs` and log collectors,
@@ -290,7 +304,7 @@ pub fn init_logging(format: LogFormat, queue_lines: u32) -> LogWriter {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(writer);
+        .with_writer(move || line_writer.clone());
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
@@ -299,6 +313,29 @@ pub fn init_logging(format: LogFormat, queue_lines: u32) -> LogWriter {
     LogWriter {
         _flush_on_drop: guard,
         dropped,
+    }
+}
+
+/// Where a log line goes: the log's queue, or stderr when its thread could not start.
+#[derive(Clone)]
+enum LineWriter {
+    Queued(driftgate_kube::log_queue::LogQueue),
+    Direct,
+}
+
+impl std::io::Write for LineWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            LineWriter::Queued(queue) => queue.write(bytes),
+            LineWriter::Direct => std::io::stderr().write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            LineWriter::Queued(queue) => queue.flush(),
+            LineWriter::Direct => std::io::stderr().flush(),
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod binary;
 pub mod captured_log;
+pub mod log_file;
 pub mod scratch;
 pub mod webhook;
 

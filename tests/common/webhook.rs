@@ -242,9 +242,12 @@ impl Server {
         self.dir.join("policies/example.yaml")
     }
 
-    /// The server's stderr so far, when started with [`Stderr::File`].
+    /// The server's stderr, when started with [`Stderr::File`], once it has stopped growing
+    /// (its lines are written in batches: [`super::log_file`]).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+        let path = self.dir.join("stderr.log");
+        super::log_file::wait_for_quiet_file(&path);
+        std::fs::read_to_string(path).unwrap_or_default()
     }
 
     /// A field of `/proc/PID/status` in KiB (`VmRSS`: resident now; `VmHWM`: the peak).

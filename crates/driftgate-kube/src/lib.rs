@@ -8,6 +8,7 @@ pub mod event_sink;
 pub mod kube_state;
 pub mod leader;
 pub mod ledger;
+pub mod log_queue;
 pub mod metrics;
 pub mod runtime_certs;
 pub mod tasks;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::control_plane::{ADMIN, DRIFTGATE, Identity, KubectlOutput, control_plane, free_port};
+use super::log_file::wait_for_quiet_file;
 use super::process::Guarded;
 
 const BIN: &str = env!("CARGO_BIN_EXE_driftgate");
@@ -283,24 +284,13 @@ impl Driftgate {
         self.lock_process().log_tail(lines)
     }
 
-    /// Waits (up to 2 s) until the log has not grown for 100 ms. driftgate writes its log on a
-    /// thread of its own, off the request path: a review's line may reach the file a moment
-    /// after the API server has its answer, and a test reading the log straight after kubectl
-    /// returns would miss it now and then.
+    /// Waits (up to 3 s) until the log has not grown for four of its writer's intervals.
+    /// driftgate writes its log on a thread of its own, off the request path, in batches
+    /// (`log_queue::FLUSH_INTERVAL` apart): a review's line reaches the file a moment after the
+    /// API server has its answer, and a test reading the log straight after kubectl returns
+    /// would miss it now and then.
     fn wait_for_quiet_log(&self) {
-        let path = self.dir.join("serve.log");
-        let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let (mut last, mut since) = (size(), Instant::now());
-        while Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-            let now = size();
-            if now != last {
-                (last, since) = (now, Instant::now());
-            } else if since.elapsed() >= Duration::from_millis(100) {
-                return;
-            }
-        }
+        wait_for_quiet_file(&self.dir.join("serve.log"));
     }
 
     fn lock_process(&self) -> std::sync::MutexGuard<'_, Guarded> {

@@ -14,6 +14,8 @@ pub mod control_plane;
 pub mod driftgate;
 pub mod flux;
 pub mod forge;
+#[path = "../../common/log_file.rs"]
+pub mod log_file;
 pub mod node;
 pub mod pki;
 pub mod process;
