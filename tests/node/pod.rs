@@ -241,10 +241,19 @@ spec:
         node.logs()
     );
     write(FLUX, "fluxs").ok();
-    let log = plane
-        .kubectl(ADMIN, &["logs", "-n", NS, "driftgate"])
-        .ok()
-        .stdout;
+    // driftgate writes its log in batches (every 50 ms), and the runtime passes it on to the
+    // kubelet's files after that: the line comes a moment after the answer.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let log = loop {
+        let log = plane
+            .kubectl(ADMIN, &["logs", "-n", NS, "driftgate"])
+            .ok()
+            .stdout;
+        if (log.contains("bobs") && log.contains("fluxs")) || Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(
         log.contains("bobs") && log.contains("fluxs"),
         "driftgate's log (kubectl logs, through the kubelet) shows no review of the two writes:\n{log}"
