@@ -179,7 +179,7 @@ impl Drop for LogQueueGuard {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::mpsc;
 
@@ -204,8 +204,8 @@ mod tests {
         }
     }
 
-    /// An output whose first write blocks until the test lets it go.
-    struct Stalled(mpsc::Receiver<()>);
+    /// An output whose writes block until the test lets them go (drops the sender).
+    pub(crate) struct Stalled(pub(crate) mpsc::Receiver<()>);
 
     impl Write for Stalled {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -640,27 +640,15 @@ mod tests {
         }
     }
 
-    /// A writer that takes nothing until told to: the log writer's thread blocks on its first
-    /// batch, its queue fills, and the lines after are dropped.
-    struct Stalled(std::sync::mpsc::Receiver<()>);
-
-    impl std::io::Write for Stalled {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            let _ = self.0.recv();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[test]
     fn dropped_log_lines_are_read_from_the_writer_at_each_scrape() {
         use std::io::Write;
         let metrics = Metrics::new();
         let (release, stalled) = std::sync::mpsc::channel();
+        // The log writer's thread blocks on its first batch, its queue fills, and the lines
+        // after are dropped.
         let (mut writer, guard) = crate::log_queue::LogQueue::start(
-            Stalled(stalled),
+            crate::log_queue::tests::Stalled(stalled),
             1,
             std::time::Duration::from_secs(3600),
             "test-log",
