@@ -264,7 +264,7 @@ pub enum LogFormat {
 /// keep it until the process ends, past the last line (the fatal error's included).
 #[must_use = "dropping the log writer stops the writing of log lines"]
 pub struct LogWriter {
-    _flush_on_drop: Option<driftgate_kube::log_queue::LogQueueGuard>,
+    _flush_on_drop: driftgate_kube::log_queue::LogQueueGuard,
     /// How many lines were dropped because the queue was full.
     pub dropped: driftgate_kube::log_queue::DroppedLines,
 }
@@ -275,28 +275,16 @@ const LOG_THREAD: &str = "driftgate-log";
 /// Logs go to stderr from a thread of their own, so that a slow reader of stderr never holds a
 /// review, through a queue of `queue_lines` (full: lines are dropped) written out in batches
 /// ([`driftgate_kube::log_queue`]: no review wakes the writer); `RUST_LOG` filters them
-/// (default `info`).
-pub fn init_logging(format: LogFormat, queue_lines: u32) -> LogWriter {
+/// (default `info`). An error when that thread cannot be started.
+pub fn init_logging(format: LogFormat, queue_lines: u32) -> std::io::Result<LogWriter> {
     use driftgate_kube::log_queue::{FLUSH_INTERVAL, LogQueue};
-    let (line_writer, guard) = match LogQueue::start(
+    let (queue, guard) = LogQueue::start(
         std::io::stderr(),
         queue_lines as usize,
         FLUSH_INTERVAL,
         LOG_THREAD,
-    ) {
-        Ok((queue, guard)) => (LineWriter::Queued(queue), Some(guard)),
-        Err(error) => {
-            // No line is lost for it: each is written as it comes, by the thread that logs it.
-            eprintln!(
-                "driftgate: cannot start the log's thread ({error}): log lines are written to stderr directly, and a stalled stderr holds the reviews that log"
-            );
-            (LineWriter::Direct, None)
-        }
-    };
-    let dropped = match &line_writer {
-        LineWriter::Queued(queue) => queue.dropped(),
-        LineWriter::Direct => Default::default(),
-    };
+    )?;
+    let dropped = queue.dropped();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only on a terminal: in a pod, stderr goes to `kubectl logs` and log collectors,
@@ -304,39 +292,16 @@ pub fn init_logging(format: LogFormat, queue_lines: u32) -> LogWriter {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(move || line_writer.clone());
+        .with_writer(move || queue.clone());
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
     };
     log_panics(format);
-    LogWriter {
+    Ok(LogWriter {
         _flush_on_drop: guard,
         dropped,
-    }
-}
-
-/// Where a log line goes: the log's queue, or stderr when its thread could not start.
-#[derive(Clone)]
-enum LineWriter {
-    Queued(driftgate_kube::log_queue::LogQueue),
-    Direct,
-}
-
-impl std::io::Write for LineWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        match self {
-            LineWriter::Queued(queue) => queue.write(bytes),
-            LineWriter::Direct => std::io::stderr().write(bytes),
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            LineWriter::Queued(queue) => queue.flush(),
-            LineWriter::Direct => std::io::stderr().flush(),
-        }
-    }
+    })
 }
 
 /// With `--log-format json`, a panic (a bug) is logged as one JSON line like every other,

@@ -48,7 +48,7 @@ fn serve_logging_in_json_reports_a_panic_on_stderr_as_one_json_line() {
     const CHILD: &str = "DRIFTGATE_PANIC_LOG_CHILD";
     const NAME: &str = "serve_logging_in_json_reports_a_panic_on_stderr_as_one_json_line";
     if std::env::var_os(CHILD).is_some() {
-        let log = driftgate::serve::init_logging(LogFormat::Json, 64);
+        let log = driftgate::serve::init_logging(LogFormat::Json, 64).unwrap();
         let thread = std::thread::Builder::new()
             .name("review-worker".into())
             .spawn(|| panic!("the policy vanished"))

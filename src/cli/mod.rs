@@ -287,7 +287,17 @@ fn break_glass(
 /// `serve` on a multi-threaded runtime. Its fatal error is one log line, in the log's format
 /// (one JSON object with `--log-format json`), and only there.
 fn serve(args: crate::serve::ServeArgs) -> ExitCode {
-    let log = crate::serve::init_logging(args.log_format, args.log_queue_lines);
+    // Before the log exists: `fatal` says it on stderr.
+    let log = match crate::serve::init_logging(args.log_format, args.log_queue_lines) {
+        Ok(log) => log,
+        Err(error) => {
+            fatal(
+                "serve",
+                &format_args!("cannot start the log's thread: {error}"),
+            );
+            return ExitCode::from(1);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

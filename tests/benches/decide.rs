@@ -238,32 +238,19 @@ fn count(spec: &str) {
     let (deploy, small_edit, pod) = (read(FIXTURE), read(SMALL_EDIT), read(POD));
     let request = parse_review(&deploy).unwrap_or_else(|error| panic!("{FIXTURE}: {error}"));
     let edited = human_edit(&request);
+    let lazy = |body: &[u8], guarded: bool| {
+        black_box(lazy_parse_and_decide(
+            &policies,
+            black_box(body),
+            guarded,
+            now,
+        ));
+    };
     let run: Box<dyn Fn()> = match case {
         "setup" => Box::new(|| {}),
-        "deploy30k" => Box::new(|| {
-            black_box(lazy_parse_and_decide(
-                &policies,
-                black_box(&deploy),
-                true,
-                now,
-            ));
-        }),
-        "small_edit" => Box::new(|| {
-            black_box(lazy_parse_and_decide(
-                &policies,
-                black_box(&small_edit),
-                true,
-                now,
-            ));
-        }),
-        "pod" => Box::new(|| {
-            black_box(lazy_parse_and_decide(
-                &policies,
-                black_box(&pod),
-                false,
-                now,
-            ));
-        }),
+        "deploy30k" => Box::new(|| lazy(&deploy, true)),
+        "small_edit" => Box::new(|| lazy(&small_edit, true)),
+        "pod" => Box::new(|| lazy(&pod, false)),
         "lazy_heads" => Box::new(|| {
             black_box(
                 parse_lazily(black_box(&deploy))

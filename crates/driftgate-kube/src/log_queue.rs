@@ -37,7 +37,7 @@ impl DroppedLines {
 struct Queued {
     bytes: Vec<u8>,
     lines: usize,
-    /// The writer was asked to write early (the queue is half full), or to close.
+    /// The writer was asked to write before its timer: the queue is half full.
     woken: bool,
     closing: bool,
 }
