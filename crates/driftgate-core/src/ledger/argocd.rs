@@ -111,6 +111,67 @@ pub struct SyncedProof {
     pub deployed: String,
 }
 
+/// Why Argo CD's status proves nothing of a record's values this time: logged, and the record
+/// waits for the next check.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotSynced {
+    #[error(
+        "no policy in Enforce mode guards the Application, so anyone allowed by RBAC could write its status"
+    )]
+    ApplicationUnguarded,
+    #[error("the object is gone or replaced")]
+    ObjectReplaced,
+    #[error("nothing recorded to compare")]
+    NothingRecorded,
+    #[error(
+        "no last-applied configuration of the controller's own (Argo CD applies server-side, or someone else wrote it)"
+    )]
+    NoLastApplied,
+    #[error("{0} is not a field path")]
+    NotAFieldPath(String),
+    #[error("{0} no longer has the recorded value")]
+    ValueChanged(String),
+    #[error(
+        "{0} is not in the controller's last-applied configuration: Git never declared it, so Argo CD's comparison says nothing of it"
+    )]
+    NotDeclared(String),
+    #[error("the object is applied server-side (sync option ServerSideApply=true)")]
+    ObjectAppliedServerSide,
+    #[error("the object has no tracking annotation")]
+    NoTracking,
+    #[error("the tracking annotation names another object")]
+    TracksAnotherObject,
+    #[error("Application {0} has several sources (or none): only a single source is compared")]
+    NotOneSource(String),
+    #[error("Application {0} applies server-side (ServerSideApply=true)")]
+    ApplicationAppliesServerSide(String),
+    #[error("Application {0} is compared by server-side diff: its dry runs are the evidence")]
+    ServerSideDiff(String),
+    #[error(
+        "differences of {kind} objects are ignored (ignoreDifferences of Application {application} or argocd-cm)"
+    )]
+    DifferencesIgnored { application: String, kind: String },
+    #[error("Application {0} is not Synced")]
+    OutOfSync(String),
+    #[error("Application {0} was last compared with another source than its own")]
+    ComparedWithAnotherSource(String),
+    #[error("Application {0} has no revision compared or none deployed")]
+    NoRevision(String),
+    #[error(
+        "Application {application} is Synced at {revision}, the revision it last deployed: Git has not moved"
+    )]
+    GitNotMoved {
+        application: String,
+        revision: String,
+    },
+    #[error("Application {0} has no reconciledAt")]
+    NoReconciledAt(String),
+    #[error("Application {0} has not compared since the last recorded change")]
+    NotComparedSince(String),
+    #[error("Application {0} does not list the object as Synced")]
+    ObjectNotListed(String),
+}
+
 /// Whether Argo CD's status proves Git has the values recorded for `object` (one of `record`'s
 /// objects); `Err` says why not, for the log.
 pub fn judge_synced(
@@ -118,7 +179,7 @@ pub fn judge_synced(
     recorded: &RecordedObject,
     policy: &GatePolicy,
     inputs: &SyncedInputs<'_>,
-) -> Result<SyncedProof, String> {
+) -> Result<SyncedProof, NotSynced> {
     let SyncedInputs {
         object,
         application,
@@ -126,32 +187,30 @@ pub fn judge_synced(
         application_guarded,
     } = inputs;
     if !application_guarded {
-        return Err("no policy in Enforce mode guards the Application, so anyone allowed by RBAC could write its status".into());
+        return Err(NotSynced::ApplicationUnguarded);
     }
     if object["metadata"]["uid"].as_str() != Some(recorded.uid.as_str()) {
-        return Err("the object is gone or replaced".into());
+        return Err(NotSynced::ObjectReplaced);
     }
     let latest = latest_changes(&record.spec, &recorded.uid);
     let Some(last_change) = latest.values().map(|(_, change)| change.time.0).max() else {
-        return Err("nothing recorded to compare".into());
+        return Err(NotSynced::NothingRecorded);
     };
-    let declared = declared_by_controller(object, policy)
-        .ok_or("no last-applied configuration of the controller's own (Argo CD applies server-side, or someone else wrote it)")?;
+    let declared = declared_by_controller(object, policy).ok_or(NotSynced::NoLastApplied)?;
     for (path, (field, _)) in &latest {
-        let parsed = FieldPath::parse(path).map_err(|_| format!("{path} is not a field path"))?;
+        let parsed =
+            FieldPath::parse(path).map_err(|_| NotSynced::NotAFieldPath(path.to_string()))?;
         if digest(value_at(object, &parsed)) != field.digest {
-            return Err(format!("{path} no longer has the recorded value"));
+            return Err(NotSynced::ValueChanged(path.to_string()));
         }
         if value_at(&declared, &parsed).is_none() {
-            return Err(format!(
-                "{path} is not in the controller's last-applied configuration: Git never declared it, so Argo CD's comparison says nothing of it"
-            ));
+            return Err(NotSynced::NotDeclared(path.to_string()));
         }
     }
     if has_option(object, SYNC_OPTIONS_ANNOTATION, "ServerSideApply=true") {
-        return Err("the object is applied server-side (sync option ServerSideApply=true)".into());
+        return Err(NotSynced::ObjectAppliedServerSide);
     }
-    let tracking = tracking_of(object).ok_or("the object has no tracking annotation")?;
+    let tracking = tracking_of(object).ok_or(NotSynced::NoTracking)?;
     let group = group_of(&recorded.api_version);
     if (
         tracking.group.as_str(),
@@ -159,7 +218,7 @@ pub fn judge_synced(
         tracking.name.as_str(),
     ) != (group, recorded.kind.as_str(), recorded.name.as_str())
     {
-        return Err("the tracking annotation names another object".into());
+        return Err(NotSynced::TracksAnotherObject);
     }
     application_in_sync(
         application,
@@ -220,7 +279,7 @@ fn application_in_sync(
     group: &str,
     kind: &str,
     last_change: jiff::Timestamp,
-) -> Result<SyncedProof, String> {
+) -> Result<SyncedProof, NotSynced> {
     let spec = &application["spec"];
     let status = &application["status"];
     let name = format!(
@@ -232,9 +291,7 @@ fn application_in_sync(
     let (revision, deployed) = synced_revisions(spec, status, &name)?;
     check_compared_since(status, last_change, &name)?;
     if !lists_object_synced(status, tracking, group, kind) {
-        return Err(format!(
-            "Application {name} does not list the object as Synced"
-        ));
+        return Err(NotSynced::ObjectNotListed(name));
     }
     Ok(SyncedProof {
         application: name,
@@ -251,28 +308,23 @@ fn check_comparison(
     group: &str,
     kind: &str,
     name: &str,
-) -> Result<(), String> {
+) -> Result<(), NotSynced> {
     let spec = &application["spec"];
     if spec["source"].is_null() || !spec["sources"].is_null() {
-        return Err(format!(
-            "Application {name} has several sources (or none): only a single source is compared"
-        ));
+        return Err(NotSynced::NotOneSource(name.to_owned()));
     }
     let options = spec["syncPolicy"]["syncOptions"].as_array();
     if options.is_some_and(|o| o.iter().any(|o| o == "ServerSideApply=true")) {
-        return Err(format!(
-            "Application {name} applies server-side (ServerSideApply=true)"
-        ));
+        return Err(NotSynced::ApplicationAppliesServerSide(name.to_owned()));
     }
     if uses_server_side_diff(application, settings) {
-        return Err(format!(
-            "Application {name} is compared by server-side diff: its dry runs are the evidence"
-        ));
+        return Err(NotSynced::ServerSideDiff(name.to_owned()));
     }
     if ignores_differences(spec, settings, group, kind) {
-        return Err(format!(
-            "differences of {kind} objects are ignored (ignoreDifferences of Application {name} or argocd-cm)"
-        ));
+        return Err(NotSynced::DifferencesIgnored {
+            application: name.to_owned(),
+            kind: kind.to_owned(),
+        });
     }
     Ok(())
 }
@@ -302,14 +354,12 @@ fn synced_revisions<'a>(
     spec: &Value,
     status: &'a Value,
     name: &str,
-) -> Result<(&'a str, &'a str), String> {
+) -> Result<(&'a str, &'a str), NotSynced> {
     if status["sync"]["status"] != "Synced" {
-        return Err(format!("Application {name} is not Synced"));
+        return Err(NotSynced::OutOfSync(name.to_owned()));
     }
     if status["sync"]["comparedTo"]["source"] != spec["source"] {
-        return Err(format!(
-            "Application {name} was last compared with another source than its own"
-        ));
+        return Err(NotSynced::ComparedWithAnotherSource(name.to_owned()));
     }
     let revision = status["sync"]["revision"].as_str().unwrap_or("");
     let deployed = status["history"]
@@ -318,14 +368,13 @@ fn synced_revisions<'a>(
         .and_then(|entry| entry["revision"].as_str())
         .unwrap_or("");
     if revision.is_empty() || deployed.is_empty() {
-        return Err(format!(
-            "Application {name} has no revision compared or none deployed"
-        ));
+        return Err(NotSynced::NoRevision(name.to_owned()));
     }
     if revision == deployed {
-        return Err(format!(
-            "Application {name} is Synced at {revision}, the revision it last deployed: Git has not moved"
-        ));
+        return Err(NotSynced::GitNotMoved {
+            application: name.to_owned(),
+            revision: revision.to_owned(),
+        });
     }
     Ok((revision, deployed))
 }
@@ -336,16 +385,14 @@ fn check_compared_since(
     status: &Value,
     last_change: jiff::Timestamp,
     name: &str,
-) -> Result<(), String> {
+) -> Result<(), NotSynced> {
     let reconciled = status["reconciledAt"]
         .as_str()
         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .ok_or(format!("Application {name} has no reconciledAt"))?;
+        .ok_or_else(|| NotSynced::NoReconciledAt(name.to_owned()))?;
     // Seconds only: a comparison in the same second as the change may have preceded it.
     if reconciled.as_second() <= last_change.as_second() {
-        return Err(format!(
-            "Application {name} has not compared since the last recorded change"
-        ));
+        return Err(NotSynced::NotComparedSince(name.to_owned()));
     }
     Ok(())
 }
@@ -563,7 +610,7 @@ spec:
         object: &Value,
         application: &Value,
         settings: &ArgoSettings,
-    ) -> Result<SyncedProof, String> {
+    ) -> Result<SyncedProof, NotSynced> {
         let policies = policies();
         let record = record();
         let recorded = &recorded_objects(&record)[0];
@@ -658,7 +705,7 @@ spec:
         let settings = ArgoSettings::default();
         let fails = |object: &Value, application: &Value, settings: &ArgoSettings, why: &str| {
             let error = judged(object, application, settings).unwrap_err();
-            assert!(error.contains(why), "{error}");
+            assert!(error.to_string().contains(why), "{error}");
         };
         // Git has not moved since Argo CD deployed (the self-heal it could not make is all).
         fails(
@@ -800,10 +847,7 @@ spec:
             },
         )
         .unwrap_err();
-        assert!(
-            error.contains("no policy in Enforce mode guards the Application"),
-            "{error}"
-        );
+        assert_eq!(error, NotSynced::ApplicationUnguarded);
         let none = BTreeMap::new();
         let named = |set: &PolicySet, name: &str| {
             set.policies()

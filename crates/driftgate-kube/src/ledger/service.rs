@@ -34,8 +34,8 @@ use crate::metrics::Metrics;
 use driftgate_core::decision::ledger_guard::LedgerGuard;
 use driftgate_core::decision::{Decision, PolicyVerdict, Rule};
 use driftgate_core::ledger::argocd::{
-    ArgoSettings, SyncedInputs, SyncedProof, judge_synced, recorded_objects, synced_settlement,
-    tracking_of,
+    ArgoSettings, NotSynced, SyncedInputs, SyncedProof, judge_synced, recorded_objects,
+    synced_settlement, tracking_of,
 };
 use driftgate_core::ledger::claims::{
     Claimed, Shown, WriteKind, carried_by, claimed_fields, claims_of, makes_claims,
@@ -98,7 +98,31 @@ enum ArgoEvidenceError {
     #[error("there is no Application {0}")]
     NoApplication(String),
     #[error("Argo CD's status proves nothing: {0}")]
-    NotProven(String),
+    NotProven(#[from] NotSynced),
+}
+
+/// Why a break-glass change could not be recorded: the write is refused with it
+/// (`LedgerUnavailable`), or, for a change the API server already stored, it is logged.
+#[derive(Debug, thiserror::Error)]
+enum RecordingError {
+    #[error(
+        "driftgate does not know its own namespace, where records of cluster-scoped objects are kept (serve --service-account system:serviceaccount:NS:NAME)"
+    )]
+    NoHome,
+    #[error("listing the records in {namespace} failed: {source}")]
+    List {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing the record in {namespace} failed: {source}")]
+    Write {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the API server did not answer within {0:?}")]
+    TimedOut(Duration),
 }
 
 /// How often the expiry task looks at the records by default (`serve --expiry-check-interval`).
@@ -424,12 +448,7 @@ impl Ledger {
             inner.record(facts, decision, verdict, rules, now),
         )
         .await
-        .map_err(|_| {
-            format!(
-                "the API server did not answer within {:?}",
-                self.write_timeout
-            )
-        })
+        .map_err(|_| RecordingError::TimedOut(self.write_timeout))
         .and_then(|written| written);
         let Err(error) = recorded else {
             Metrics::count_result(&self.metrics.ledger_writes, true);
@@ -440,7 +459,7 @@ impl Ledger {
         Some(Refusal::unrecorded(
             &decision.record,
             &verdict.policy,
-            &error,
+            &error.to_string(),
         ))
     }
 }
@@ -520,19 +539,20 @@ impl Connected {
         verdict: &PolicyVerdict,
         rules: &BreakGlassRules,
         now: Timestamp,
-    ) -> Result<(), String> {
+    ) -> Result<(), RecordingError> {
         let mut key = record_key(&facts, decision, verdict);
         if key.namespace.is_empty() {
             // A cluster-scoped object: its records are kept in driftgate's own namespace.
-            key.namespace = self.home().ok_or_else(|| {
-                "driftgate does not know its own namespace, where records of cluster-scoped objects are kept (serve --service-account system:serviceaccount:NS:NAME)".to_owned()
-            })?;
+            key.namespace = self.home().ok_or(RecordingError::NoHome)?;
         }
         let listed = self
             .writer
             .list(&key.namespace, &key.label_selector())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|source| RecordingError::List {
+                namespace: key.namespace.clone(),
+                source,
+            })?;
         let plan = plan_recording(&key, &facts, decision, verdict, rules, &listed, now);
         // The objects are read into JSON (before the answer) only for a write that claims
         // something: an append or a new record; a dry run records nothing.
@@ -556,7 +576,10 @@ impl Connected {
         self.writer
             .record(&key.namespace, plan, now)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|source| RecordingError::Write {
+                namespace: key.namespace.clone(),
+                source,
+            })?;
         let selector = key.label_selector();
         self.settle_claims_once_read_back(&facts, key.namespace, selector, (kind, claims));
         Ok(())
@@ -641,19 +664,20 @@ impl Connected {
         });
     }
 
-    async fn write_stored_change(&self, change: &StoredChange) -> Result<(), String> {
+    async fn write_stored_change(&self, change: &StoredChange) -> Result<(), RecordingError> {
         let now = Timestamp::now();
         let mut namespace = change.key.namespace.clone();
         if namespace.is_empty() {
-            namespace = self
-                .home()
-                .ok_or("driftgate does not know its own namespace")?;
+            namespace = self.home().ok_or(RecordingError::NoHome)?;
         }
         let listed = self
             .writer
             .list(&namespace, &change.key.label_selector())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|source| RecordingError::List {
+                namespace: namespace.clone(),
+                source,
+            })?;
         let plan = RecordingPlan {
             expire: Vec::new(),
             write: change.plan(&listed, now),
@@ -661,7 +685,7 @@ impl Connected {
         self.writer
             .record(&namespace, plan, now)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|source| RecordingError::Write { namespace, source })
     }
 
     /// driftgate's own namespace, from its service account's username; None while it is not
@@ -910,8 +934,7 @@ impl Connected {
                 settings,
                 application_guarded,
             };
-            let proof = judge_synced(record, recorded, policy, &inputs)
-                .map_err(ArgoEvidenceError::NotProven)?;
+            let proof = judge_synced(record, recorded, policy, &inputs)?;
             let regarding = k8s_openapi::api::core::v1::ObjectReference {
                 api_version: Some(recorded.api_version.clone()),
                 kind: Some(recorded.kind.clone()),
