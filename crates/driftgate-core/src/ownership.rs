@@ -49,10 +49,14 @@ pub fn forged_ownership(
         .keys()
         .chain(new.keys().filter(|k| !old.contains_key(*k)))
         .collect();
-    if keys
+    // An entry that neither gained nor lost a field, nor moved in time or version, has no
+    // problem to find below: only the changed ones are walked (most writes change one).
+    let changed_keys: Vec<&EntryKey<'_>> = keys
         .iter()
-        .all(|k| !entry_changed(old.get(*k), new.get(*k)))
-    {
+        .copied()
+        .filter(|k| entry_changed(old.get(*k), new.get(*k)))
+        .collect();
+    if changed_keys.is_empty() {
         return None;
     }
     let own = match own_entry(&keys, &old, &new, request_manager) {
@@ -65,7 +69,7 @@ pub fn forged_ownership(
     // it renames the oldest to ancient-changes and adds the next oldest to it): they vanish,
     // and their fields live on there.
     let mut merged: Vec<&Value> = Vec::new();
-    for key in keys.iter().copied() {
+    for key in changed_keys.iter().copied() {
         let (before, after) = (old.get(key), new.get(key));
         if Some(key) == own {
             if let Some(problem) = own_entry_problem(key, before, after, changed) {
