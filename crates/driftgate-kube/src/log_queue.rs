@@ -5,9 +5,10 @@
 //! its thread sleeps on the channel, so every review's line woke it, and at 2,000 reviews a
 //! second that was 2,000 wake-ups and 2,000 writes to stderr, a tenth of the server's CPU. On a
 //! machine of two cores the woken thread also took the core from a worker answering a review,
-//! which shows in the p99. Here nothing that logs wakes the writer, unless the queue is half
-//! full (a burst that would otherwise be dropped); the writer wakes every [`FLUSH_INTERVAL`]
-//! and writes what queued in one call. A stalled stderr still holds no review: lines beyond the
+//! which shows in the p99. Here a line wakes the writer only when the queue was empty (the
+//! writer sleeps with no timer then, so an idle pod wakes nobody) or is half full (a burst that
+//! would otherwise be dropped); while lines wait, the writer writes them every
+//! [`FLUSH_INTERVAL`] in one call. A stalled stderr still holds no review: lines beyond the
 //! queue's limit are dropped and counted, as before.
 
 use std::io::Write;
@@ -39,6 +40,8 @@ struct Queued {
     lines: usize,
     /// The writer was asked to write before its timer: the queue is half full.
     woken: bool,
+    /// The writer sleeps until a line comes: nothing was queued.
+    idle: bool,
     closing: bool,
 }
 
@@ -68,9 +71,11 @@ impl Shared {
         }
         queued.bytes.extend_from_slice(bytes);
         queued.lines += lines;
-        if !queued.woken && queued.lines * 2 >= self.limit_lines {
-            queued.woken = true;
-            drop(queued);
+        let half_full = !queued.woken && queued.lines * 2 >= self.limit_lines;
+        queued.woken |= half_full;
+        let first_since_idle = std::mem::take(&mut queued.idle);
+        drop(queued);
+        if half_full || first_since_idle {
             self.wake.notify_one();
         }
     }
@@ -121,12 +126,21 @@ impl LogQueue {
     }
 }
 
-/// The writer thread: every interval, or when woken, takes what queued and writes it
-/// in one call, outside the lock (a stalled stderr holds the writer, never a line's author).
+/// The writer thread: sleeps until a line comes, then lets lines gather for an interval (less
+/// when woken) and writes them in one call, outside the lock (a stalled stderr holds the
+/// writer, never a line's author).
 fn write_until_closed<W: Write>(shared: &Shared, mut out: W) {
     let mut batch = Vec::new();
     loop {
         let mut queued = shared.lock();
+        while queued.bytes.is_empty() && !queued.closing {
+            queued.idle = true;
+            queued = shared
+                .wake
+                .wait(queued)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        queued.idle = false;
         if !queued.woken && !queued.closing {
             queued = shared
                 .wake
@@ -249,6 +263,36 @@ pub(crate) mod tests {
         let written = writes.recv_timeout(WAIT).expect("written");
         assert_eq!(written, 9);
         assert_eq!(&*text.lock().unwrap(), b"one line\n");
+    }
+
+    /// With nothing to write, the writer sleeps until a line comes: an idle pod's log thread
+    /// wakes nobody (with a timer of 10 ms it would wake about 30 times here).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_idle_writer_sleeps_until_a_line_comes() {
+        let (told, writes) = mpsc::channel();
+        let (mut queue, _guard) =
+            LogQueue::start(Collected(Arc::default(), told), 1000, SHORT, "idle-log").unwrap();
+        let wake_ups = || -> u64 {
+            let task = std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .map(|t| t.unwrap().path())
+                .find(|t| std::fs::read_to_string(t.join("comm")).unwrap() == "idle-log\n")
+                .expect("the writer thread");
+            let status = std::fs::read_to_string(task.join("status")).unwrap();
+            let line = status
+                .lines()
+                .find(|l| l.starts_with("voluntary_ctxt_switches:"))
+                .unwrap();
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        };
+        std::thread::sleep(SHORT * 3);
+        let before = wake_ups();
+        std::thread::sleep(SHORT * 30);
+        let idle = wake_ups() - before;
+        assert!(idle <= 2, "the idle writer woke {idle} times");
+        queue.write_all(b"one line\n").unwrap();
+        assert_eq!(writes.recv_timeout(WAIT).unwrap(), 9);
     }
 
     #[test]
