@@ -14,24 +14,11 @@ set -euo pipefail
 cases=${CASES:-deploy30k small_edit pod lazy_heads decide decide_human_edit}
 n=${N:-500}
 command -v valgrind >/dev/null || { echo "count.sh needs valgrind (Debian: apt-get install valgrind)" >&2; exit 1; }
+. "$(dirname "$0")/decide_bin.sh"
 for spec in "$@"; do
   name=${spec%%=*}
   dir=$(cd "${spec#*=}" && pwd)
-  grep -q DECIDE_COUNT "$dir/tests/benches/decide.rs" || {
-    echo "$dir/tests/benches/decide.rs has no DECIDE_COUNT: copy $(pwd)/tests/benches/decide.rs there first" >&2
-    exit 1
-  }
-  target=${COUNT_TARGET_ROOT:-/tmp/driftgate-count}/$name
-  bin=$(cd "$dir" && CARGO_TARGET_DIR=$target cargo bench --bench decide --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "decide" and m.get("executable"):
-        print(m["executable"])')
-  [ -n "$bin" ] || {
-    echo "$dir: the decide benchmark did not build (run: cargo bench --bench decide --no-run there)" >&2
-    exit 1
-  }
+  bin=$(decide_bin "$name" "$dir")
   counts() { # case iterations -> "instructions I1-misses mispredicts"
     (cd "$dir" && DECIDE_COUNT="$1:$2" valgrind --tool=cachegrind --cache-sim=yes --branch-sim=yes \
       --cachegrind-out-file=/dev/null "$bin" 2>&1) |
