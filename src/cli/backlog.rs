@@ -427,6 +427,9 @@ async fn link(
     Ok(())
 }
 
+/// How many times `backlog resolve` reads and patches a record that keeps changing under it.
+const RESOLVE_ATTEMPTS: u32 = 5;
+
 async fn resolve(
     cluster: &Cluster,
     namespace: &str,
@@ -463,28 +466,39 @@ async fn resolve(
         name: Some(name),
         namespace: Some(namespace),
     };
-    let record = api
-        .get(name)
-        .await
-        .map_err(|e| cluster.error(attempt("reading the record", "get"), e))?;
-    let status = resolved(
-        record.status.clone().unwrap_or_default(),
-        note,
-        &resolver,
-        Timestamp::now(),
-    );
-    let patch = status_patch(record.metadata.resource_version.as_deref(), &status);
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| {
-            cluster.error(
-                Attempt {
-                    resource: "backportrequirements.driftgate.dev/status",
-                    ..attempt("resolving the record", "patch")
-                },
-                e,
-            )
-        })?;
+    // driftgate updates records in the background (a change confirmed once the API server has
+    // stored it, an expiry), and the patch carries the resourceVersion it was computed from: on
+    // a conflict the record is read again and the resolution recomputed, as client-go's
+    // RetryOnConflict does, instead of telling the on-call engineer to try again.
+    for round in 1..=RESOLVE_ATTEMPTS {
+        let record = api
+            .get(name)
+            .await
+            .map_err(|e| cluster.error(attempt("reading the record", "get"), e))?;
+        let status = resolved(
+            record.status.clone().unwrap_or_default(),
+            note,
+            &resolver,
+            Timestamp::now(),
+        );
+        let patch = status_patch(record.metadata.resource_version.as_deref(), &status);
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(status)) if status.code == 409 && round < RESOLVE_ATTEMPTS => {}
+            Err(e) => {
+                return Err(cluster.error(
+                    Attempt {
+                        resource: "backportrequirements.driftgate.dev/status",
+                        ..attempt("resolving the record", "patch")
+                    },
+                    e,
+                ));
+            }
+        }
+    }
     let _ = writeln!(
         out,
         "BackportRequirement {namespace}/{name} resolved by {resolver}: {note}"
