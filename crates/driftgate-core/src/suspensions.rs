@@ -251,7 +251,11 @@ fn undo_fields(
                 }
             }
         };
-        if !parents_are_objects(&item.object.data, segments) {
+        // A field restored whole from Git may bring back the objects above it: Argo CD drops
+        // a `syncPolicy` left empty once `automated` is removed (its normalization), and Git
+        // declares them. A toggle under a missing object would create what Git may not hold.
+        let restoring = field.suspended_when == SuspendedWhen::Absent;
+        if !parents_allow(&item.object.data, segments, restoring) {
             cannot.push(format!(
                 "{} (below a list or a missing field: a patch would write more than it)",
                 field.path
@@ -290,17 +294,23 @@ pub fn undo_suspensions(rules: &SuspensionRules, item: &Listed<'_>) -> Result<Va
 }
 
 /// Whether every field above the last of `segments` is an object in `data`.
-fn parents_are_objects(data: &Value, segments: &[String]) -> bool {
+/// Whether a merge patch can set the field at `segments` in `data` and write nothing else:
+/// every object above it is there, or, when `missing_ok`, the first one missing and all below
+/// it are created empty around the field. Never through a list or a scalar, which a merge patch
+/// would replace whole.
+fn parents_allow(data: &Value, segments: &[String], missing_ok: bool) -> bool {
     let Some((_, parents)) = segments.split_last() else {
         return false;
     };
-    parents
-        .iter()
-        .try_fold(data, |value, segment| match value.get(segment) {
-            Some(child @ Value::Object(_)) => Some(child),
-            _ => None,
-        })
-        .is_some_and(Value::is_object)
+    let mut value = data;
+    for segment in parents {
+        match value.get(segment) {
+            Some(child @ Value::Object(_)) => value = child,
+            None | Some(Value::Null) => return missing_ok,
+            Some(_) => return false,
+        }
+    }
+    value.is_object()
 }
 
 /// Sets `value` at `segments` in `patch`, creating the objects above it.
@@ -613,8 +623,10 @@ spec:
 
     /// An Application an app-of-apps applies from Git client-side (Argo CD's default) carries
     /// the configuration it applied, written by the controller's own entry: a removed automated
-    /// sync goes back to what Git declares there. The same annotation written by anyone else
-    /// (alice's `kubectl apply`) is not Git's word, and the removal stays unresumable.
+    /// sync goes back to what Git declares there, also once Argo CD has dropped the `syncPolicy`
+    /// it left empty (found in e2e under load: the resume never came). The same annotation
+    /// written by anyone else (alice's `kubectl apply`) is not Git's word, and the removal
+    /// stays unresumable, as does one whose `syncPolicy` is no object.
     #[test]
     fn a_removed_automated_sync_is_restored_as_the_controller_last_applied_it_from_git() {
         let policy = format!(
@@ -626,12 +638,9 @@ spec:
             "metadata": {"name": "shop", "namespace": "argocd"},
             "spec": {"syncPolicy": {"automated": {"prune": true, "selfHeal": true}, "syncOptions": []}}});
         let last_applied = "kubectl.kubernetes.io/last-applied-configuration";
-        let applied_by = |manager: &str| {
-            let mut object = application(
-                json!({"syncPolicy": {"syncOptions": []}}),
-                "20261130T0830Z",
-                &[(last_applied, &git.to_string())],
-            );
+        let applied_by = |manager: &str, spec: Value| {
+            let mut object =
+                application(spec, "20261130T0830Z", &[(last_applied, &git.to_string())]);
             object.metadata.managed_fields = Some(vec![
                 serde_json::from_value(json!({
                     "manager": manager, "operation": "Update", "apiVersion": "argoproj.io/v1alpha1",
@@ -642,27 +651,35 @@ spec:
             ]);
             object
         };
+        let suspended = json!({"syncPolicy": {"syncOptions": []}});
         let objects = [
-            applied_by("argocd-controller"),
-            applied_by("kubectl-client-side-apply"),
+            applied_by("argocd-controller", suspended.clone()),
+            // What Argo CD's normalization leaves of it: `{"spec":{"syncPolicy":null}}`.
+            applied_by("argocd-controller", json!({"project": "default"})),
+            applied_by("kubectl-client-side-apply", suspended),
+            applied_by("argocd-controller", json!({"syncPolicy": []})),
         ];
         let listed = listed("argoproj.io", "Application", &objects);
         let plans = plan_resumes(&policies, &listed, now);
-        assert_eq!(
-            plans[0].action,
-            ResumeAction::Patch(json!({
-                "spec": {"syncPolicy": {"automated": {"prune": true, "selfHeal": true}}},
-                "metadata": {
-                    "resourceVersion": "42",
-                    "labels": {"driftgate.dev/break-glass": null},
-                    "annotations": {"driftgate.dev/break-glass-reason": null},
-                },
-            }))
+        let restored = ResumeAction::Patch(json!({
+            "spec": {"syncPolicy": {"automated": {"prune": true, "selfHeal": true}}},
+            "metadata": {
+                "resourceVersion": "42",
+                "labels": {"driftgate.dev/break-glass": null},
+                "annotations": {"driftgate.dev/break-glass-reason": null},
+            },
+        }));
+        assert_eq!(plans[0].action, restored);
+        assert_eq!(plans[1].action, restored);
+        assert!(
+            matches!(&plans[2].action, ResumeAction::CannotUndo(cannot) if cannot[0].starts_with("spec.syncPolicy.automated (removed")),
+            "{:?}",
+            plans[2]
         );
         assert!(
-            matches!(&plans[1].action, ResumeAction::CannotUndo(cannot) if cannot[0].starts_with("spec.syncPolicy.automated (removed")),
+            matches!(&plans[3].action, ResumeAction::CannotUndo(cannot) if cannot[0].starts_with("spec.syncPolicy.automated (below a list")),
             "{:?}",
-            plans[1]
+            plans[3]
         );
     }
 
