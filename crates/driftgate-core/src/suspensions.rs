@@ -293,7 +293,6 @@ pub fn undo_suspensions(rules: &SuspensionRules, item: &Listed<'_>) -> Result<Va
     }
 }
 
-/// Whether every field above the last of `segments` is an object in `data`.
 /// Whether a merge patch can set the field at `segments` in `data` and write nothing else:
 /// every object above it is there, or, when `missing_ok`, the first one missing and all below
 /// it are created empty around the field. Never through a list or a scalar, which a merge patch
