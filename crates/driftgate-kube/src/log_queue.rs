@@ -40,8 +40,6 @@ struct Queued {
     lines: usize,
     /// The writer was asked to write before its timer: the queue is half full.
     woken: bool,
-    /// The writer sleeps until a line comes: nothing was queued.
-    idle: bool,
     closing: bool,
 }
 
@@ -69,11 +67,13 @@ impl Shared {
             self.dropped.0.fetch_add(lines.max(1), Ordering::Relaxed);
             return;
         }
+        // Only the writer empties the queue, and it sleeps with no timer while it is empty: the
+        // first line after that wakes it (a wake-up while it writes is lost, and harmless).
+        let first_since_idle = queued.bytes.is_empty();
         queued.bytes.extend_from_slice(bytes);
         queued.lines += lines;
         let half_full = !queued.woken && queued.lines * 2 >= self.limit_lines;
         queued.woken |= half_full;
-        let first_since_idle = std::mem::take(&mut queued.idle);
         drop(queued);
         if half_full || first_since_idle {
             self.wake.notify_one();
@@ -134,13 +134,11 @@ fn write_until_closed<W: Write>(shared: &Shared, mut out: W) {
     loop {
         let mut queued = shared.lock();
         while queued.bytes.is_empty() && !queued.closing {
-            queued.idle = true;
             queued = shared
                 .wake
                 .wait(queued)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        queued.idle = false;
         if !queued.woken && !queued.closing {
             queued = shared
                 .wake
