@@ -11,9 +11,8 @@ use serde_json::{Value, json};
 
 use crate::harness::chart::NAMESPACE as DRIFTGATE_NAMESPACE;
 use crate::harness::forge::{self, CONFIG_MAP, DEPLOYMENT, forge};
-use crate::harness::{
-    ADMIN, ALICE, BOB, Driftgate, FLUX, Identity, control_plane, driftgate_cli, repo_path,
-};
+use crate::harness::policy_report_crd::PolicyReportCrd;
+use crate::harness::{ADMIN, ALICE, BOB, Driftgate, FLUX, Identity, control_plane, driftgate_cli};
 use crate::ledger::{Scene, TICK, wait_for};
 use crate::silence::{bob_told_flux_may_be_down, flux_last_write, flux_record, same_time};
 
@@ -451,38 +450,15 @@ fn forged_flux_deletes_do_not_fill_the_tally_and_a_real_prune_burst_stops_at_the
     );
 }
 
-/// Only one test at a time may hold the PolicyReport CRD: `reports.rs` needs it absent at its
-/// start, this test installs it and removes it again.
-pub(crate) static POLICY_REPORT_CRD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-const POLICY_REPORT_CRD_NAME: &str = "policyreports.wgpolicyk8s.io";
-
 /// A forged refused write does not show in the namespace's PolicyReport (unauthenticated, a
 /// refusal leaves nothing stored to confirm it by): the report, written after the forgeries
 /// and showing the window opened after them, holds no `fail`, though driftgate refused them.
 #[test]
 fn a_forged_refused_write_does_not_show_in_the_policy_report() {
-    let _crd = POLICY_REPORT_CRD
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let crd = PolicyReportCrd::hold();
     let scene = Scene::new("forged-reports", &[]);
     let ns = scene.ns.clone();
-    let crd = std::fs::read_to_string(repo_path(
-        "tests/fixtures/crds/policyreports.wgpolicyk8s.io.yaml",
-    ))
-    .expect("the CRD fixture reads");
-    control_plane().apply(ADMIN, &crd).ok();
-    control_plane()
-        .kubectl(
-            ADMIN,
-            &[
-                "wait",
-                "--for=condition=Established",
-                &format!("crd/{POLICY_REPORT_CRD_NAME}"),
-                "--timeout=60s",
-            ],
-        )
-        .ok();
+    crd.install();
     {
         let driftgate = scene.start(
             "forged-reports",
@@ -558,13 +534,8 @@ fn a_forged_refused_write_does_not_show_in_the_policy_report() {
             report["summary"]
         );
     }
-    // The driftgate is gone: nothing writes reports while the CRD goes.
-    control_plane()
-        .kubectl(
-            ADMIN,
-            &["delete", "crd", POLICY_REPORT_CRD_NAME, "--wait=true"],
-        )
-        .ok();
+    // The driftgate is gone (its block has ended) before `crd` removes the CRD: nothing
+    // writes reports while it goes.
 }
 
 /// Three times a second apart, `who`'s forged UPDATE of Deployment api into `claimed`, made to

@@ -6,17 +6,18 @@
 //! Then, with a record awaiting backport, a denial and an open window in the namespace, the
 //! test installs the CRD (tests/fixtures/crds/, the upstream schema, wgpolicyk8s.io/v1alpha2)
 //! and the namespace's PolicyReport shows exactly those, results and summary. Only forgeries.rs
-//! also uses the wgpolicyk8s.io group, and removes its CRD again under the same lock.
+//! also uses the wgpolicyk8s.io group; `harness::policy_report_crd` lets one test at a time hold
+//! the CRD and removes it when that test ends, passed or failed.
 
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{ADMIN, control_plane, repo_path};
+use crate::harness::policy_report_crd::{NAME as CRD, PolicyReportCrd};
+use crate::harness::{ADMIN, control_plane};
 use crate::ledger::{Scene, wait_for};
 
 const NS: &str = "reports-e2e";
-const CRD: &str = "policyreports.wgpolicyk8s.io";
 /// What the log says, once, while the CRD is absent.
 const ABSENT: &str = "no PolicyReport is written because the PolicyReport CRD";
 /// Generous for a loaded machine: the report is planned every second.
@@ -56,14 +57,9 @@ fn phases(scene: &Scene) -> Vec<String> {
 
 #[test]
 fn the_namespace_policy_report_shows_a_denial_an_open_window_and_a_pending_backport() {
-    // forgeries.rs installs the CRD too, and removes it before it lets go.
-    let _crd = crate::forgeries::POLICY_REPORT_CRD
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let crd_installed = control_plane()
-        .kubectl(ADMIN, &["get", "crd", CRD])
-        .success();
-    assert!(!crd_installed, "no other test leaves {CRD} installed");
+    // forgeries.rs installs the CRD too; whoever holds it removes it when letting go.
+    let crd = PolicyReportCrd::hold();
+    assert!(!crd.installed(), "no other test leaves {CRD} installed");
     let scene = Scene::new(NS, &[]);
     // The cluster's deployment controller writes the Deployment's status here; listed among
     // the policy's Kubernetes controllers, so that the only denial is the test's own.
@@ -115,11 +111,7 @@ fn the_namespace_policy_report_shows_a_denial_an_open_window_and_a_pending_backp
     );
     assert!(report().is_none());
 
-    let crd = std::fs::read_to_string(repo_path(
-        "tests/fixtures/crds/policyreports.wgpolicyk8s.io.yaml",
-    ))
-    .expect("the CRD fixture reads");
-    control_plane().apply(ADMIN, &crd).ok();
+    crd.install();
     let by_alice = |r: &Value| r["result"] == "fail" && r["properties"]["user"] == "alice";
     let report = wait_for_report(&driftgate, |r| {
         r["summary"]["warn"] == 2 && r["results"].as_array().unwrap().iter().any(by_alice)

@@ -18,6 +18,7 @@ pub mod forge;
 pub mod log_file;
 pub mod node;
 pub mod pki;
+pub mod policy_report_crd;
 pub mod process;
 pub mod proxy;
 pub mod review_fixtures;
