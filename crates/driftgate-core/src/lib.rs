@@ -9,6 +9,7 @@
 //! `driftgate-kube`, the HTTP server and CLI the `driftgate` binary.
 #![forbid(unsafe_code)]
 
+pub mod applied;
 pub mod backport;
 pub mod cascade;
 pub mod certs;

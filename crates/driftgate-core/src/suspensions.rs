@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use kube_core::DynamicObject;
 use serde_json::{Value, json};
 
-use crate::ledger::argocd::declared_by_controller;
+use crate::applied::declared_by_controller;
 use crate::ledger::evidence::value_at;
 use crate::policy::document::SuspendedWhen;
 use crate::policy::suspensions::{Suspension, SuspensionRules};

@@ -27,10 +27,11 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::applied::declared_by_controller;
 use crate::events::{EventReason, PlannedEvent};
 use crate::fieldpath::FieldPath;
 use crate::ledger::controller::Settlement;
-use crate::ledger::evidence::{applied_by_controller, digest, latest_changes, value_at};
+use crate::ledger::evidence::{digest, latest_changes, value_at};
 use crate::policy::document::{GuardedOperation, PolicyMode};
 use crate::policy::{GatePolicy, NamespaceLabels};
 use crate::records::phase::PhaseChange;
@@ -242,33 +243,6 @@ pub fn guards_applications(
         && policy.guards_resource("argoproj.io", "Application", "applications")
         && policy.guards_operation(GuardedOperation::Update)
         && policy.guards_subresource("")
-}
-
-/// The controller's last-applied configuration of `object`, when its managedFields entry (a
-/// field manager of one of `policy`'s controllers held by windows, on the object itself) owns
-/// the annotation: Argo CD's client-side apply writes it with Git's manifest.
-pub fn declared_by_controller(object: &Value, policy: &GatePolicy) -> Option<Value> {
-    object["metadata"]["managedFields"]
-        .as_array()?
-        .iter()
-        .filter(|entry| entry["subresource"].as_str().unwrap_or("").is_empty())
-        .filter(|entry| {
-            entry["manager"]
-                .as_str()
-                .is_some_and(|manager| is_controller_manager(policy, manager))
-        })
-        .find_map(|entry| applied_by_controller(&entry["fieldsV1"], object))
-}
-
-/// Whether `manager` is a field manager one of `policy`'s GitOps controllers (those windows
-/// hold) writes with. A controller that names none matches no manager: its field manager is
-/// not known.
-fn is_controller_manager(policy: &GatePolicy, manager: &str) -> bool {
-    policy.controllers.iter().any(|controller| {
-        controller.held_by_windows
-            && !controller.field_manager_patterns.is_empty()
-            && controller.field_managers.is_match(manager)
-    })
 }
 
 /// The Application's side of the proof.
