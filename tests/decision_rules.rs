@@ -3249,6 +3249,117 @@ fn a_suspension_is_a_break_glass_window_and_resuming_is_always_admitted() {
     );
 }
 
+const ARGOCD: &str = "system:serviceaccount:argocd:argocd-application-controller";
+
+/// Application argocd/shop as an app-of-apps applies it client-side: `sync_policy` in the spec,
+/// `git_sync_policy` in the last-applied configuration, which the managedFields entry of
+/// `manager` owns.
+fn applied_application(sync_policy: Value, git_sync_policy: Value, manager: &str) -> Value {
+    let mut git = application(git_sync_policy, json!({}), json!({}));
+    git["metadata"] = json!({"name": "shop", "namespace": "argocd"});
+    let mut object = application(
+        sync_policy,
+        json!({}),
+        json!({"kubectl.kubernetes.io/last-applied-configuration": git.to_string()}),
+    );
+    object["metadata"]["managedFields"] = json!([{
+        "manager": manager, "operation": "Update", "apiVersion": "argoproj.io/v1alpha1",
+        "time": "2026-11-30T08:00:00Z", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:annotations": {".": {},
+            "f:kubectl.kubernetes.io/last-applied-configuration": {}}},
+            "f:spec": {"f:project": {}, "f:source": {}, "f:syncPolicy": {}}}}]);
+    object
+}
+
+#[test]
+fn the_controllers_suspension_against_what_it_applied_from_git_is_refused() {
+    let text = POLICY.replace(
+        "  controllers:\n",
+        "  controllers:\n    - name: argocd\n      usernames: [\"system:serviceaccount:argocd:argocd-application-controller\"]\n      fieldManagers: [\"argocd-controller\"]\n",
+    ) + "  suspensions: {}\n";
+    let policies = PolicySet::from_yaml("inline", &text).unwrap();
+    let healing = || json!({"automated": {"prune": true, "selfHeal": true}});
+    let turned_off = || json!({"automated": {"prune": true, "selfHeal": true, "enabled": false}});
+    // Argo CD's normalization as Argo CD sends it: a merge patch without a field manager.
+    let normalized = |old: Value, new: Value| Req::update(ARGOCD, old, new).application().fm(None);
+    let cases = vec![
+        case(
+            "Argo CD's normalization from a copy older than the resume removes automated",
+            normalized(
+                applied_application(healing(), healing(), "argocd-controller"),
+                applied_application(Value::Null, healing(), "argocd-controller"),
+            ),
+            false,
+            Rule::SuspensionAgainstGit,
+        )
+        .says("Controller argocd (system:serviceaccount:argocd:argocd-application-controller) may not suspend Application argocd/shop: its write suspends it by spec.syncPolicy.automated, which the configuration it last applied from Git (kubectl.kubernetes.io/last-applied-configuration) does not: a write made from a stale copy of the object, such as Argo CD's normalization from its cache (policy \"prod\", rule SuspensionAgainstGit). Nothing to do: the controller writes again from the object as stored. To suspend it, commit the suspension to Git, or use driftgate suspend application/shop -n argocd --for 1h"),
+        case(
+            "the controller turns automated sync off that Git declares on",
+            normalized(
+                applied_application(healing(), healing(), "argocd-controller"),
+                applied_application(turned_off(), healing(), "argocd-controller"),
+            ),
+            false,
+            Rule::SuspensionAgainstGit,
+        )
+        .says("by spec.syncPolicy.automated.enabled, which"),
+        case(
+            "Git removes automated: the apply writes it with its configuration",
+            Req::update(
+                ARGOCD,
+                applied_application(healing(), healing(), "argocd-controller"),
+                applied_application(json!({}), json!({}), "argocd-controller"),
+            )
+            .application()
+            .fm(Some("argocd-controller")),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "Git turns automated sync off",
+            Req::update(
+                ARGOCD,
+                applied_application(healing(), healing(), "argocd-controller"),
+                applied_application(turned_off(), turned_off(), "argocd-controller"),
+            )
+            .application()
+            .fm(Some("argocd-controller")),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "applied by somebody else: nothing the controller applied to contradict",
+            normalized(
+                applied_application(healing(), healing(), "kubectl-client-side-apply"),
+                applied_application(Value::Null, healing(), "kubectl-client-side-apply"),
+            ),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "an empty syncPolicy normalized away suspends nothing new",
+            normalized(
+                applied_application(json!({}), healing(), "argocd-controller"),
+                applied_application(Value::Null, healing(), "argocd-controller"),
+            ),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "alice's suspension is judged as a window, whatever Git declares",
+            Req::update(
+                "alice",
+                applied_application(healing(), healing(), "argocd-controller"),
+                applied_application(Value::Null, healing(), "argocd-controller"),
+            )
+            .application(),
+            false,
+            Rule::SuspensionRefused,
+        ),
+    ];
+    check(&policies, cases, None);
+}
+
 /// Deployment prod-payments/api with `labels` and `annotations` added to its own, and the window
 /// (label and reason) open on it when `window` says so.
 fn marked(labels: Value, annotations: Value, window: bool) -> Value {

@@ -956,13 +956,14 @@ fn a_refused_dry_run_revert_publishes_nothing() {
 // ---- An Event says what the refusal it reports says ----
 
 /// Every rule, so that a new one must be placed in [`refusal_by`] below.
-const ALL_RULES: [Rule; 35] = [
+const ALL_RULES: [Rule; 36] = [
     Rule::OutOfScope,
     Rule::DeletionProtected,
     Rule::DeletionLimit,
     Rule::Suspended,
     Rule::SuspensionRefused,
     Rule::Resumed,
+    Rule::SuspensionAgainstGit,
     Rule::FieldManagerSpoofing,
     Rule::Controller,
     Rule::ControllerHeld,
@@ -1036,6 +1037,36 @@ fn edited_review(
     parse_review(&serde_json::to_vec(&review).unwrap()).unwrap()
 }
 
+/// Makes a captured review of bob's Application patch Argo CD's normalization from a stale copy:
+/// by the application-controller without a field manager, both objects applied client-side with
+/// Git's `automated` (the last-applied annotation, owned by the `argocd-controller` entry), the
+/// new one without `syncPolicy`.
+fn stale_normalization(request: &mut serde_json::Value) {
+    request["userInfo"] = json!({
+        "username": "system:serviceaccount:argocd:argocd-application-controller",
+        "groups": ["system:serviceaccounts", "system:serviceaccounts:argocd", "system:authenticated"]});
+    request["options"] = json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"});
+    request["object"] = request["oldObject"].clone();
+    request["object"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("syncPolicy");
+    for object in ["object", "oldObject"] {
+        let mut git = request["oldObject"].clone();
+        git["metadata"] = json!({"name": git["metadata"]["name"], "namespace": "argocd"});
+        git.as_object_mut().unwrap().remove("status");
+        let metadata = &mut request[object]["metadata"];
+        metadata["annotations"] =
+            json!({"kubectl.kubernetes.io/last-applied-configuration": git.to_string()});
+        metadata["managedFields"] = json!([{
+            "apiVersion": "argoproj.io/v1alpha1", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:annotations": {".": {},
+                "f:kubectl.kubernetes.io/last-applied-configuration": {}}}},
+            "manager": "argocd-controller", "operation": "Update",
+            "time": "2026-11-30T08:58:00Z"}]);
+    }
+}
+
 /// Makes a captured review of a ConfigMap one of PersistentVolumeClaim prod-payments/data.
 fn pvc_in_prod_payments(request: &mut serde_json::Value) {
     request["namespace"] = json!("prod-payments");
@@ -1090,6 +1121,22 @@ fn refusal_by(rule: Rule) -> Option<Refused> {
             "it has no expiry: a suspension is a break-glass window, and needs the label driftgate.dev/break-glass",
             "Suspend it with driftgate suspend kustomization/suspend-e2e -n flux-system --for 1h --reason \"INC-…: what and why\" (group sre-oncall may), and resume it with driftgate resume kustomization/suspend-e2e -n flux-system",
         ),
+        // Argo CD's normalization from a stale copy, made of bob's captured Application patch:
+        // as the application-controller (no field manager), removing the `automated` that the
+        // configuration it applied client-side declares.
+        Rule::SuspensionAgainstGit => {
+            let request = edited_review(
+                "gitops-application-target-revision-by-bob.json",
+                stale_normalization,
+            );
+            let decision = decide_with(&policies(), &request, None, NOW);
+            refused(
+                request,
+                decision,
+                "its write suspends it by spec.syncPolicy.automated, which the configuration it last applied from Git",
+                "Nothing to do: the controller writes again from the object as stored",
+            )
+        }
         Rule::FieldManagerSpoofing => fixture_at(
             "spoofed-field-manager.json",
             NOW,
@@ -1340,7 +1387,7 @@ fn every_refusal_and_its_event_say_the_same_words() {
             assert_eq!(note, &decision.message, "{rule}: given as a message alone");
         }
     }
-    assert_eq!(refusing, 18, "the rules that refuse");
+    assert_eq!(refusing, 19, "the rules that refuse");
 }
 
 #[test]

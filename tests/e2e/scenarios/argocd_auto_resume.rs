@@ -17,7 +17,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::argocd::{APPS_NAMESPACE, AppOptions, ArgoApply, argocd};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+
+use crate::harness::argocd::{
+    APPS_NAMESPACE, ARGOCD, AppOptions, ArgoApply, apply_as_argocd_client_side, argocd,
+};
 use crate::harness::{
     ADMIN, ALICE, BOB, DRIFTGATE, Driftgate, control_plane, driftgate_cli, install_crypto_provider,
     shared, webhook_configuration,
@@ -27,6 +31,7 @@ use super::real_argocd::{app_summary, wait_for_app};
 use super::suspensions::argo_revision;
 use super::{kubectl, wait_for_event};
 
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 const REASON: &str = "INC-2606: Argo CD fights the hotfix, suspending for a few seconds";
 /// A 20 s suspension is past its expiry, and resumed (expiry checks every 2 s), well within
 /// this.
@@ -393,4 +398,84 @@ async fn each_argo_cd_suspension_is_governed_and_resumed_by_driftgate_and_the_re
         "once resumed, the real Argo CD reconciled all four in {:.1} s",
         resumed.elapsed().as_secs_f64()
     );
+    stale_normalization_is_refused_and_gits_removal_is_not(APPS[0].0).await;
+}
+
+/// Argo CD normalizes an Application from its cache: from a copy older than driftgate's
+/// resume (`syncPolicy: {}`), its merge patch `{"spec":{"syncPolicy":null}}`, sent without a
+/// resourceVersion or a field manager, would remove the `automated` driftgate just restored
+/// (seen once under load). Replayed as the application-controller sends it: refused, since the
+/// configuration it applied from Git declares `automated`. Git's own removal, applied as an
+/// app-of-apps applies it (client-side, the configuration with it), is admitted.
+async fn stale_normalization_is_refused_and_gits_removal_is_not(name: &str) {
+    let applications: Api<DynamicObject> = Api::namespaced_with(
+        control_plane().client(ARGOCD).await,
+        APPS_NAMESPACE,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "argoproj.io",
+            "v1alpha1",
+            "Application",
+        )),
+    );
+    let stale = applications
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"syncPolicy": null}})),
+        )
+        .await;
+    let refusal = match stale {
+        Err(kube::Error::Api(refusal)) => refusal,
+        Err(error) => panic!("the stale normalization failed: {error}"),
+        Ok(app) => panic!(
+            "the stale normalization was admitted; the spec: {:#}",
+            app.data["spec"]
+        ),
+    };
+    assert!(
+        refusal.message.contains(&format!(
+            "Controller argocd ({}) may not suspend Application {APPS_NAMESPACE}/{name}: its write suspends it by spec.syncPolicy.automated, which the configuration it last applied from Git",
+            ARGOCD.user
+        )) && refusal.message.contains("rule SuspensionAgainstGit"),
+        "{}",
+        refusal.message
+    );
+    let app = application(name);
+    assert_eq!(
+        app["spec"]["syncPolicy"]["automated"],
+        json!({"prune": true, "selfHeal": true}),
+        "{app:#}"
+    );
+
+    let last_applied = app["metadata"]["annotations"][LAST_APPLIED]
+        .as_str()
+        .expect("applied client-side");
+    let mut git: Value = serde_json::from_str(last_applied).unwrap();
+    git["spec"]["syncPolicy"]
+        .as_object_mut()
+        .unwrap()
+        .remove("automated");
+    apply_as_argocd_client_side(&git.to_string());
+    let app = application(name);
+    assert!(
+        app["spec"]["syncPolicy"].get("automated").is_none(),
+        "{app:#}"
+    );
+}
+
+fn application(name: &str) -> Value {
+    let out = kubectl(
+        ADMIN,
+        &[
+            "get",
+            "application",
+            name,
+            "-n",
+            APPS_NAMESPACE,
+            "-o",
+            "json",
+        ],
+    )
+    .ok();
+    serde_json::from_str(&out.stdout).expect("kubectl prints JSON")
 }

@@ -1,8 +1,11 @@
 //! The rules of suspensions of the GitOps controller: a suspension is a window on the object.
 
+use crate::applied::declared_by_controller;
 use crate::fieldpath::FieldPath;
+use crate::ledger::evidence::LAST_APPLIED_ANNOTATION;
 use crate::policy::scope::may_carry_suspension;
-use crate::policy::{BreakGlassRules, GatePolicy};
+use crate::policy::suspensions::SuspensionField;
+use crate::policy::{BreakGlassRules, Controller, GatePolicy};
 use crate::request::ReviewObject;
 use crate::text::{MAX_NAME_CHARS, echo, warning};
 use crate::timefmt::human_utc;
@@ -24,7 +27,8 @@ pub(super) enum SuspensionChange {
 /// The verdict on a write that suspends or resumes the GitOps controller's reconciliation (by
 /// the policy's `suspensions`), judged like opening a window on the object itself: by an
 /// opener, with an expiry within `maxDuration` and a reason. Resuming is always admitted, and
-/// the controller's own writes go to the other rules. A suspension that also changes other
+/// the controller's own writes go to the other rules, unless its suspension is against Git
+/// ([`suspension_against_git`]). A suspension that also changes other
 /// fields in the policy's own scope is refused: judged by the other rules, it would be recorded
 /// as an ordinary change. `None`: not a suspension, or a resume that also changes other fields
 /// in the policy's own scope (the other rules judge those).
@@ -79,8 +83,8 @@ pub(super) fn judge_suspension<'a>(policy: &GatePolicy, facts: &Facts<'a>) -> Op
     match change {
         SuspensionChange::Resumes => judged_alone.then(|| resumed(facts, break_glass)),
         SuspensionChange::Suspends => {
-            if controller_of(policy, facts).is_some() {
-                return None;
+            if let Some(controller) = controller_of(policy, facts) {
+                return suspension_against_git(policy, facts, controller);
             }
             // In its own scope, a suspension that came with other changes would be judged
             // (and recorded) as an ordinary change, and the controller would stop unrecorded.
@@ -94,6 +98,74 @@ pub(super) fn judge_suspension<'a>(policy: &GatePolicy, facts: &Facts<'a>) -> Op
             }
         }
     }
+}
+
+/// The GitOps controller's own write that suspends by a field the configuration it last applied
+/// from Git declares unsuspended. Git's own suspension comes with that configuration (the apply
+/// writes both), so this is a write made from a stale copy of the object: Argo CD normalizes an
+/// Application from its cache and sends the difference as a merge patch without a
+/// resourceVersion, and from a copy older than a resume (`syncPolicy: {}`) its
+/// `{"spec":{"syncPolicy":null}}` removes the `automated` just restored. Refused, the controller
+/// writes again from the object as stored. `None`: the other rules judge it (no configuration
+/// applied client-side, or it agrees).
+fn suspension_against_git(
+    policy: &GatePolicy,
+    facts: &Facts<'_>,
+    controller: &Controller,
+) -> Option<RuleOutcome> {
+    let rules = policy.suspensions.as_ref()?;
+    let (old, new) = (
+        facts.about.old_object()?.whole(),
+        facts.about.object()?.whole(),
+    );
+    let started: Vec<&SuspensionField> = rules
+        .holding_fields(facts.group(), facts.kind, new)
+        .into_iter()
+        .filter(|field| !field.holds(&old.data))
+        .collect();
+    if started.is_empty() {
+        return None;
+    }
+    let applied = declared_by_controller(&serde_json::to_value(new).ok()?, policy)?;
+    let against: Vec<&SuspensionField> = started
+        .into_iter()
+        .filter(|field| !field.holds(&applied))
+        .collect();
+    if against.is_empty() {
+        return None;
+    }
+    // A field below another one named (`automated.selfHeal` under a removed `automated`) is
+    // said by it.
+    let named: Vec<String> = against
+        .iter()
+        .filter(|field| {
+            !against.iter().any(|above| {
+                above.path.segments().len() < field.path.segments().len()
+                    && field.path.segments().starts_with(above.path.segments())
+            })
+        })
+        .map(|field| echo(&field.path.to_string(), MAX_NAME_CHARS).into_owned())
+        .collect();
+    let (suspend, _) = suspend_commands(facts);
+    let words = RefusalWords {
+        subject: format!(
+            "Controller {} ({}) may not suspend {}",
+            controller.name,
+            facts.about.who(),
+            facts.object_words()
+        ),
+        why: format!(
+            "its write suspends it by {}, which the configuration it last applied from Git ({LAST_APPLIED_ANNOTATION}) does not: a write made from a stale copy of the object, such as Argo CD's normalization from its cache",
+            named.join(", ")
+        ),
+        next: format!(
+            "Nothing to do: the controller writes again from the object as stored. To suspend it, commit the suspension to Git, or use {suspend}"
+        ),
+        owner: owner_suffix(policy),
+    };
+    let mut outcome = RuleOutcome::refuse(Rule::SuspensionAgainstGit, policy, words, "");
+    outcome.matched = Some(controller.name.clone());
+    Some(outcome)
 }
 
 /// Why a write that suspends and changes `others` too is refused.

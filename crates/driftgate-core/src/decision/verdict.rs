@@ -38,6 +38,10 @@ pub enum Rule {
     SuspensionRefused,
     /// A suspension lifted (or left to lapse): always admitted.
     Resumed,
+    /// The GitOps controller's own write suspends by a field that the configuration it last
+    /// applied from Git declares unsuspended: a write from a stale copy of the object (Argo
+    /// CD's normalization), refused.
+    SuspensionAgainstGit,
     /// The request names a controller's field manager but is not that controller.
     FieldManagerSpoofing,
     /// The controller's write is the desired state.
@@ -105,6 +109,7 @@ impl Rule {
             Rule::Suspended => "Suspended",
             Rule::SuspensionRefused => "SuspensionRefused",
             Rule::Resumed => "Resumed",
+            Rule::SuspensionAgainstGit => "SuspensionAgainstGit",
             Rule::FieldManagerSpoofing => "FieldManagerSpoofing",
             Rule::Controller => "Controller",
             Rule::ControllerHeld => "ControllerHeld",
@@ -233,6 +238,10 @@ impl Rule {
             Rule::RevertRefused => RuleProperties {
                 judges_a_controllers_write: true,
                 refusal_event: RefusalEvent::RevertRefused,
+                ..NOTHING_FOLLOWS
+            },
+            Rule::SuspensionAgainstGit => RuleProperties {
+                judges_a_controllers_write: true,
                 ..NOTHING_FOLLOWS
             },
             Rule::BreakGlassOpened | Rule::BreakGlassExtended | Rule::BreakGlassWindow => {

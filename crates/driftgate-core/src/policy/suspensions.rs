@@ -270,7 +270,9 @@ fn holding<'m>(
 }
 
 impl SuspensionField {
-    fn holds(&self, data: &Value) -> bool {
+    /// Whether this field, by its rule, holds suspended in `data` (an object without or with its
+    /// `metadata`: the paths start below it).
+    pub fn holds(&self, data: &Value) -> bool {
         let value = value_at(data, &self.path);
         match self.suspended_when {
             SuspendedWhen::IsTrue => value == Some(&Value::Bool(true)),
