@@ -3275,7 +3275,7 @@ fn applied_application(sync_policy: Value, git_sync_policy: Value, manager: &str
 fn the_controllers_suspension_against_what_it_applied_from_git_is_refused() {
     let text = POLICY.replace(
         "  controllers:\n",
-        "  controllers:\n    - name: argocd\n      usernames: [\"system:serviceaccount:argocd:argocd-application-controller\"]\n      fieldManagers: [\"argocd-controller\"]\n",
+        "  controllers:\n    - name: argocd\n      usernames: [\"system:serviceaccount:argocd:argocd-application-controller\"]\n      fieldManagers: [\"argocd-controller\"]\n    - name: argocd-applicationset\n      usernames: [\"system:serviceaccount:argocd:argocd-applicationset-controller\"]\n",
     ) + "  suspensions: {}\n";
     let policies = PolicySet::from_yaml("inline", &text).unwrap();
     let healing = || json!({"automated": {"prune": true, "selfHeal": true}});
@@ -3333,6 +3333,18 @@ fn the_controllers_suspension_against_what_it_applied_from_git_is_refused() {
                 applied_application(healing(), healing(), "kubectl-client-side-apply"),
                 applied_application(Value::Null, healing(), "kubectl-client-side-apply"),
             ),
+            true,
+            Rule::OutOfScope,
+        ),
+        case(
+            "an ApplicationSet that adopted it removes automated: what argocd applied is not its word",
+            Req::update(
+                "system:serviceaccount:argocd:argocd-applicationset-controller",
+                applied_application(healing(), healing(), "argocd-controller"),
+                applied_application(Value::Null, healing(), "argocd-controller"),
+            )
+            .application()
+            .fm(None),
             true,
             Rule::OutOfScope,
         ),

@@ -7,12 +7,25 @@
 use serde_json::Value;
 
 use crate::ledger::evidence::applied_by_controller;
-use crate::policy::GatePolicy;
+use crate::policy::{Controller, GatePolicy};
 
 /// The controller's last-applied configuration of `object`, when its managedFields entry (a
 /// field manager of one of `policy`'s controllers held by windows, on the object itself) owns
 /// the annotation: Argo CD's client-side apply writes it with Git's manifest.
 pub fn declared_by_controller(object: &Value, policy: &GatePolicy) -> Option<Value> {
+    policy
+        .controllers
+        .iter()
+        .find_map(|controller| declared_by(object, controller))
+}
+
+/// [`declared_by_controller`] for one controller: the configuration `controller` itself last
+/// applied client-side, when it is one that windows hold and names its field managers (a
+/// controller that names none matches no manager: its field manager is not known).
+pub fn declared_by(object: &Value, controller: &Controller) -> Option<Value> {
+    if !controller.held_by_windows || controller.field_manager_patterns.is_empty() {
+        return None;
+    }
     object["metadata"]["managedFields"]
         .as_array()?
         .iter()
@@ -20,18 +33,7 @@ pub fn declared_by_controller(object: &Value, policy: &GatePolicy) -> Option<Val
         .filter(|entry| {
             entry["manager"]
                 .as_str()
-                .is_some_and(|manager| is_controller_manager(policy, manager))
+                .is_some_and(|manager| controller.field_managers.is_match(manager))
         })
         .find_map(|entry| applied_by_controller(&entry["fieldsV1"], object))
-}
-
-/// Whether `manager` is a field manager one of `policy`'s GitOps controllers (those windows
-/// hold) writes with. A controller that names none matches no manager: its field manager is
-/// not known.
-fn is_controller_manager(policy: &GatePolicy, manager: &str) -> bool {
-    policy.controllers.iter().any(|controller| {
-        controller.held_by_windows
-            && !controller.field_manager_patterns.is_empty()
-            && controller.field_managers.is_match(manager)
-    })
 }

@@ -1,6 +1,6 @@
 //! The rules of suspensions of the GitOps controller: a suspension is a window on the object.
 
-use crate::applied::declared_by_controller;
+use crate::applied::declared_by;
 use crate::fieldpath::FieldPath;
 use crate::ledger::evidence::LAST_APPLIED_ANNOTATION;
 use crate::policy::scope::may_carry_suspension;
@@ -126,7 +126,9 @@ fn suspension_against_git(
     if started.is_empty() {
         return None;
     }
-    let applied = declared_by_controller(&serde_json::to_value(new).ok()?, policy)?;
+    // Its own configuration: another controller's (an Application an app-of-apps applied and
+    // an ApplicationSet adopted) says nothing of what this one was told.
+    let applied = declared_by(&serde_json::to_value(new).ok()?, controller)?;
     let against: Vec<&SuspensionField> = started
         .into_iter()
         .filter(|field| !field.holds(&applied))
