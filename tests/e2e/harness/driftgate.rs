@@ -113,6 +113,9 @@ pub fn policies_webhook_configuration(name: &str, url: &str, ca_pem: &[u8]) -> V
     super::chart::policies_webhook_configuration(name, url, ca_pem)
 }
 
+/// What a driftgate's log says when an address it was given is in use (`Error::Listen`).
+const PORT_TAKEN: &str = "Address already in use";
+
 impl Driftgate {
     /// Starts `driftgate serve --policy POLICY` on loopback with fresh certificates from
     /// `driftgate certs dev`, as the [`DRIFTGATE`] identity, and waits for `/readyz` (which
@@ -134,9 +137,50 @@ impl Driftgate {
         kubeconfig: &Path,
         extra_args: &[&str],
     ) -> Driftgate {
-        let driftgate = Self::spawn_with_kubeconfig(name, policy, kubeconfig, extra_args);
-        driftgate.wait_until_ready(Duration::from_secs(30));
-        driftgate
+        Self::ready(|| Self::spawn_with_kubeconfig(name, policy, kubeconfig, extra_args))
+    }
+
+    /// Starts driftgate with `spawn` and waits for `/readyz`. Its ports were free a moment before
+    /// it binds them ([`free_port`]): an outgoing connection of another test may take one as
+    /// its source port meanwhile, and driftgate then exits saying the address is in use. Such a
+    /// start is tried again on fresh ports, up to three starts; any other exit fails the test.
+    fn ready(spawn: impl Fn() -> Driftgate) -> Driftgate {
+        const STARTS: usize = 3;
+        for start in 1..=STARTS {
+            let driftgate = spawn();
+            if driftgate.ready_unless_port_taken(Duration::from_secs(30)) || start == STARTS {
+                driftgate.wait_until_ready(Duration::from_secs(1));
+                return driftgate;
+            }
+            eprintln!(
+                "driftgate {}: a port was taken before it could bind it; starting again on others:\n{}",
+                driftgate.name,
+                driftgate.log_tail(3)
+            );
+        }
+        unreachable!("the last start returns")
+    }
+
+    /// Waits for `/readyz` as [`Driftgate::wait_until_ready`] does; false when driftgate exited
+    /// because one of its addresses was in use.
+    fn ready_unless_port_taken(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.lock_process().exited().is_some() && self.log_tail(40).contains(PORT_TAKEN) {
+                return false;
+            }
+            self.lock_process().assert_running();
+            if self.admin_get("/readyz").is_ok_and(|(code, _)| code == 200) {
+                return true;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "driftgate {}: timed out after {timeout:?} waiting until /readyz answers 200; its log:\n{}",
+                self.name,
+                self.log_tail(40)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// [`Driftgate::start_with_kubeconfig`] without waiting for readiness: for a driftgate that
@@ -160,15 +204,15 @@ impl Driftgate {
         who: Identity,
         runtime_args: &[&str],
     ) -> Driftgate {
-        let driftgate = Self::spawn_serving(
-            name,
-            policy,
-            &control_plane().kubeconfig(who),
-            Certificates::Runtime,
-            runtime_args,
-        );
-        driftgate.wait_until_ready(Duration::from_secs(30));
-        driftgate
+        Self::ready(|| {
+            Self::spawn_serving(
+                name,
+                policy,
+                &control_plane().kubeconfig(who),
+                Certificates::Runtime,
+                runtime_args,
+            )
+        })
     }
 
     fn spawn_serving(
@@ -209,11 +253,14 @@ impl Driftgate {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or(E2E_LOG_FILTER.into()),
             );
+        // No cleanup of `dir` when it exits: its log is there, and a driftgate that exits at
+        // its start must still say why when the test reads it (the scratch directory goes with
+        // the test binary).
         let process = Guarded::spawn(
             &format!("driftgate serve ({name})"),
             &serve,
             &dir.join("serve.log"),
-            Some(&dir),
+            None,
             Duration::from_secs(5),
         );
         Driftgate {
