@@ -148,9 +148,12 @@ impl Driftgate {
         const STARTS: usize = 3;
         for start in 1..=STARTS {
             let driftgate = spawn();
-            if driftgate.ready_unless_port_taken(Duration::from_secs(30)) || start == STARTS {
-                driftgate.wait_until_ready(Duration::from_secs(1));
+            if driftgate.ready_unless_port_taken(Duration::from_secs(30)) {
                 return driftgate;
+            }
+            if start == STARTS {
+                // Exited: fails with its log.
+                driftgate.lock_process().assert_running();
             }
             eprintln!(
                 "driftgate {}: a port was taken before it could bind it; starting again on others:\n{}",
@@ -158,29 +161,18 @@ impl Driftgate {
                 driftgate.log_tail(3)
             );
         }
-        unreachable!("the last start returns")
+        unreachable!("the last start returns or fails")
     }
 
     /// Waits for `/readyz` as [`Driftgate::wait_until_ready`] does; false when driftgate exited
     /// because one of its addresses was in use.
     fn ready_unless_port_taken(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
+        self.wait_for("/readyz answers 200", timeout, || {
             if self.lock_process().exited().is_some() && self.log_tail(40).contains(PORT_TAKEN) {
-                return false;
+                return Some(false);
             }
-            self.lock_process().assert_running();
-            if self.admin_get("/readyz").is_ok_and(|(code, _)| code == 200) {
-                return true;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "driftgate {}: timed out after {timeout:?} waiting until /readyz answers 200; its log:\n{}",
-                self.name,
-                self.log_tail(40)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            self.answers_ready().then_some(true)
+        })
     }
 
     /// [`Driftgate::start_with_kubeconfig`] without waiting for readiness: for a driftgate that
@@ -300,9 +292,11 @@ impl Driftgate {
 
     /// Waits until `/readyz` answers 200.
     pub fn wait_until_ready(&self, timeout: Duration) {
-        self.wait_until("/readyz answers 200", timeout, || {
-            self.admin_get("/readyz").is_ok_and(|(code, _)| code == 200)
-        });
+        self.wait_until("/readyz answers 200", timeout, || self.answers_ready());
+    }
+
+    fn answers_ready(&self) -> bool {
+        self.admin_get("/readyz").is_ok_and(|(code, _)| code == 200)
     }
 
     /// `https://127.0.0.1:PORT/validate`
@@ -453,12 +447,23 @@ impl Driftgate {
 
     /// Polls `ready` every 100 ms, failing with driftgate's log if it exits or time runs out.
     fn wait_until(&self, what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+        self.wait_for(what, timeout, || ready().then_some(()));
+    }
+
+    /// Polls `probe` every 100 ms until it gives a value, failing with driftgate's log if it
+    /// has exited without one or time runs out. `probe` sees an exit first (it may read the log).
+    fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut probe: impl FnMut() -> Option<T>,
+    ) -> T {
         let deadline = Instant::now() + timeout;
         loop {
-            self.lock_process().assert_running();
-            if ready() {
-                return;
+            if let Some(value) = probe() {
+                return value;
             }
+            self.lock_process().assert_running();
             assert!(
                 Instant::now() < deadline,
                 "driftgate {}: timed out after {timeout:?} waiting until {what}; its log:\n{}",

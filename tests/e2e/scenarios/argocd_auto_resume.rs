@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use driftgate::ledger::evidence::LAST_APPLIED_ANNOTATION;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 
 use crate::harness::argocd::{
@@ -29,9 +30,8 @@ use crate::harness::{
 
 use super::real_argocd::{app_summary, wait_for_app};
 use super::suspensions::argo_revision;
-use super::{kubectl, wait_for_event};
+use super::{get_json, kubectl, wait_for_event};
 
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 const REASON: &str = "INC-2606: Argo CD fights the hotfix, suspending for a few seconds";
 /// A 20 s suspension is past its expiry, and resumed (expiry checks every 2 s), well within
 /// this.
@@ -440,14 +440,14 @@ async fn stale_normalization_is_refused_and_gits_removal_is_not(name: &str) {
         "{}",
         refusal.message
     );
-    let app = application(name);
+    let app = get_json(&format!("application/{name}"), APPS_NAMESPACE);
     assert_eq!(
         app["spec"]["syncPolicy"]["automated"],
         json!({"prune": true, "selfHeal": true}),
         "{app:#}"
     );
 
-    let last_applied = app["metadata"]["annotations"][LAST_APPLIED]
+    let last_applied = app["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]
         .as_str()
         .expect("applied client-side");
     let mut git: Value = serde_json::from_str(last_applied).unwrap();
@@ -456,26 +456,9 @@ async fn stale_normalization_is_refused_and_gits_removal_is_not(name: &str) {
         .unwrap()
         .remove("automated");
     apply_as_argocd_client_side(&git.to_string());
-    let app = application(name);
+    let app = get_json(&format!("application/{name}"), APPS_NAMESPACE);
     assert!(
         app["spec"]["syncPolicy"].get("automated").is_none(),
         "{app:#}"
     );
-}
-
-fn application(name: &str) -> Value {
-    let out = kubectl(
-        ADMIN,
-        &[
-            "get",
-            "application",
-            name,
-            "-n",
-            APPS_NAMESPACE,
-            "-o",
-            "json",
-        ],
-    )
-    .ok();
-    serde_json::from_str(&out.stdout).expect("kubectl prints JSON")
 }
