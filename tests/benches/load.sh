@@ -31,7 +31,8 @@
 # such as deploy30k-h1-fixed-shared), LOAD_EQUIVALENCE (fail; warn measures anyway),
 # LOAD_QUIET_WAIT seconds to wait for the 1-minute load average to drop below LOAD_QUIET (1.0)
 # before measuring (600; 0 to skip), LOAD_RESULTS the results directory (tests/benches/results;
-# another keeps a one-off run from replacing the committed figures).
+# another keeps a one-off run from replacing the committed figures), LOAD_STEADY_FROM seconds of
+# each fixed-rate run left out of its steady-state percentiles (1; see loadlib.py's `steady`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -49,6 +50,7 @@ ON_DIFFERENCE="${LOAD_EQUIVALENCE:-fail}"
 QUIET="${LOAD_QUIET:-1.0}"
 QUIET_WAIT="${LOAD_QUIET_WAIT:-600}"
 RESULTS="${LOAD_RESULTS:-tests/benches/results}"
+STEADY_FROM="${LOAD_STEADY_FROM:-1}"
 LIB="python3 tests/benches/loadlib.py"
 OHA="$TOOLS/bin/oha"
 OPA=
@@ -192,6 +194,7 @@ START_LOAD="$(wait_for_quiet)"
     echo "target $name: ${SOURCE_OF[$name]} sha256 $(sha256sum "${BIN_OF[$name]}" | cut -c1-16)"
   done
   echo "rounds: $ROUNDS; duration per run: ${DURATION}s (after a 1 s warm-up); fixed rate: ${RATE}/s; HTTP/1.1 connections: $CONNECTIONS; HTTP/2: 4 connections x 8 streams"
+  echo "steady state of a fixed-rate run: requests scheduled from ${STEADY_FROM}s on"
   echo "scenarios: $(printf '%s, ' "${SCENARIOS[@]// /-}" | sed 's/, $//')"
   echo "runs: $TOTAL_RUNS, about $(((TOTAL_RUNS * (DURATION + 4) + 59) / 60)) minutes (each run: a 1 s warm-up, the run, ~3 s of set-up)"
 } >"$RESULTS/machine.txt"
@@ -253,9 +256,10 @@ if [ "$WITH_OPA" != 0 ] || [ ${#TARGETS[@]} -gt 1 ]; then
 fi
 
 # --- Load -----------------------------------------------------------------------------------
-# oha_args SECONDS BODY PROTO MODE: the load generator's arguments for one run.
+# oha_args SECONDS BODY PROTO MODE [DB]: the load generator's arguments for one run, keeping
+# every request in the sqlite file DB when given.
 oha_args() {
-  local seconds=$1 body=$2 proto=$3 mode=$4
+  local seconds=$1 body=$2 proto=$3 mode=$4 db=${5:-}
   # -w: on HTTP/1.1, let requests in flight at the deadline finish instead of counting them
   # as errors.
   local args=(--no-tui --output-format json -z "${seconds}s" -w -m POST
@@ -269,6 +273,10 @@ oha_args() {
   if [ "$mode" = fixed ]; then
     args+=(-q "$RATE" --latency-correction)
   fi
+  if [ -n "$db" ]; then
+    # Every request's scheduled start and end, for the steady-state percentiles.
+    args+=(--db-url "$db")
+  fi
   printf '%s\n' "${args[@]}"
 }
 
@@ -276,9 +284,11 @@ oha_args() {
 run() {
   local round=$1 target=$2 body=$3 proto=$4 mode=$5 placement=$6
   local pid=${PID_OF[$target]} name="$2-$3-$4-$5-$6-r$1"
-  local pin=() cores=0,1 warmup=() args=()
+  local pin=() cores=0,1 warmup=() args=() db=
+  if [ "$mode" = fixed ]; then db="$WORK/requests.db"; fi
+  rm -f "$WORK/requests.db"
   mapfile -t warmup < <(oha_args 1 "$body" "$proto" "$mode")
-  mapfile -t args < <(oha_args "$DURATION" "$body" "$proto" "$mode")
+  mapfile -t args < <(oha_args "$DURATION" "$body" "$proto" "$mode" "$db")
   if [ "$placement" = pinned ]; then
     # Every server thread on core 0, the load generator on core 1.
     cores=0
@@ -299,7 +309,8 @@ run() {
   printf '{"round":%s,"target":"%s","body":"%s","proto":"%s","mode":"%s","placement":"%s","rate":%s,"duration_s":%s}\n' \
     "$round" "$target" "$body" "$proto" "$mode" "$placement" "$RATE" "$DURATION" >"$WORK/run.json"
   $LIB record "$RESULTS/runs.jsonl" "$WORK/run.json" "$RESULTS/oha/$name.json" \
-    "$before" "$after" "$($LIB status-kb "$pid" VmHWM)" "$busy_before" "$busy_after" "$oha_cpu"
+    "$before" "$after" "$($LIB status-kb "$pid" VmHWM)" "$busy_before" "$busy_after" "$oha_cpu" \
+    "$db" "$STEADY_FROM" "$P99_TARGET_MS"
 }
 
 step "load: $TOTAL_RUNS runs of ${DURATION}s, $ROUNDS rounds per scenario, servers back to back within a round"

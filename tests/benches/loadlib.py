@@ -205,9 +205,49 @@ def status_kb(pid, key):
     print(0)
 
 
-def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb, busy_before, busy_after, oha_cpu_s):
-    """Appends one run (oha's JSON summary, the server's CPU and peak RSS, and how much CPU
-    anything else on the machine took meanwhile) to runs.jsonl."""
+def steady(db_file, from_s, target_ms):
+    """Percentiles of the requests a fixed-rate run scheduled from `from_s` seconds on, out of
+    oha's per-request sqlite file (times in seconds from the run's start; with latency
+    correction a request's latency counts from when it was due, not from when it was sent).
+
+    Why: a run is a fresh oha process. Its first requests wait for its 32 new TLS connections
+    (~65 ms here), and oha then sends the ~100 requests that fell due meanwhile at one instant;
+    latency-corrected, that start alone is ~0.8 % of a 20,000-request run, most of what a p99
+    allows. kube-apiserver keeps its connections to a webhook alive, so a steady 2,000/s never
+    starts like that. The whole-run figures are kept beside these."""
+    import sqlite3
+
+    db = sqlite3.connect(db_file)
+    try:
+        rows = db.execute(
+            "SELECT coalesce(start_latency_correction, start), end - coalesce(start_latency_correction, start) FROM oha"
+        ).fetchall()
+    finally:
+        db.close()
+    latencies = sorted(latency for start, latency in rows if start >= float(from_s))
+    if not latencies:
+        return {}
+    at = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+    early = [latency for start, latency in rows if start < float(from_s)]
+    return {
+        "steady_from_s": float(from_s),
+        "steady_requests": len(latencies),
+        "steady_p50_ms": at(0.50),
+        "steady_p99_ms": at(0.99),
+        "steady_p999_ms": at(0.999),
+        "steady_max_ms": latencies[-1] * 1000,
+        # How many of the left-out first requests took longer than the p99 target: what the
+        # steady figures do not show.
+        "start_requests": len(early),
+        "start_over_target": sum(latency * 1000 > float(target_ms) for latency in early),
+    }
+
+
+def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb, busy_before, busy_after, oha_cpu_s,
+           requests_db="", steady_from_s="1", p99_target_ms="2"):
+    """Appends one run (oha's JSON summary, the server's CPU and peak RSS, how much CPU anything
+    else on the machine took meanwhile, and for a fixed-rate run its steady-state percentiles)
+    to runs.jsonl."""
     with open(run_json) as f:
         run = json.load(f)
     with open(oha_json) as f:
@@ -249,15 +289,22 @@ def record(runs_file, run_json, oha_json, ticks_before, ticks_after, hwm_kb, bus
             "steal_cores": steal_s / wall_s,
         }
     )
+    if requests_db:
+        run.update(steady(requests_db, steady_from_s, p99_target_ms))
     with open(runs_file, "a") as f:
         f.write(json.dumps(run) + "\n")
+    steady_line = (
+        f"  steady p99 {run['steady_p99_ms']:.2f} ms (from {run['steady_from_s']:g} s; before it "
+        f"{run['start_over_target']} of {run['start_requests']} over {float(p99_target_ms):g} ms)"
+        if "steady_p99_ms" in run else ""
+    )
     print(
         f"  r{run['round']} {run['target']:9} {run['body']:9} {run['proto']:2} {run['mode']:9} {run['placement']:6} "
         f"{run['rps']:9.0f} rev/s  p50 {run['p50_ms']:.2f}  p99 {run['p99_ms']:.2f}  "
         f"p99.9 {run['p999_ms']:.2f} ms  ok {ok}  failed {failures(run)}  "
         f"cpu {run['cpu_ms_per_1000'] or 0:.0f} ms/1000  "
         f"rss {run['peak_rss_mb']:.1f} MB  others {run['others_cores']:.2f} cores  "
-        f"steal {run['steal_cores']:.2f} cores"
+        f"steal {run['steal_cores']:.2f} cores{steady_line}"
     )
 
 
@@ -391,18 +438,28 @@ def report(runs_file, out_md, out_json, p99_target_ms, *targets):
             f"### Fixed rate ({fixed_rate} reviews/s, latency corrected for coordinated omission)",
             "",
             f"`p99 per round` lists every round's p99 in the order run; `p99 ≤ {p99_target:g} ms` counts the rounds that met it.",
+            "`steady` columns count only the requests scheduled after a run's first second(s)",
+            "(`steady from`): a fresh oha opens its connections and sends the requests that fell due",
+            "meanwhile at once, a start kube-apiserver's kept-alive connections do not have.",
+            f"`start > {p99_target:g} ms` counts, over the rounds, the left-out requests slower than {p99_target:g} ms.",
             "",
-            f"| target | review | protocol | achieved reviews/s | p50 ms | p99 ms | p99 per round | p99 ≤ {p99_target:g} ms | p99.9 ms | max ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others | steal |",
-            "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| target | review | protocol | achieved reviews/s | p50 ms | p99 ms | p99 per round | p99 ≤ {p99_target:g} ms | steady from s | steady p99 ms | steady p99 per round | steady p99 ≤ {p99_target:g} ms | start > {p99_target:g} ms | p99.9 ms | steady p99.9 ms | max ms | server CPU ms / 1,000 reviews | peak RSS MB | failed | others | steal |",
+            "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for target, (body, proto, mode, placement), rs in groups:
             if mode != "fixed":
                 continue
             met = sum(r["p99_ms"] <= p99_target for r in rs)
             per_round = ", ".join(f"{r['p99_ms']:.2f}" for r in rs)
+            # Runs recorded before the steady columns existed show "-" there.
+            steady_rs = [r for r in rs if "steady_p99_ms" in r]
+            steady_met = f"{sum(r['steady_p99_ms'] <= p99_target for r in steady_rs)} of {len(rs)}" if steady_rs else "-"
+            steady_per_round = ", ".join(f"{r['steady_p99_ms']:.2f}" for r in steady_rs) or "-"
+            start_slow = f"{sum(r['start_over_target'] for r in steady_rs)} of {sum(r['start_requests'] for r in steady_rs)}" if steady_rs else "-"
             lines.append(
                 f"| {target} | {body} | {proto} | {col(rs, 'rps', 0)} | {col(rs, 'p50_ms')} | {col(rs, 'p99_ms')} | "
-                f"{per_round} | {met} of {len(rs)} | {col(rs, 'p999_ms')} | {col(rs, 'max_ms')} | "
+                f"{per_round} | {met} of {len(rs)} | {col(rs, 'steady_from_s', 0)} | {col(rs, 'steady_p99_ms')} | "
+                f"{steady_per_round} | {steady_met} | {start_slow} | {col(rs, 'p999_ms')} | {col(rs, 'steady_p999_ms')} | {col(rs, 'max_ms')} | "
                 f"{col(rs, 'cpu_ms_per_1000', 0)} | {col(rs, 'peak_rss_mb', 1)} | {sum(failures(r) for r in rs)} | "
                 f"{col(rs, 'others_cores')} | {col(rs, 'steal_cores')} |"
             )
