@@ -82,23 +82,7 @@ pub fn eval(args: &EvalArgs, program: &str, out: &mut impl Write) -> ExitCode {
         Ok(serde_json::to_string(&decided.response.into_review())
             .expect("an AdmissionReview always serializes"))
     };
-    // Reviews are independent: CI runs `eval` over whole repositories, so each core takes a
-    // contiguous share (the answers are printed in the order given).
-    let workers = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZero::get)
-        .clamp(1, args.reviews.len().max(1));
-    let share = args.reviews.len().div_ceil(workers).max(1);
-    let outcomes: Vec<Result<String>> = std::thread::scope(|scope| {
-        let shares: Vec<_> = args
-            .reviews
-            .chunks(share)
-            .map(|paths| scope.spawn(|| paths.iter().map(evaluate).collect::<Vec<_>>()))
-            .collect();
-        shares
-            .into_iter()
-            .flat_map(|share| share.join().expect("an eval worker never panics"))
-            .collect()
-    });
+    let outcomes: Vec<Result<String>> = on_every_core_in_order(&args.reviews, evaluate);
     let mut unreadable = 0;
     for outcome in outcomes {
         match outcome {
@@ -118,6 +102,30 @@ pub fn eval(args: &EvalArgs, program: &str, out: &mut impl Write) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `work` applied to every item, each core taking a contiguous share; the results in the
+/// items' order. Reviews are independent, and CI runs `eval` and `policy test` over whole
+/// repositories: one core each would leave the others idle.
+pub(crate) fn on_every_core_in_order<T: Sync, R: Send>(
+    items: &[T],
+    work: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .clamp(1, items.len().max(1));
+    let share = items.len().div_ceil(workers).max(1);
+    let work = &work;
+    std::thread::scope(|scope| {
+        let shares: Vec<_> = items
+            .chunks(share)
+            .map(|share| scope.spawn(move || share.iter().map(work).collect::<Vec<_>>()))
+            .collect();
+        shares
+            .into_iter()
+            .flat_map(|share| share.join().expect("a review worker never panics"))
+            .collect()
+    })
 }
 
 /// What the server would have read beside a review (its Namespace from the cache, the parent

@@ -27,7 +27,7 @@ use jiff::Timestamp;
 use kube::core::DynamicObject;
 use serde::Deserialize;
 
-use crate::cli::eval::{OfflineContext, decide_body};
+use crate::cli::eval::{OfflineContext, decide_body, on_every_core_in_order};
 use driftgate_core::decision::Decision;
 use driftgate_core::error::{Error, Result};
 use driftgate_core::files::{read_object, read_review_body};
@@ -194,36 +194,28 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
     let base = path.parent().unwrap_or(Path::new("."));
     let policies = PolicySet::load(&base.join(&document.spec.policy))?;
     let default_now = document.spec.now.as_deref().map(parse_time).transpose()?;
+    // Each case's time and objects are found in order, and the cases before the first that
+    // cannot be made ready are decided on every core, as `eval` decides; a case whose review
+    // cannot be decided is reported before a later one that could not be made ready, as when
+    // the cases ran one by one.
     let mut objects = ObjectCache::default();
-    let mut results = Vec::new();
+    let mut prepared = Vec::with_capacity(document.spec.cases.len());
+    let mut setup_error = None;
     for case in &document.spec.cases {
-        let now = match (&case.now, default_now) {
-            (Some(now), _) => parse_time(now)?,
-            (None, Some(now)) => now,
-            (None, None) => {
-                return Err(suite_error(format!(
-                    "case \"{}\" has no `now`, and the suite sets none",
-                    case.name
-                )));
+        match prepare_case(case, &document.spec, default_now, path, &mut objects) {
+            Ok(case) => prepared.push(case),
+            Err(error) => {
+                setup_error = Some(error);
+                break;
             }
-        };
-        let (body, review_file) = read_review_body(&base.join(&case.review))?;
-        let namespace_files = case
-            .namespaces
-            .as_ref()
-            .unwrap_or(&document.spec.namespaces);
-        let mut namespaces = Vec::new();
-        for file in namespace_files {
-            namespaces.push(objects.get(&base.join(file))?.clone());
         }
-        let parent = match &case.parent {
-            Some(file) => Some(objects.get(&base.join(file))?.clone()),
-            None => None,
-        };
+    }
+    let decide_case = |prepared: &PreparedCase<'_>| -> Result<CaseResult> {
+        let (body, review_file) = read_review_body(&base.join(&prepared.case.review))?;
         let context = OfflineContext {
-            namespaces: &namespaces,
-            parent: parent.as_ref(),
-            now,
+            namespaces: &prepared.namespaces,
+            parent: prepared.parent.as_ref(),
+            now: prepared.now,
         };
         let decision = decide_body(&policies, &body, &context)
             .map_err(|source| Error::Review {
@@ -231,13 +223,67 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
                 source,
             })?
             .decision;
-        results.push(CaseResult {
+        Ok(CaseResult {
             suite: document.metadata.name.clone(),
-            name: case.name.clone(),
-            failures: check(&case.expect, &decision),
-        });
+            name: prepared.case.name.clone(),
+            failures: check(&prepared.case.expect, &decision),
+        })
+    };
+    let results = on_every_core_in_order(&prepared, decide_case)
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    match setup_error {
+        Some(error) => Err(error),
+        None => Ok(results),
     }
-    Ok(results)
+}
+
+/// A case with its time and the objects read beside its review, ready to decide.
+struct PreparedCase<'a> {
+    case: &'a TestCase,
+    now: Timestamp,
+    namespaces: Vec<DynamicObject>,
+    parent: Option<DynamicObject>,
+}
+
+/// Finds a case's time (its own, else the suite's) and reads the Namespace and parent objects
+/// it names, relative to the suite file at `suite_path`.
+fn prepare_case<'a>(
+    case: &'a TestCase,
+    spec: &PolicyTestSpec,
+    default_now: Option<Timestamp>,
+    suite_path: &Path,
+    objects: &mut ObjectCache,
+) -> Result<PreparedCase<'a>> {
+    let base = suite_path.parent().unwrap_or(Path::new("."));
+    let now = match (&case.now, default_now) {
+        (Some(now), _) => parse_time(now)?,
+        (None, Some(now)) => now,
+        (None, None) => {
+            return Err(Error::TestSuite {
+                path: suite_path.to_owned(),
+                reason: format!(
+                    "case \"{}\" has no `now`, and the suite sets none",
+                    case.name
+                ),
+            });
+        }
+    };
+    let namespace_files = case.namespaces.as_ref().unwrap_or(&spec.namespaces);
+    let mut namespaces = Vec::new();
+    for file in namespace_files {
+        namespaces.push(objects.get(&base.join(file))?.clone());
+    }
+    let parent = match &case.parent {
+        Some(file) => Some(objects.get(&base.join(file))?.clone()),
+        None => None,
+    };
+    Ok(PreparedCase {
+        case,
+        now,
+        namespaces,
+        parent,
+    })
 }
 
 fn check(expect: &Expectation, decision: &Decision) -> Vec<String> {
@@ -295,4 +341,58 @@ pub fn run(path: &Path) -> Result<(TestReport, Vec<Error>)> {
         }
     }
     Ok((report, errors))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A suite of `cases` (YAML list items) over the example policy, in a scratch directory.
+    fn suite(cases: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/example.yaml");
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let text = format!(
+            "apiVersion: driftgate.dev/v1alpha1\nkind: PolicyTest\nmetadata: {{name: order}}\n\
+             spec:\n  policy: {}\n  cases:\n{}",
+            policy.display(),
+            cases.replace("FIXTURES", &fixtures.display().to_string())
+        );
+        let path = dir.path().join("order.test.yaml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    /// Cases are decided on every core, but a suite reports what it reported when they ran one
+    /// by one: every case's result in the suite's order, and of two broken cases the first.
+    #[test]
+    fn cases_decided_on_every_core_keep_the_suites_order_and_its_first_error() {
+        let cases: String = (0..40)
+            .map(|i| {
+                format!(
+                    "    - {{name: case-{i}, now: \"2026-11-30T09:00:00Z\", \
+                     review: FIXTURES/flux-ssa-update.json, expect: {{allowed: true}}}}\n"
+                )
+            })
+            .collect();
+        let (_dir, path) = suite(&cases);
+        let names: Vec<String> = run_suite(&path)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        let expected: Vec<String> = (0..40).map(|i| format!("case-{i}")).collect();
+        assert_eq!(names, expected);
+
+        let broken = "    - {name: unreadable, now: \"2026-11-30T09:00:00Z\", \
+                      review: FIXTURES/no-such-review.json, expect: {allowed: true}}\n    \
+                      - {name: timeless, review: FIXTURES/flux-ssa-update.json, expect: {allowed: true}}\n";
+        let (_dir, path) = suite(broken);
+        let error = run_suite(&path).unwrap_err().to_string();
+        assert!(error.contains("no-such-review.json"), "{error}");
+
+        let (_dir, path) = suite(&broken.replace("no-such-review", "flux-ssa-update"));
+        let error = run_suite(&path).unwrap_err().to_string();
+        assert!(error.contains("case \"timeless\" has no `now`"), "{error}");
+    }
 }
