@@ -202,7 +202,14 @@ pub fn run_suite(path: &Path) -> Result<Vec<CaseResult>> {
     let mut prepared = Vec::with_capacity(document.spec.cases.len());
     let mut setup_error = None;
     for case in &document.spec.cases {
-        match prepare_case(case, &document.spec, default_now, path, &mut objects) {
+        match prepare_case(
+            case,
+            &document.spec,
+            default_now,
+            base,
+            &suite_error,
+            &mut objects,
+        ) {
             Ok(case) => prepared.push(case),
             Err(error) => {
                 setup_error = Some(error);
@@ -247,26 +254,23 @@ struct PreparedCase<'a> {
 }
 
 /// Finds a case's time (its own, else the suite's) and reads the Namespace and parent objects
-/// it names, relative to the suite file at `suite_path`.
+/// it names, relative to the suite's directory `base`.
 fn prepare_case<'a>(
     case: &'a TestCase,
     spec: &PolicyTestSpec,
     default_now: Option<Timestamp>,
-    suite_path: &Path,
+    base: &Path,
+    suite_error: &impl Fn(String) -> Error,
     objects: &mut ObjectCache,
 ) -> Result<PreparedCase<'a>> {
-    let base = suite_path.parent().unwrap_or(Path::new("."));
     let now = match (&case.now, default_now) {
         (Some(now), _) => parse_time(now)?,
         (None, Some(now)) => now,
         (None, None) => {
-            return Err(Error::TestSuite {
-                path: suite_path.to_owned(),
-                reason: format!(
-                    "case \"{}\" has no `now`, and the suite sets none",
-                    case.name
-                ),
-            });
+            return Err(suite_error(format!(
+                "case \"{}\" has no `now`, and the suite sets none",
+                case.name
+            )));
         }
     };
     let namespace_files = case.namespaces.as_ref().unwrap_or(&spec.namespaces);

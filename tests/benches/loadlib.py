@@ -515,6 +515,7 @@ def sets(out_md, p99_target_ms, *runs_files):
         per_set.append((name, groups))
         runs.extend(fixed)
     met = lambda rs, key: sum(r[key] <= target for r in rs)
+    full = lambda rs, key: met(rs, key) == len(rs)
     quiet = lambda rs: all(r["steal_cores"] < QUIET_STEAL_CORES for r in rs)
     scenarios = list(dict.fromkeys(k for _, groups in per_set for k in groups))
     lines = [
@@ -527,7 +528,6 @@ def sets(out_md, p99_target_ms, *runs_files):
     ]
     for key in scenarios:
         groups = [g[key] for _, g in per_set if key in g]
-        full = lambda rs, k: met(rs, k) == len(rs)
         q = [rs for rs in groups if quiet(rs)]
         lines.append(f"| {' | '.join(key)} | {len(groups)} | {len(q)} | {sum(full(rs, 'p99_ms') for rs in q)} | "
                      f"{sum(full(rs, 'steady_p99_ms') for rs in q)} | {sum(full(rs, 'p99_ms') for rs in groups)} | "
